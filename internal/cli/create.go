@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+)
+
+func newCreateCmd(g *globals) *cobra.Command {
+	var (
+		name, image, policyFile, requestID, format string
+		labels                                     []string
+		detach                                     bool
+		timeout                                    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "create --name NAME [--image IMG] [--policy FILE] [--label k=v] [--detach] [-- CMD ARGS...]",
+		Short: "Create a sandbox and wait until it is ready",
+		Long: `Create a sandbox. Without --detach, wait until it is ready (exit 0) or
+in error (exit 1), showing its progress on stderr; then print its id.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFormat(format); err != nil {
+				return err
+			}
+			var command []string
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				if dash > 0 {
+					return fmt.Errorf("unexpected argument %q before --; the sandbox name goes in --name", args[0])
+				}
+				command = args
+			} else if len(args) > 0 {
+				return fmt.Errorf("unexpected argument %q: give the sandbox name with --name and the command after --", args[0])
+			}
+			spec := &corralv1.SandboxSpec{Image: image, Command: command, Labels: map[string]string{}}
+			for _, l := range labels {
+				k, v, ok := strings.Cut(l, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("--label %q: want key=value", l)
+				}
+				spec.Labels[k] = v
+			}
+			if policyFile != "" {
+				data, err := os.ReadFile(policyFile)
+				if err != nil {
+					return fmt.Errorf("--policy: %w", err)
+				}
+				spec.Policy = string(data)
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx := cmd.Context()
+			resp, err := c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, Spec: spec, RequestId: requestID})
+			if err != nil {
+				return c.explain(err)
+			}
+			sb := resp.Sandbox
+			if !detach {
+				err := waitFor(ctx, c, []*corralv1.Sandbox{sb}, waitOptions{goal: reached("ready"), timeout: timeout, progress: g.stderr})
+				if err != nil {
+					return err
+				}
+				if sb, err = c.GetSandbox(ctx, &corralv1.GetSandboxRequest{Name: sb.Id}); err != nil {
+					return c.explain(err)
+				}
+			}
+			if ok, err := printStructured(g.stdout, format, viewOf(sb)); ok || err != nil {
+				return err
+			}
+			fmt.Fprintln(g.stdout, sb.Id)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&name, "name", "", "sandbox name: a DNS label (lower-case letters, digits, '-')")
+	f.StringVar(&image, "image", "", "image to run (default: the gateway's default_image)")
+	f.StringVar(&policyFile, "policy", "", "YAML policy file")
+	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+	f.BoolVarP(&detach, "detach", "d", false, "return once the sandbox is recorded, without waiting")
+	f.StringVar(&requestID, "request-id", "", "idempotency key: a retried create with the same id returns the same sandbox")
+	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: until ready or error)")
+	f.StringVarP(&format, "output", "o", "table", "output: table (the id), json or yaml")
+	return cmd
+}

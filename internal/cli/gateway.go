@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/corral-sandbox/corral/internal/config"
+	"github.com/corral-sandbox/corral/internal/gateway"
+)
+
+func newGatewayCmd(g *globals) *cobra.Command {
+	var (
+		configPath string
+		flags      = config.Default()
+	)
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the gateway daemon (in the foreground)",
+		Long: `Run the gateway daemon in the foreground. It keeps its store, lock and
+socket in the home directory. Settings come from --config (default
+HOME/corral.toml when it exists); flags override the file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Signals first: from here on SIGTERM/SIGINT never meet the
+			// default disposition, whatever the gateway is doing.
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			defer signal.Stop(sigs)
+
+			home := g.home
+			if home == "" {
+				home = config.DefaultHome()
+			}
+			cfg, err := loadGatewayConfig(cmd, configPath, home, flags)
+			if err != nil {
+				return err
+			}
+			log := newLogger(cfg.LogLevel)
+			return gateway.Run(gateway.Options{Config: cfg, Home: home, Logger: log, Signals: sigs})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configPath, "config", "", "TOML config file (default HOME/corral.toml when it exists)")
+	f.StringVar(&flags.ComputeDriver, "driver", flags.ComputeDriver, "compute driver: auto or fake")
+	f.StringVar(&flags.SandboxLabel, "sandbox-label", flags.SandboxLabel, "label key that marks this gateway's compute objects")
+	f.StringVar(&flags.ImagePullPolicy, "image-pull-policy", flags.ImagePullPolicy, "never, if_not_present or always")
+	f.StringVar(&flags.DefaultImage, "default-image", flags.DefaultImage, "image for sandboxes created without --image")
+	f.DurationVar(&flags.ShutdownTimeout, "shutdown-timeout", flags.ShutdownTimeout, "how long shutdown waits for driver calls in flight")
+	f.DurationVar(&flags.ProvisioningTimeout, "provisioning-timeout", flags.ProvisioningTimeout, "deadline for a sandbox to become ready")
+	f.DurationVar(&flags.StopTimeout, "stop-timeout", flags.StopTimeout, "grace between SIGTERM and SIGKILL when stopping a sandbox")
+	f.DurationVar(&flags.ResyncInterval, "resync-interval", flags.ResyncInterval, "how often every sandbox is compared with the driver")
+	f.StringVar(&flags.LogLevel, "log-level", flags.LogLevel, "debug, info, warn or error")
+	return cmd
+}
+
+// loadGatewayConfig reads the config file, then applies the flags that were
+// given on the command line.
+func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Config) (config.Config, error) {
+	cfg := config.Default()
+	if path == "" {
+		if p := filepath.Join(home, "corral.toml"); fileExists(p) {
+			path = p
+		}
+	}
+	if path != "" {
+		var err error
+		if cfg, err = config.Load(path); err != nil {
+			return cfg, err
+		}
+	}
+	set := func(name string, dst *string, v string) {
+		if cmd.Flags().Changed(name) {
+			*dst = v
+		}
+	}
+	setDur := func(name string, dst *time.Duration, v time.Duration) {
+		if cmd.Flags().Changed(name) {
+			*dst = v
+		}
+	}
+	set("driver", &cfg.ComputeDriver, flags.ComputeDriver)
+	set("sandbox-label", &cfg.SandboxLabel, flags.SandboxLabel)
+	set("image-pull-policy", &cfg.ImagePullPolicy, flags.ImagePullPolicy)
+	set("default-image", &cfg.DefaultImage, flags.DefaultImage)
+	set("log-level", &cfg.LogLevel, flags.LogLevel)
+	setDur("shutdown-timeout", &cfg.ShutdownTimeout, flags.ShutdownTimeout)
+	setDur("provisioning-timeout", &cfg.ProvisioningTimeout, flags.ProvisioningTimeout)
+	setDur("stop-timeout", &cfg.StopTimeout, flags.StopTimeout)
+	setDur("resync-interval", &cfg.ResyncInterval, flags.ResyncInterval)
+	if err := cfg.Validate(); err != nil {
+		where := "settings"
+		if path != "" {
+			where = "config " + path
+		}
+		return cfg, fmt.Errorf("%s: %w", where, err)
+	}
+	return cfg, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, os.ErrNotExist)
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

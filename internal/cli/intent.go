@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+)
+
+// intentCmd describes a command that changes the intent of sandboxes.
+type intentCmd struct {
+	use, short, long string
+	// call sends the request for one sandbox and returns its record.
+	call func(ctx context.Context, c *client, name string, force bool) (*corralv1.Sandbox, error)
+	// wait is the goal the command waits for unless --detach.
+	wait        goal
+	wantDeleted bool
+	canForce    bool // --force and --all are offered
+}
+
+func newIntentCmd(g *globals, ic intentCmd) *cobra.Command {
+	var (
+		detach, force, all bool
+		timeout            time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   ic.use,
+		Short: ic.short,
+		Long:  ic.long,
+		RunE: func(cmd *cobra.Command, names []string) error {
+			if all && len(names) > 0 {
+				return errors.New("give sandbox names or --all, not both")
+			}
+			if !all && len(names) == 0 {
+				return fmt.Errorf("no sandbox named (see %s --help)", cmd.CommandPath())
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx := cmd.Context()
+			if all {
+				resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+				if err != nil {
+					return c.explain(err)
+				}
+				for _, sb := range resp.Sandboxes {
+					names = append(names, sb.Name)
+				}
+			}
+			var (
+				errs    []error
+				targets []*corralv1.Sandbox
+			)
+			for _, name := range names {
+				sb, err := ic.call(ctx, c, name, force)
+				if err != nil {
+					errs = append(errs, errors.New(message(c.explain(err))))
+					continue
+				}
+				targets = append(targets, sb)
+			}
+			if !detach && len(targets) > 0 {
+				err := waitFor(ctx, c, targets, waitOptions{goal: ic.wait, wantDeleted: ic.wantDeleted, timeout: timeout, progress: g.stderr})
+				if err != nil {
+					errs = append(errs, err)
+				}
+			}
+			for _, sb := range targets {
+				fmt.Fprintln(g.stdout, sb.Name)
+			}
+			return errors.Join(errs...)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&detach, "detach", "d", false, "return once the request is recorded, without waiting")
+	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: until done or error)")
+	if ic.canForce {
+		f.BoolVar(&force, "force", false, "skip the graceful stop and cancel any driver call in flight")
+		f.BoolVar(&all, "all", false, "act on every sandbox")
+	}
+	return cmd
+}
+
+func newStopCmd(g *globals) *cobra.Command {
+	return newIntentCmd(g, intentCmd{
+		use: "stop NAME...", short: "Stop sandboxes and wait until they are stopped",
+		call: func(ctx context.Context, c *client, name string, _ bool) (*corralv1.Sandbox, error) {
+			return c.StopSandbox(ctx, &corralv1.StopSandboxRequest{Name: name})
+		},
+		wait: reached("stopped"),
+	})
+}
+
+func newStartCmd(g *globals) *cobra.Command {
+	return newIntentCmd(g, intentCmd{
+		use: "start NAME...", short: "Start stopped sandboxes and wait until they are ready",
+		call: func(ctx context.Context, c *client, name string, _ bool) (*corralv1.Sandbox, error) {
+			return c.StartSandbox(ctx, &corralv1.StartSandboxRequest{Name: name})
+		},
+		wait: reached("ready"),
+	})
+}
+
+func newDeleteCmd(g *globals) *cobra.Command {
+	return newIntentCmd(g, intentCmd{
+		use: "delete NAME... | --all", short: "Delete sandboxes, in any phase, and wait until they are gone",
+		long: `Delete sandboxes in any phase, even while another operation is in flight.
+The compute object is stopped gracefully and removed, then the record. With
+--force the graceful stop is skipped. When the driver cannot confirm the
+removal the sandbox stays visible as deleting, with the reason, and the
+gateway keeps trying.`,
+		call: func(ctx context.Context, c *client, name string, force bool) (*corralv1.Sandbox, error) {
+			resp, err := c.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: name, Force: force})
+			return resp.GetSandbox(), err
+		},
+		wait: func(sb *corralv1.Sandbox, since int64) (bool, error) {
+			if sb.Phase == "error" && sb.Revision > since {
+				return false, fmt.Errorf("sandbox %q is not deleted yet: %s; the gateway keeps trying", sb.Name, sb.Reason)
+			}
+			return false, nil
+		},
+		wantDeleted: true,
+		canForce:    true,
+	})
+}

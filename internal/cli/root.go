@@ -1,0 +1,95 @@
+// Package cli is the corral command line: the gateway command and the
+// client commands that talk to a gateway over its API.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/status"
+)
+
+// globals are the flags every client command shares.
+type globals struct {
+	home    string
+	gateway string
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+// Main runs the corral command line with os.Args and returns the exit code.
+func Main() int {
+	g := &globals{stdout: os.Stdout, stderr: os.Stderr}
+	root := newRoot(g)
+	root.SetArgs(os.Args[1:])
+	err := root.ExecuteContext(context.Background())
+	if err == nil {
+		return 0
+	}
+	var exit *exitError
+	if errors.As(err, &exit) {
+		if exit.msg != "" {
+			fmt.Fprintln(g.stderr, "corral:", exit.msg)
+		}
+		return exit.code
+	}
+	fmt.Fprintln(g.stderr, "corral:", message(err))
+	return 1
+}
+
+// exitError ends the program with a code of its own (exec passes one through).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// message is what a person should read of an error: a gRPC status's own
+// message without the "rpc error: code = ..." wrapping.
+func message(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return s.Message()
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if s, ok := status.FromError(e); ok {
+			return s.Message()
+		}
+	}
+	return err.Error()
+}
+
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "corral",
+		Short:         "corral runs isolated sandboxes for AI agents and other untrusted workloads",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.PersistentFlags().StringVar(&g.home, "home", "", "gateway home directory (default $CORRAL_HOME, /var/lib/corral as root, else $XDG_DATA_HOME/corral)")
+	root.PersistentFlags().StringVar(&g.gateway, "gateway", "", "gateway address, unix:///path/to/corral.sock (default: the socket in the home directory)")
+	root.AddCommand(newGatewayCmd(g), newSandboxCmd(g))
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())
+	})
+	return root
+}
+
+func newSandboxCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "sandbox",
+		Aliases: []string{"sandboxes", "sb"},
+		Short:   "Create, inspect, stop, start and delete sandboxes",
+	}
+	cmd.AddCommand(
+		newCreateCmd(g), newGetCmd(g), newListCmd(g), newStopCmd(g), newStartCmd(g),
+		newDeleteCmd(g), newHistoryCmd(g), newWatchCmd(g),
+	)
+	return cmd
+}

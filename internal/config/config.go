@@ -1,0 +1,128 @@
+// Package config holds the gateway's settings, read from a TOML file and
+// overridden by flags, and where the gateway's home directory is.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Config is every gateway setting. The TOML keys are the contract.
+type Config struct {
+	// ComputeDriver is auto, fake, or a real driver's name.
+	ComputeDriver string `toml:"compute_driver"`
+	// SandboxLabel is the label key that marks this gateway's compute
+	// objects; gateways sharing one engine must use different ones.
+	SandboxLabel        string        `toml:"sandbox_label"`
+	ImagePullPolicy     string        `toml:"image_pull_policy"`
+	DefaultImage        string        `toml:"default_image"`
+	ShutdownTimeout     time.Duration `toml:"shutdown_timeout"`
+	ProvisioningTimeout time.Duration `toml:"provisioning_timeout"`
+	StopTimeout         time.Duration `toml:"stop_timeout"`
+	ResyncInterval      time.Duration `toml:"resync_interval"`
+	LogLevel            string        `toml:"log_level"`
+	Drivers             Drivers       `toml:"drivers"`
+}
+
+// Drivers holds one table per driver.
+type Drivers struct {
+	Docker DockerConfig `toml:"docker"`
+	Fake   FakeConfig   `toml:"fake"`
+}
+
+// DockerConfig is the [drivers.docker] table.
+type DockerConfig struct {
+	SocketPath string `toml:"socket_path"`
+}
+
+// FakeConfig is the [drivers.fake] table.
+type FakeConfig struct {
+	// StateDir holds the fake objects and fault rules; default HOME/fake.
+	StateDir string `toml:"state_dir"`
+}
+
+// Default returns the built-in settings.
+func Default() Config {
+	return Config{
+		ComputeDriver:       "auto",
+		SandboxLabel:        "corral.managed",
+		ImagePullPolicy:     "if_not_present",
+		DefaultImage:        "busybox:latest",
+		ShutdownTimeout:     10 * time.Second,
+		ProvisioningTimeout: 5 * time.Minute,
+		StopTimeout:         10 * time.Second,
+		ResyncInterval:      30 * time.Second,
+		LogLevel:            "info",
+	}
+}
+
+// Load reads a TOML file over the defaults. Unknown keys are an error that
+// names them.
+func Load(path string) (Config, error) {
+	cfg := Default()
+	md, err := toml.DecodeFile(path, &cfg)
+	if err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		keys := make([]string, len(undecoded))
+		for i, k := range undecoded {
+			keys[i] = fmt.Sprintf("%q", k.String())
+		}
+		return cfg, fmt.Errorf("config %s: unknown key %s", path, strings.Join(keys, ", "))
+	}
+	return cfg, nil
+}
+
+// Validate checks the values of the settings.
+func (c *Config) Validate() error {
+	var errs []error
+	if !slices.Contains([]string{"never", "if_not_present", "always"}, c.ImagePullPolicy) {
+		errs = append(errs, fmt.Errorf("image_pull_policy %q: want never, if_not_present or always", c.ImagePullPolicy))
+	}
+	if c.SandboxLabel == "" || strings.ContainsAny(c.SandboxLabel, "= \t") {
+		errs = append(errs, fmt.Errorf("sandbox_label %q: want a label key without spaces or '='", c.SandboxLabel))
+	}
+	for name, d := range map[string]time.Duration{
+		"shutdown_timeout": c.ShutdownTimeout, "provisioning_timeout": c.ProvisioningTimeout,
+		"stop_timeout": c.StopTimeout, "resync_interval": c.ResyncInterval,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s: want a positive duration such as 10s", name, d))
+		}
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
+		errs = append(errs, fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultHome is where the gateway keeps its state when neither --home nor
+// CORRAL_HOME says otherwise: /var/lib/corral for root, else
+// $XDG_DATA_HOME/corral (~/.local/share/corral).
+func DefaultHome() string {
+	if h := os.Getenv("CORRAL_HOME"); h != "" {
+		return h
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/corral"
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "corral")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "corral")
+	}
+	return filepath.Join(home, ".local", "share", "corral")
+}
+
+// SocketPath is the gateway's Unix socket in a home directory.
+func SocketPath(home string) string { return filepath.Join(home, "corral.sock") }

@@ -1,0 +1,96 @@
+// Package driver defines the narrow interface between the lifecycle engine
+// and a compute backend. Every method is idempotent, takes a context with a
+// deadline, and addresses objects by sandbox id (and generation), found by
+// the gateway's label, never by name alone.
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// Driver is a compute backend.
+type Driver interface {
+	// Name is the driver's name, as given to --driver.
+	Name() string
+	// Create makes the compute object for spec.ID at spec.Generation without
+	// starting it. An object that already exists for the same id and
+	// generation is adopted: Create then succeeds.
+	Create(ctx context.Context, spec Spec) error
+	// Start runs incarnation ref.Generation of the object. Starting a
+	// running incarnation succeeds; an object of an older generation is
+	// replaced by the new incarnation. A missing object is errdefs.ErrNotFound.
+	Start(ctx context.Context, ref Ref) error
+	// Stop stops the object. A stopped or missing object succeeds.
+	Stop(ctx context.Context, ref Ref, opts StopOptions) error
+	// Delete removes every object of the sandbox id. Missing succeeds.
+	Delete(ctx context.Context, id string) error
+	// Inspect returns the object of a sandbox id, or errdefs.ErrNotFound.
+	Inspect(ctx context.Context, id string) (Object, error)
+	// List returns every object that carries this gateway's label.
+	List(ctx context.Context) ([]Object, error)
+	// Close releases the driver's resources; objects keep running.
+	Close() error
+}
+
+// Spec is what the driver needs to create a compute object.
+type Spec struct {
+	ID         string
+	Name       string
+	Generation int64
+	Image      string
+	Command    []string
+	Labels     map[string]string
+	Policy     string
+}
+
+// Ref names one incarnation of a sandbox's compute object.
+type Ref struct {
+	ID         string
+	Generation int64
+}
+
+// StopOptions tune Stop.
+type StopOptions struct {
+	// Timeout is how long the main process gets between SIGTERM and SIGKILL.
+	Timeout time.Duration
+	// Force kills at once.
+	Force bool
+}
+
+// State is what a driver observed of an object.
+type State string
+
+// The object states.
+const (
+	StateCreated State = "created"
+	StateRunning State = "running"
+	StateStopped State = "stopped"
+)
+
+// Object is a driver's view of one compute object.
+type Object struct {
+	ID         string
+	Generation int64
+	State      State
+	Labels     map[string]string
+	// Message is the driver's own explanation of the state, if any.
+	Message string
+}
+
+// Label keys every driver puts on its compute objects; the value of the
+// gateway's own label (Config.Label) marks objects of this gateway.
+const (
+	LabelSandboxID  = "corral.sandbox.id"
+	LabelGeneration = "corral.sandbox.generation"
+	LabelName       = "corral.sandbox.name"
+)
+
+// Config is what every driver is constructed with.
+type Config struct {
+	// Label is the key of the label that marks this gateway's objects;
+	// its value is always "true".
+	Label string
+	// StateDir is a directory the driver may keep files in.
+	StateDir string
+}

@@ -1,0 +1,243 @@
+// Package fake is a compute driver without compute: it keeps its objects in
+// a JSON file (so they survive a gateway restart) and obeys fault rules read
+// from another file, so tests can hold, delay or fail any call, from this
+// process or from outside it.
+package fake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+)
+
+// Driver is the fake driver.
+type Driver struct {
+	cfg driver.Config
+	mu  sync.Mutex // serializes read-modify-write of the objects file
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// New returns a fake driver keeping its files in cfg.StateDir.
+func New(cfg driver.Config) (*Driver, error) {
+	if cfg.Label == "" {
+		return nil, errors.New("fake driver: no sandbox label configured")
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "held"), 0o700); err != nil {
+		return nil, fmt.Errorf("fake driver: %w", err)
+	}
+	return &Driver{cfg: cfg}, nil
+}
+
+// Name implements driver.Driver.
+func (d *Driver) Name() string { return "fake" }
+
+// Close implements driver.Driver.
+func (d *Driver) Close() error { return nil }
+
+// object is one fake compute object as kept in the file.
+type object struct {
+	ID         string            `json:"id"`
+	Generation int64             `json:"generation"`
+	State      driver.State      `json:"state"`
+	Labels     map[string]string `json:"labels"`
+	Starts     int               `json:"starts"`
+}
+
+func (o *object) public() driver.Object {
+	return driver.Object{ID: o.ID, Generation: o.Generation, State: o.State, Labels: maps.Clone(o.Labels)}
+}
+
+// ObjectsFile is the name of the file that holds the objects in the state dir.
+const ObjectsFile = "objects.json"
+
+func (d *Driver) load() (map[string]*object, error) {
+	objs := map[string]*object{}
+	data, err := os.ReadFile(filepath.Join(d.cfg.StateDir, ObjectsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return objs, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(data, &objs); err != nil {
+		return nil, fmt.Errorf("fake driver: %s: %w", ObjectsFile, err)
+	}
+	return objs, nil
+}
+
+func (d *Driver) save(objs map[string]*object) error {
+	data, err := json.MarshalIndent(objs, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(d.cfg.StateDir, ObjectsFile), data)
+}
+
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// update runs fn on the objects with the file locked, and saves them.
+func (d *Driver) update(fn func(objs map[string]*object) error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	objs, err := d.load()
+	if err != nil {
+		return err
+	}
+	if err := fn(objs); err != nil {
+		return err
+	}
+	return d.save(objs)
+}
+
+// mine reports whether an object carries this gateway's label.
+func (d *Driver) mine(o *object) bool { return o != nil && o.Labels[d.cfg.Label] == "true" }
+
+// call runs one driver call between the fault rules that apply to it.
+func (d *Driver) call(ctx context.Context, op, id, name string, fn func() error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := d.inject(ctx, op, id, name, false); err != nil {
+		return err
+	}
+	if err := fn(); err != nil {
+		return err
+	}
+	return d.inject(ctx, op, id, name, true)
+}
+
+// Create implements driver.Driver.
+func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
+	return d.call(ctx, "create", spec.ID, spec.Name, func() error {
+		return d.update(func(objs map[string]*object) error {
+			if o := objs[spec.ID]; d.mine(o) && o.Generation == spec.Generation {
+				return nil // adopt
+			}
+			labels := maps.Clone(spec.Labels)
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[d.cfg.Label] = "true"
+			labels[driver.LabelSandboxID] = spec.ID
+			labels[driver.LabelName] = spec.Name
+			labels[driver.LabelGeneration] = strconv.FormatInt(spec.Generation, 10)
+			objs[spec.ID] = &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateCreated, Labels: labels}
+			return nil
+		})
+	})
+}
+
+// Start implements driver.Driver.
+func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
+	return d.call(ctx, "start", ref.ID, "", func() error {
+		return d.update(func(objs map[string]*object) error {
+			o := objs[ref.ID]
+			if !d.mine(o) {
+				return errdefs.NotFound("fake object for sandbox %s not found", ref.ID)
+			}
+			if o.Generation == ref.Generation && o.State == driver.StateRunning {
+				return nil
+			}
+			o.Generation = ref.Generation
+			o.Labels[driver.LabelGeneration] = strconv.FormatInt(ref.Generation, 10)
+			o.State = driver.StateRunning
+			o.Starts++
+			return nil
+		})
+	})
+}
+
+// Stop implements driver.Driver.
+func (d *Driver) Stop(ctx context.Context, ref driver.Ref, _ driver.StopOptions) error {
+	return d.call(ctx, "stop", ref.ID, "", func() error {
+		return d.update(func(objs map[string]*object) error {
+			if o := objs[ref.ID]; d.mine(o) && o.State == driver.StateRunning {
+				o.State = driver.StateStopped
+			}
+			return nil
+		})
+	})
+}
+
+// Delete implements driver.Driver.
+func (d *Driver) Delete(ctx context.Context, id string) error {
+	return d.call(ctx, "delete", id, "", func() error {
+		return d.update(func(objs map[string]*object) error {
+			if d.mine(objs[id]) {
+				delete(objs, id)
+			}
+			return nil
+		})
+	})
+}
+
+// Inspect implements driver.Driver.
+func (d *Driver) Inspect(ctx context.Context, id string) (driver.Object, error) {
+	var got driver.Object
+	err := d.call(ctx, "inspect", id, "", func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		objs, err := d.load()
+		if err != nil {
+			return err
+		}
+		o := objs[id]
+		if !d.mine(o) {
+			return errdefs.NotFound("fake object for sandbox %s not found", id)
+		}
+		got = o.public()
+		return nil
+	})
+	return got, err
+}
+
+// List implements driver.Driver.
+func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
+	var list []driver.Object
+	err := d.call(ctx, "list", "", "", func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		objs, err := d.load()
+		if err != nil {
+			return err
+		}
+		for _, id := range slices.Sorted(maps.Keys(objs)) {
+			if o := objs[id]; d.mine(o) {
+				list = append(list, o.public())
+			}
+		}
+		return nil
+	})
+	return list, err
+}
+
+// Starts returns how many times the object of a sandbox id was started
+// (0 when there is none); tests use it to prove run-once behaviour.
+func Starts(stateDir, id string) (int, error) {
+	d := &Driver{cfg: driver.Config{StateDir: stateDir}}
+	objs, err := d.load()
+	if err != nil {
+		return 0, err
+	}
+	if o := objs[id]; o != nil {
+		return o.Starts, nil
+	}
+	return 0, nil
+}

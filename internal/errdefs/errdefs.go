@@ -1,0 +1,52 @@
+// Package errdefs defines the error classes that callers branch on. Errors
+// are wrapped with these classes and mapped to gRPC codes only at the API edge.
+package errdefs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The error classes. Wrap them with fmt.Errorf("...: %w", ErrX) or use the
+// constructors below; test them with errors.Is.
+var (
+	ErrNotFound           = errors.New("not found")
+	ErrAlreadyExists      = errors.New("already exists")
+	ErrInvalidArgument    = errors.New("invalid argument")
+	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrUnavailable        = errors.New("unavailable")
+)
+
+// classed is an error with a message of its own and a class for errors.Is.
+type classed struct {
+	msg   string
+	class error
+}
+
+func (e *classed) Error() string        { return e.msg }
+func (e *classed) Is(target error) bool { return target == e.class }
+
+func newf(class error, format string, args ...any) error {
+	return &classed{msg: fmt.Sprintf(format, args...), class: class}
+}
+
+// NotFound returns an ErrNotFound error with the given message.
+func NotFound(format string, args ...any) error { return newf(ErrNotFound, format, args...) }
+
+// AlreadyExists returns an ErrAlreadyExists error with the given message.
+func AlreadyExists(format string, args ...any) error {
+	return newf(ErrAlreadyExists, format, args...)
+}
+
+// InvalidArgument returns an ErrInvalidArgument error with the given message.
+func InvalidArgument(format string, args ...any) error {
+	return newf(ErrInvalidArgument, format, args...)
+}
+
+// FailedPrecondition returns an ErrFailedPrecondition error with the given message.
+func FailedPrecondition(format string, args ...any) error {
+	return newf(ErrFailedPrecondition, format, args...)
+}
+
+// Unavailable returns an ErrUnavailable error with the given message.
+func Unavailable(format string, args ...any) error { return newf(ErrUnavailable, format, args...) }

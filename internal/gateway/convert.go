@@ -1,0 +1,57 @@
+package gateway
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func toProto(sb *sandbox.Sandbox) *corralv1.Sandbox {
+	if sb == nil {
+		return nil
+	}
+	return &corralv1.Sandbox{
+		Id:   sb.ID,
+		Name: sb.Name,
+		Spec: &corralv1.SandboxSpec{
+			Image: sb.Spec.Image, Command: sb.Spec.Command, Labels: sb.Spec.Labels, Policy: sb.Spec.Policy,
+		},
+		Phase:         string(sb.Phase),
+		DesiredState:  string(sb.Desired),
+		Generation:    sb.Generation,
+		Reason:        sb.Reason,
+		CreatedAt:     ts(sb.CreatedAt),
+		UpdatedAt:     ts(sb.UpdatedAt),
+		Deadline:      ts(sb.Deadline),
+		LastOperation: opToProto(sb.LastRequest),
+		Revision:      sb.Revision,
+	}
+}
+
+func opToProto(op *sandbox.Operation) *corralv1.Operation {
+	if op == nil {
+		return nil
+	}
+	return &corralv1.Operation{
+		Id: op.ID, SandboxId: op.SandboxID, Kind: string(op.Kind), State: string(op.State), Owner: op.Owner,
+		Attempt: int32(op.Attempt), Generation: op.Generation, StartedAt: ts(op.StartedAt),
+		Deadline: ts(op.Deadline), FinishedAt: ts(op.FinishedAt), Error: op.Error, Detail: op.Detail,
+	}
+}
+
+func specFromProto(s *corralv1.SandboxSpec) sandbox.Spec {
+	if s == nil {
+		return sandbox.Spec{}
+	}
+	return sandbox.Spec{Image: s.Image, Command: s.Command, Labels: s.Labels, Policy: s.Policy}
+}

@@ -1,0 +1,197 @@
+// Package gateway wires a gateway process: signals, home directory and its
+// lock, store, driver, lifecycle manager and the API on a Unix socket, and
+// the graceful shutdown that drains every driver call in flight.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/config"
+	"github.com/corral-sandbox/corral/internal/lifecycle"
+	"github.com/corral-sandbox/corral/internal/store/sqlite"
+)
+
+// Options are what Run needs besides the settings.
+type Options struct {
+	Config config.Config
+	Home   string
+	Logger *slog.Logger
+	// Signals delivers SIGTERM/SIGINT; the caller subscribes before
+	// anything else, so no signal meets the default disposition. The first
+	// starts a graceful shutdown, the second cuts its budget short.
+	Signals <-chan os.Signal
+}
+
+// Run runs a gateway until a signal stops it. It returns nil after a
+// graceful shutdown.
+func Run(opts Options) error {
+	log := opts.Logger
+	cfg := opts.Config
+	stopping := make(chan struct{}) // closed at the first signal
+	hurry := make(chan struct{})    // closed at the second
+	go func() {
+		sig := <-opts.Signals
+		log.Info("signal received; shutting down", "signal", sig.String(), "budget", cfg.ShutdownTimeout)
+		close(stopping)
+		sig = <-opts.Signals
+		log.Warn("second signal; cutting the shutdown budget short", "signal", sig.String())
+		close(hurry)
+	}()
+
+	if err := prepareHome(opts.Home); err != nil {
+		return err
+	}
+	lock, err := lockHome(opts.Home)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
+
+	instance := newInstanceID()
+	log = log.With("instance", instance)
+	st, err := sqlite.Open(context.Background(), filepath.Join(opts.Home, "corral.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	drv, err := openDriver(cfg, opts.Home, log)
+	if err != nil {
+		return err
+	}
+	defer drv.Close()
+
+	mgr := lifecycle.New(lifecycle.Config{
+		Store: st, Driver: drv, Instance: instance, Logger: log,
+		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
+		DefaultImage: cfg.DefaultImage,
+	})
+	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "pid", os.Getpid())
+
+	// Recovery runs while signals are watched: a signal during it cancels
+	// it and leads to the same graceful shutdown as at any other time.
+	recoverCtx, cancelRecover := context.WithCancel(context.Background())
+	recovered := make(chan error, 1)
+	go func() { recovered <- mgr.Recover(recoverCtx) }()
+	select {
+	case err := <-recovered:
+		if err != nil {
+			cancelRecover()
+			return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, fmt.Errorf("recovery: %w", err))
+		}
+	case <-stopping:
+		cancelRecover()
+		<-recovered
+		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, nil)
+	}
+	cancelRecover()
+
+	srv, err := serve(opts.Home, mgr, log)
+	if err != nil {
+		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, err)
+	}
+	log.Info("gateway ready", "socket", config.SocketPath(opts.Home))
+
+	resync := time.NewTicker(cfg.ResyncInterval)
+	defer resync.Stop()
+	for {
+		select {
+		case <-stopping:
+			return shutdown(log, mgr, srv, cfg.ShutdownTimeout, hurry, nil)
+		case <-resync.C:
+			if err := mgr.Resync(context.Background()); err != nil {
+				log.Error("resync", "err", err)
+			}
+		}
+	}
+}
+
+// shutdown stops accepting requests, drains the driver calls in flight
+// within budget and settles the journal. It returns cause, or the error of
+// settling.
+func shutdown(log *slog.Logger, mgr *lifecycle.Manager, srv *grpc.Server, budget time.Duration, hurry <-chan struct{}, cause error) error {
+	start := time.Now()
+	if srv != nil {
+		go srv.GracefulStop() // refuses new connections at once
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	go func() {
+		select {
+		case <-hurry:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := mgr.Shutdown(ctx, 2*time.Second)
+	if srv != nil {
+		srv.Stop() // ends watch streams and anything GracefulStop still waits for
+	}
+	log.Info("gateway stopped", "took", time.Since(start).Round(time.Millisecond))
+	return errors.Join(cause, err)
+}
+
+// serve listens on HOME/corral.sock (mode 0600) and serves the API.
+func serve(home string, mgr *lifecycle.Manager, log *slog.Logger) (*grpc.Server, error) {
+	path := config.SocketPath(home)
+	// The home lock is held, so a socket file left here is stale.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	srv := grpc.NewServer()
+	corralv1.RegisterSandboxServiceServer(srv, &service{m: mgr})
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			log.Error("API server", "err", err)
+		}
+	}()
+	return srv, nil
+}
+
+// prepareHome makes sure the home directory exists and is usable.
+func prepareHome(home string) error {
+	if home == "" {
+		return errors.New("no home directory: give --home or set CORRAL_HOME")
+	}
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return fmt.Errorf("home %s: %w", home, err)
+	}
+	fi, err := os.Stat(home)
+	if err != nil {
+		return fmt.Errorf("home %s: %w", home, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("home %s: not a directory", home)
+	}
+	probe, err := os.CreateTemp(home, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("home %s is not writable: %w", home, err)
+	}
+	probe.Close()
+	return os.Remove(probe.Name())
+}
+
+func newInstanceID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

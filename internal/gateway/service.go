@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/lifecycle"
+)
+
+// service implements corral.v1.SandboxService on a lifecycle.Manager. It
+// maps errors to gRPC codes here and nowhere else.
+type service struct {
+	corralv1.UnimplementedSandboxServiceServer
+	m *lifecycle.Manager
+}
+
+func (s *service) CreateSandbox(ctx context.Context, req *corralv1.CreateSandboxRequest) (*corralv1.CreateSandboxResponse, error) {
+	sb, created, err := s.m.Create(ctx, req.GetName(), req.GetRequestId(), specFromProto(req.GetSpec()))
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	return &corralv1.CreateSandboxResponse{Sandbox: toProto(sb), Created: created}, nil
+}
+
+func (s *service) GetSandbox(ctx context.Context, req *corralv1.GetSandboxRequest) (*corralv1.Sandbox, error) {
+	sb, err := s.m.Get(ctx, req.GetName())
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	return toProto(sb), nil
+}
+
+func (s *service) ListSandboxes(ctx context.Context, _ *corralv1.ListSandboxesRequest) (*corralv1.ListSandboxesResponse, error) {
+	list, err := s.m.List(ctx)
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	resp := &corralv1.ListSandboxesResponse{}
+	for _, sb := range list {
+		resp.Sandboxes = append(resp.Sandboxes, toProto(sb))
+	}
+	return resp, nil
+}
+
+func (s *service) StopSandbox(ctx context.Context, req *corralv1.StopSandboxRequest) (*corralv1.Sandbox, error) {
+	sb, err := s.m.Stop(ctx, req.GetName())
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	return toProto(sb), nil
+}
+
+func (s *service) StartSandbox(ctx context.Context, req *corralv1.StartSandboxRequest) (*corralv1.Sandbox, error) {
+	sb, err := s.m.Start(ctx, req.GetName())
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	return toProto(sb), nil
+}
+
+func (s *service) DeleteSandbox(ctx context.Context, req *corralv1.DeleteSandboxRequest) (*corralv1.DeleteSandboxResponse, error) {
+	sb, err := s.m.Delete(ctx, req.GetName(), req.GetForce())
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	return &corralv1.DeleteSandboxResponse{Sandbox: toProto(sb)}, nil
+}
+
+func (s *service) ListOperations(ctx context.Context, req *corralv1.ListOperationsRequest) (*corralv1.ListOperationsResponse, error) {
+	ops, err := s.m.Operations(ctx, req.GetName())
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	resp := &corralv1.ListOperationsResponse{}
+	for _, op := range ops {
+		resp.Operations = append(resp.Operations, opToProto(op))
+	}
+	return resp, nil
+}
+
+func (s *service) WatchSandboxes(req *corralv1.WatchSandboxesRequest, stream corralv1.SandboxService_WatchSandboxesServer) error {
+	ctx := stream.Context()
+	events, cancel := s.m.Watch() // subscribe first, so no change between list and stream is missed
+	defer cancel()
+	match := func(name, id string) bool { return req.GetName() == "" || req.GetName() == name || req.GetName() == id }
+	list, err := s.m.List(ctx)
+	if err != nil {
+		return errdefs.ToGRPC(err)
+	}
+	for _, sb := range list {
+		if match(sb.Name, sb.ID) {
+			if err := stream.Send(&corralv1.SandboxEvent{Type: string(lifecycle.EventAdded), Sandbox: toProto(sb)}); err != nil {
+				return err
+			}
+		}
+	}
+	if err := stream.Send(&corralv1.SandboxEvent{Type: "SYNCED"}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				return status.Error(codes.Unavailable, "watch ended: the gateway is shutting down or this watcher fell behind; watch again")
+			}
+			if !match(ev.Sandbox.Name, ev.Sandbox.ID) {
+				continue
+			}
+			if err := stream.Send(&corralv1.SandboxEvent{Type: string(ev.Type), Sandbox: toProto(ev.Sandbox)}); err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package lifecycle
+
+import (
+	"context"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+// actor serializes all work on one sandbox: at most one goroutine runs
+// reconcile steps for it at a time. Its fields are guarded by Manager.mu.
+type actor struct {
+	id      string
+	wake    chan struct{} // capacity 1: a pending wake-up
+	running bool          // a goroutine is working on this sandbox
+	retry   *time.Timer   // a scheduled retry, if any
+	gone    bool          // the record no longer exists
+
+	// inFlight cancels the driver call in progress, if any.
+	inFlight     context.CancelFunc
+	inFlightKind sandbox.OpKind
+	preempted    bool // the call in flight was cancelled by a delete
+	force        bool // delete without a graceful stop
+
+	failures int    // consecutive failed attempts, for backoff
+	lastKind string // the driver call of those failures
+}
+
+// kick wakes the actor of a sandbox, starting its goroutine if needed.
+func (m *Manager) kick(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing {
+		return
+	}
+	a := m.actors[id]
+	if a == nil {
+		a = &actor{id: id, wake: make(chan struct{}, 1)}
+		m.actors[id] = a
+	}
+	if a.retry != nil {
+		a.retry.Stop()
+		a.retry = nil
+	}
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+	if !a.running {
+		a.running = true
+		m.wg.Add(1)
+		go m.run(a)
+	}
+}
+
+// run works on a sandbox until it has converged or must wait for a retry.
+func (m *Manager) run(a *actor) {
+	defer m.wg.Done()
+	for {
+		m.mu.Lock()
+		woken := false
+		select {
+		case <-a.wake:
+			woken = true
+		default:
+		}
+		if !woken || m.closing {
+			a.running = false
+			if a.gone && a.retry == nil {
+				delete(m.actors, a.id)
+			}
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+
+		again, retryIn := m.step(a)
+		m.mu.Lock()
+		switch {
+		case again:
+			select {
+			case a.wake <- struct{}{}:
+			default:
+			}
+		case retryIn > 0 && !m.closing:
+			if a.retry != nil {
+				a.retry.Stop()
+			}
+			id := a.id
+			a.retry = time.AfterFunc(retryIn, func() { m.kick(id) })
+		}
+		m.mu.Unlock()
+	}
+}
+
+// preempt cancels the driver call in flight for a sandbox that is to be
+// deleted, so that delete never waits for a create or start that hangs.
+func (m *Manager) preempt(id string, force bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.actors[id]
+	if a == nil {
+		return
+	}
+	a.force = a.force || force
+	if a.inFlight != nil && a.inFlightKind != sandbox.OpDriverDelete {
+		a.preempted = true
+		a.force = true // the graceful path was cut short: remove at once
+		a.inFlight()
+	}
+}
+
+// backoff is the wait before the next attempt after n consecutive failures.
+func (m *Manager) backoff(n int) time.Duration {
+	d := m.cfg.RetryBase
+	for i := 1; i < n && d < m.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, m.cfg.RetryMax)
+}

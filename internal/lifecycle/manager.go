@@ -1,0 +1,215 @@
+// Package lifecycle turns requests into intent and converges compute to it.
+// Requests change a record's desired state and write a journal entry in one
+// transaction, then wake the sandbox's actor; the actor (one goroutine per
+// sandbox at a time) observes the driver and takes the next idempotent step,
+// journaling every driver call before it is made and settling it after.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store"
+)
+
+// Config is what a Manager needs.
+type Config struct {
+	Store  store.Store
+	Driver driver.Driver
+	// Instance identifies this gateway process in the journal.
+	Instance string
+	Logger   *slog.Logger
+
+	// ProvisioningTimeout bounds reaching running (create or start).
+	ProvisioningTimeout time.Duration
+	// StopTimeout is the main process's grace between SIGTERM and SIGKILL.
+	StopTimeout time.Duration
+	// DeleteTimeout bounds reaching deleted.
+	DeleteTimeout time.Duration
+	// CallTimeout bounds one driver call (create and start get
+	// ProvisioningTimeout when that is shorter; stop gets StopTimeout more).
+	CallTimeout time.Duration
+	// RetryBase and RetryMax bound the exponential backoff between attempts.
+	RetryBase, RetryMax time.Duration
+	// DefaultImage is used when a create names no image.
+	DefaultImage string
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.ProvisioningTimeout, 5*time.Minute)
+	def(&c.StopTimeout, 10*time.Second)
+	def(&c.DeleteTimeout, 2*time.Minute)
+	def(&c.CallTimeout, time.Minute)
+	def(&c.RetryBase, 200*time.Millisecond)
+	def(&c.RetryMax, 30*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Manager owns the lifecycle of every sandbox of one gateway.
+type Manager struct {
+	cfg    Config
+	log    *slog.Logger
+	events broadcaster
+
+	// callCtx is the parent of every driver call; it is cancelled only
+	// when the shutdown budget runs out.
+	callCtx    context.Context
+	cancelCall context.CancelFunc
+
+	mu      sync.Mutex
+	actors  map[string]*actor
+	closing bool
+	wg      sync.WaitGroup // one count per running actor goroutine
+}
+
+// New returns a Manager; call Recover before serving requests.
+func New(cfg Config) *Manager {
+	cfg.setDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Manager{cfg: cfg, log: cfg.Logger, callCtx: ctx, cancelCall: cancel, actors: map[string]*actor{}}
+}
+
+// storeCtx is the context of store writes: they must land even while the
+// gateway shuts down, so they are bounded but never cancelled by it.
+func storeCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}
+
+func (m *Manager) now() time.Time { return time.Now().UTC() }
+
+// deadlineFor is how long a sandbox may take to reach a desired state.
+func (m *Manager) deadlineFor(d sandbox.DesiredState) time.Duration {
+	switch d {
+	case sandbox.DesiredStopped:
+		return m.cfg.StopTimeout + m.cfg.CallTimeout
+	case sandbox.DesiredDeleted:
+		return m.cfg.DeleteTimeout
+	}
+	return m.cfg.ProvisioningTimeout
+}
+
+// Recover settles what dead instances left pending as interrupted, gives
+// unfinished intents a fresh deadline and wakes every sandbox's actor.
+func (m *Manager) Recover(ctx context.Context) error {
+	now := m.now()
+	n, err := m.cfg.Store.SettlePending(ctx, store.Owners{IsNot: m.cfg.Instance}, sandbox.OpInterrupted, now,
+		"interrupted: the gateway instance that owned it ended before it finished")
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		m.log.Info("settled operations of earlier gateway instances as interrupted", "count", n)
+	}
+	list, err := m.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sb := range list {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !sb.Converged() {
+			_, err := m.mutate(sb.ID, func(sb *sandbox.Sandbox) (store.Mutation, error) {
+				sb.Deadline = later(sb.Deadline, now.Add(m.deadlineFor(sb.Desired)))
+				return store.Mutation{}, nil
+			})
+			if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return err
+			}
+		}
+		m.kick(sb.ID)
+	}
+	m.log.Info("recovery done; reconciling", "sandboxes", len(list))
+	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Resync wakes every sandbox's actor, so drift in the driver is noticed.
+func (m *Manager) Resync(ctx context.Context) error {
+	list, err := m.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sb := range list {
+		m.kick(sb.ID)
+	}
+	return nil
+}
+
+// Shutdown stops starting new driver calls and waits for the ones in flight,
+// whoever asked for them, until ctx ends; then it cancels what is left,
+// waits up to grace for those calls to return, and settles every entry this
+// instance still has pending as interrupted.
+func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
+	m.mu.Lock()
+	m.closing = true
+	for _, a := range m.actors {
+		if a.retry != nil {
+			a.retry.Stop()
+		}
+	}
+	m.mu.Unlock()
+
+	idle := make(chan struct{})
+	go func() { m.wg.Wait(); close(idle) }()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		m.log.Warn("shutdown budget spent; cancelling driver calls still in flight")
+		m.cancelCall()
+		select {
+		case <-idle:
+		case <-time.After(grace):
+			m.log.Error("driver calls did not return after cancellation; settling them as interrupted")
+		}
+	}
+	m.cancelCall()
+	m.events.closeAll()
+	sctx, cancel := storeCtx()
+	defer cancel()
+	n, err := m.cfg.Store.SettlePending(sctx, store.Owners{Is: m.cfg.Instance}, sandbox.OpInterrupted, m.now(),
+		"interrupted: the gateway shut down before it finished")
+	if n > 0 {
+		m.log.Info("settled pending operations as interrupted", "count", n)
+	}
+	return err
+}
+
+// Watch subscribes to record changes. The channel closes when cancel is
+// called, the watcher falls behind, or the gateway shuts down.
+func (m *Manager) Watch() (<-chan Event, func()) { return m.events.subscribe() }
+
+// mutate runs a store mutation and publishes the result.
+func (m *Manager) mutate(id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+	ctx, cancel := storeCtx()
+	defer cancel()
+	sb, err := m.cfg.Store.Mutate(ctx, id, func(sb *sandbox.Sandbox) (store.Mutation, error) {
+		mu, err := fn(sb)
+		sb.UpdatedAt = m.now()
+		return mu, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.events.publish(Event{Type: EventModified, Sandbox: sb})
+	return sb, nil
+}

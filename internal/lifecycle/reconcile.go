@@ -1,0 +1,277 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store"
+)
+
+// action is the next driver call that brings a sandbox closer to its intent.
+type action struct {
+	kind  sandbox.OpKind // a driver.* kind
+	phase sandbox.Phase  // the phase shown while it runs
+	gen   int64          // the generation it acts on
+	call  func(ctx context.Context) error
+}
+
+// step observes one sandbox and takes at most one driver action. It reports
+// whether to step again at once, or else how long to wait before retrying
+// (0: nothing to do until the next wake-up).
+func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
+	sctx, cancel := storeCtx()
+	sb, err := m.cfg.Store.GetSandbox(sctx, a.id)
+	cancel()
+	if errors.Is(err, errdefs.ErrNotFound) {
+		m.markGone(a)
+		return false, 0
+	}
+	if err != nil {
+		m.log.Error("read sandbox record", "id", a.id, "err", err)
+		return false, m.backoff(a.failures + 1)
+	}
+
+	ictx, cancel := context.WithTimeout(m.callCtx, m.cfg.CallTimeout)
+	obs, err := m.cfg.Driver.Inspect(ictx, sb.ID)
+	cancel()
+	found := err == nil
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return m.failed(a, sb, "driver.inspect", err)
+	}
+
+	if sb.Desired == sandbox.DesiredDeleted && !found {
+		m.remove(a, sb)
+		return false, 0
+	}
+	act, ok := m.decide(a, sb, obs, found)
+	if !ok {
+		m.converge(a, sb)
+		return false, 0
+	}
+	if err := m.showPhase(sb, act.phase); err != nil {
+		m.log.Error("record phase", "sandbox", sb.Name, "err", err)
+		return false, m.backoff(a.failures + 1)
+	}
+	if err := m.attempt(a, sb, act); err != nil {
+		if errors.Is(err, errPreempted) {
+			return true, 0
+		}
+		return m.failed(a, sb, string(act.kind), err)
+	}
+	a.failures = 0
+	return true, 0
+}
+
+// decide picks the next action, or reports false when the driver already
+// matches the intent.
+func (m *Manager) decide(a *actor, sb *sandbox.Sandbox, obs driver.Object, found bool) (action, bool) {
+	d := m.cfg.Driver
+	ref := driver.Ref{ID: sb.ID, Generation: sb.Generation}
+	running := found && obs.State == driver.StateRunning
+	stop := func(phase sandbox.Phase) action {
+		old := driver.Ref{ID: sb.ID, Generation: obs.Generation}
+		opts := driver.StopOptions{Timeout: m.cfg.StopTimeout, Force: m.forced(a)}
+		return action{sandbox.OpDriverStop, phase, obs.Generation, func(ctx context.Context) error { return d.Stop(ctx, old, opts) }}
+	}
+	switch sb.Desired {
+	case sandbox.DesiredDeleted:
+		if running && !m.forced(a) && a.failures == 0 {
+			return stop(sandbox.PhaseDeleting), true
+		}
+		return action{sandbox.OpDriverDelete, sandbox.PhaseDeleting, sb.Generation, func(ctx context.Context) error { return d.Delete(ctx, sb.ID) }}, true
+	case sandbox.DesiredStopped:
+		if running {
+			return stop(sandbox.PhaseStopping), true
+		}
+		return action{}, false
+	}
+	startPhase := sandbox.PhaseStarting
+	if sb.Phase == sandbox.PhaseProvisioning {
+		startPhase = sandbox.PhaseProvisioning
+	}
+	switch {
+	case !found:
+		spec := driver.Spec{ID: sb.ID, Name: sb.Name, Generation: sb.Generation, Image: sb.Spec.Image,
+			Command: sb.Spec.Command, Labels: sb.Spec.Labels, Policy: sb.Spec.Policy}
+		return action{sandbox.OpDriverCreate, sandbox.PhaseProvisioning, sb.Generation, func(ctx context.Context) error { return d.Create(ctx, spec) }}, true
+	case running && obs.Generation != sb.Generation:
+		return stop(startPhase), true // retire the old incarnation first
+	case !running:
+		return action{sandbox.OpDriverStart, startPhase, sb.Generation, func(ctx context.Context) error { return d.Start(ctx, ref) }}, true
+	}
+	return action{}, false
+}
+
+func (m *Manager) forced(a *actor) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return a.force
+}
+
+// showPhase records the phase an action runs in. A sandbox that had
+// converged and drifted gets a fresh deadline for getting back.
+func (m *Manager) showPhase(sb *sandbox.Sandbox, phase sandbox.Phase) error {
+	if sb.Phase == phase {
+		return nil
+	}
+	wasConverged := sb.Converged()
+	_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+		cur.Phase = phase
+		if wasConverged {
+			cur.Deadline = m.now().Add(m.deadlineFor(cur.Desired))
+		}
+		return store.Mutation{}, nil
+	})
+	return err
+}
+
+// converge records that a sandbox has reached its intent and settles its
+// pending request.
+func (m *Manager) converge(a *actor, sb *sandbox.Sandbox) {
+	a.failures = 0
+	phase := sandbox.PhaseReady
+	if sb.Desired == sandbox.DesiredStopped {
+		phase = sandbox.PhaseStopped
+	}
+	pending := sb.LastRequest != nil && sb.LastRequest.State == sandbox.OpPending
+	if sb.Phase == phase && sb.Reason == "" && !pending {
+		return
+	}
+	_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+		if cur.Desired != sb.Desired || cur.Generation != sb.Generation {
+			return store.Mutation{}, errNoChange // the intent moved on meanwhile
+		}
+		cur.Phase, cur.Reason = phase, ""
+		return store.Mutation{SettleRequests: sandbox.OpSucceeded}, nil
+	})
+	if err != nil && !errors.Is(err, errNoChange) {
+		m.log.Error("record convergence", "sandbox", sb.Name, "err", err)
+	}
+	if err == nil {
+		m.log.Info("sandbox converged", "sandbox", sb.Name, "phase", phase, "generation", sb.Generation)
+	}
+}
+
+// remove deletes the record of a sandbox whose compute is gone.
+func (m *Manager) remove(a *actor, sb *sandbox.Sandbox) {
+	sctx, cancel := storeCtx()
+	defer cancel()
+	if err := m.cfg.Store.DeleteSandbox(sctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		m.log.Error("remove sandbox record", "sandbox", sb.Name, "err", err)
+		return
+	}
+	m.log.Info("sandbox deleted", "sandbox", sb.Name, "id", sb.ID)
+	sb.Phase = sandbox.PhaseDeleting
+	m.events.publish(Event{Type: EventDeleted, Sandbox: sb})
+	m.markGone(a)
+}
+
+func (m *Manager) markGone(a *actor) {
+	m.mu.Lock()
+	a.gone = true
+	m.mu.Unlock()
+}
+
+// failed records a failed step on the sandbox and schedules the retry. Past
+// the intent's deadline the phase becomes error; retries go on regardless.
+func (m *Manager) failed(a *actor, sb *sandbox.Sandbox, kind string, cause error) (bool, time.Duration) {
+	if m.callCtx.Err() != nil {
+		return false, 0 // shutting down: the journal says what happened
+	}
+	a.failures++
+	wait := m.backoff(a.failures)
+	now := m.now()
+	reason := fmt.Sprintf("%s failed (attempt %d): %v; retrying in %s", kind, a.failures, cause, wait.Round(time.Millisecond))
+	_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+		cur.Reason = reason
+		if !now.Before(cur.Deadline) {
+			cur.Phase = sandbox.PhaseError
+			cur.Reason = fmt.Sprintf("not %s by its deadline %s: %s", cur.Desired, cur.Deadline.Format(time.RFC3339), reason)
+			return store.Mutation{SettleRequests: sandbox.OpTimedOut}, nil
+		}
+		return store.Mutation{}, nil
+	})
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		m.log.Error("record failure", "sandbox", sb.Name, "err", err)
+	}
+	m.log.Warn("sandbox step failed", "sandbox", sb.Name, "call", kind, "attempt", a.failures, "err", cause, "retry_in", wait)
+	return false, wait
+}
+
+// errPreempted is returned by attempt when a delete cancelled the call.
+var errPreempted = errors.New("cancelled by delete")
+
+// errClosing is returned by attempt when the gateway began shutting down
+// before the call was dispatched.
+var errClosing = errors.New("the gateway is shutting down")
+
+// attempt journals a driver call, makes it with a deadline, and settles
+// the journal entry with the outcome.
+func (m *Manager) attempt(a *actor, sb *sandbox.Sandbox, act action) error {
+	timeout := m.cfg.CallTimeout
+	if act.kind == sandbox.OpDriverStop {
+		timeout += m.cfg.StopTimeout
+	}
+	now := m.now()
+	op := &sandbox.Operation{
+		SandboxID: sb.ID, Kind: act.kind, State: sandbox.OpPending, Owner: m.cfg.Instance,
+		Attempt: a.failures + 1, Generation: act.gen, StartedAt: now, Deadline: now.Add(timeout),
+	}
+	sctx, cancel := storeCtx()
+	err := m.cfg.Store.PutOperation(sctx, op)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("journal %s: %w", act.kind, err)
+	}
+
+	m.mu.Lock()
+	if m.closing {
+		m.mu.Unlock()
+		m.settle(op, sandbox.OpInterrupted, errClosing)
+		return errClosing
+	}
+	ctx, cancelCall := context.WithTimeout(m.callCtx, timeout)
+	a.inFlight, a.inFlightKind, a.preempted = cancelCall, act.kind, false
+	m.mu.Unlock()
+
+	err = act.call(ctx)
+
+	m.mu.Lock()
+	preempted := a.preempted && err != nil
+	a.inFlight, a.preempted = nil, false
+	m.mu.Unlock()
+	cancelCall()
+
+	switch {
+	case err == nil:
+		m.settle(op, sandbox.OpSucceeded, nil)
+	case preempted:
+		m.settle(op, sandbox.OpSuperseded, errPreempted)
+		return errPreempted
+	case m.callCtx.Err() != nil:
+		m.settle(op, sandbox.OpInterrupted, fmt.Errorf("the shutdown budget ran out: %w", err))
+	case errors.Is(err, context.DeadlineExceeded):
+		err = fmt.Errorf("no answer within %s: %w", timeout, err)
+		m.settle(op, sandbox.OpTimedOut, err)
+	default:
+		m.settle(op, sandbox.OpFailed, err)
+	}
+	return err
+}
+
+func (m *Manager) settle(op *sandbox.Operation, state sandbox.OpState, err error) {
+	op.State, op.FinishedAt = state, m.now()
+	if err != nil {
+		op.Error = err.Error()
+	}
+	sctx, cancel := storeCtx()
+	defer cancel()
+	if err := m.cfg.Store.PutOperation(sctx, op); err != nil {
+		m.log.Error("settle journal entry", "sandbox", op.SandboxID, "kind", op.Kind, "err", err)
+	}
+}

@@ -1,0 +1,185 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"maps"
+
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store"
+)
+
+// errNoChange rolls back a mutation that would not change the intent.
+var errNoChange = errors.New("no change")
+
+func (m *Manager) refuseWhileClosing() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing {
+		return errdefs.Unavailable("the gateway is shutting down; retry when it is back")
+	}
+	return nil
+}
+
+// request is a new pending request entry of the journal.
+func (m *Manager) request(sb *sandbox.Sandbox, kind sandbox.OpKind) *sandbox.Operation {
+	return &sandbox.Operation{
+		SandboxID: sb.ID, Kind: kind, State: sandbox.OpPending, Owner: m.cfg.Instance,
+		Generation: sb.Generation, StartedAt: sb.UpdatedAt, Deadline: sb.Deadline,
+	}
+}
+
+// Create records a new sandbox that should run and wakes its actor. A
+// create with the requestID of an earlier one returns that sandbox with
+// created=false.
+func (m *Manager) Create(ctx context.Context, name, requestID string, spec sandbox.Spec) (*sandbox.Sandbox, bool, error) {
+	if err := m.refuseWhileClosing(); err != nil {
+		return nil, false, err
+	}
+	if err := sandbox.ValidateName(name); err != nil {
+		return nil, false, err
+	}
+	for k := range spec.Labels {
+		if err := validateLabelKey(k); err != nil {
+			return nil, false, err
+		}
+	}
+	if spec.Image == "" {
+		spec.Image = m.cfg.DefaultImage
+	}
+	spec.Labels = maps.Clone(spec.Labels)
+	now := m.now()
+	sb := &sandbox.Sandbox{
+		ID: sandbox.NewID(), Name: name, RequestID: requestID, Spec: spec,
+		Desired: sandbox.DesiredRunning, Phase: sandbox.PhaseProvisioning, Generation: 1,
+		CreatedAt: now, UpdatedAt: now, Deadline: now.Add(m.cfg.ProvisioningTimeout),
+	}
+	got, created, err := m.cfg.Store.CreateSandbox(ctx, sb, m.request(sb, sandbox.OpCreate))
+	if err != nil {
+		return nil, false, err
+	}
+	if created {
+		m.log.Info("sandbox created", "sandbox", name, "id", sb.ID)
+		m.events.publish(Event{Type: EventAdded, Sandbox: got})
+	}
+	m.kick(got.ID)
+	return got, created, nil
+}
+
+// Get returns a sandbox by name or id.
+func (m *Manager) Get(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
+	sb, err := m.cfg.Store.GetSandboxByName(ctx, nameOrID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		sb, err = m.cfg.Store.GetSandbox(ctx, nameOrID)
+	}
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.NotFound("sandbox %q not found", nameOrID)
+	}
+	return sb, err
+}
+
+// List returns every sandbox, oldest first.
+func (m *Manager) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
+	return m.cfg.Store.ListSandboxes(ctx)
+}
+
+// Operations returns the journal of a sandbox, oldest first.
+func (m *Manager) Operations(ctx context.Context, nameOrID string) ([]*sandbox.Operation, error) {
+	sb, err := m.Get(ctx, nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	return m.cfg.Store.ListOperations(ctx, sb.ID)
+}
+
+// Stop sets a sandbox's intent to stopped.
+func (m *Manager) Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
+	return m.changeIntent(ctx, nameOrID, sandbox.OpStop, func(sb *sandbox.Sandbox) error {
+		switch sb.Desired {
+		case sandbox.DesiredDeleted:
+			return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be stopped", sb.Name)
+		case sandbox.DesiredStopped:
+			return errNoChange
+		}
+		sb.Desired = sandbox.DesiredStopped
+		return nil
+	})
+}
+
+// Start sets a sandbox's intent to running; a stopped sandbox gets a new
+// generation, so nothing of its old incarnation can be mistaken for it.
+func (m *Manager) Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
+	return m.changeIntent(ctx, nameOrID, sandbox.OpStart, func(sb *sandbox.Sandbox) error {
+		switch sb.Desired {
+		case sandbox.DesiredDeleted:
+			return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be started", sb.Name)
+		case sandbox.DesiredRunning:
+			return errNoChange
+		}
+		sb.Desired = sandbox.DesiredRunning
+		sb.Generation++
+		return nil
+	})
+}
+
+// Delete sets a sandbox's intent to deleted, in any phase. It cancels a
+// driver call in flight for the sandbox, and with force also skips the
+// graceful stop.
+func (m *Manager) Delete(ctx context.Context, nameOrID string, force bool) (*sandbox.Sandbox, error) {
+	sb, err := m.changeIntent(ctx, nameOrID, sandbox.OpDelete, func(sb *sandbox.Sandbox) error {
+		if sb.Desired == sandbox.DesiredDeleted {
+			return errNoChange
+		}
+		sb.Desired = sandbox.DesiredDeleted
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.preempt(sb.ID, force)
+	return sb, nil
+}
+
+// changeIntent applies change to a record together with a request entry,
+// then wakes the actor. A change that changes nothing writes nothing but
+// still wakes the actor, so a repeated request retries at once.
+func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbox.OpKind, change func(*sandbox.Sandbox) error) (*sandbox.Sandbox, error) {
+	if err := m.refuseWhileClosing(); err != nil {
+		return nil, err
+	}
+	cur, err := m.Get(ctx, nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := m.mutate(cur.ID, func(sb *sandbox.Sandbox) (store.Mutation, error) {
+		if err := change(sb); err != nil {
+			return store.Mutation{}, err
+		}
+		sb.Deadline = m.now().Add(m.deadlineFor(sb.Desired))
+		sb.UpdatedAt = m.now()
+		return store.Mutation{Request: m.request(sb, kind)}, nil
+	})
+	switch {
+	case errors.Is(err, errNoChange):
+		m.kick(cur.ID)
+		return m.Get(ctx, cur.ID)
+	case errors.Is(err, errdefs.ErrNotFound):
+		return nil, errdefs.NotFound("sandbox %q not found", nameOrID)
+	case err != nil:
+		return nil, err
+	}
+	m.log.Info("intent changed", "sandbox", sb.Name, "desired", sb.Desired, "generation", sb.Generation)
+	m.kick(sb.ID)
+	return sb, nil
+}
+
+func validateLabelKey(k string) error {
+	if k == "" || len(k) > 253 {
+		return errdefs.InvalidArgument("invalid label key %q: it must be 1 to 253 characters", k)
+	}
+	if len(k) >= 7 && k[:7] == "corral." {
+		return errdefs.InvalidArgument("invalid label key %q: the corral. prefix is reserved", k)
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package sandbox
+
+import "time"
+
+// OpKind names what a journal entry records. Requests are the verbs a caller
+// asked for; driver kinds are single attempts of a driver call.
+type OpKind string
+
+// The operation kinds.
+const (
+	OpCreate OpKind = "create"
+	OpStart  OpKind = "start"
+	OpStop   OpKind = "stop"
+	OpDelete OpKind = "delete"
+
+	OpDriverCreate OpKind = "driver.create"
+	OpDriverStart  OpKind = "driver.start"
+	OpDriverStop   OpKind = "driver.stop"
+	OpDriverDelete OpKind = "driver.delete"
+)
+
+// IsRequest reports whether the kind is a caller's request, not a driver call.
+func (k OpKind) IsRequest() bool {
+	switch k {
+	case OpCreate, OpStart, OpStop, OpDelete:
+		return true
+	}
+	return false
+}
+
+// OpState is the state of a journal entry. Everything but pending is settled.
+type OpState string
+
+// The operation states.
+const (
+	OpPending     OpState = "pending"
+	OpSucceeded   OpState = "succeeded"
+	OpFailed      OpState = "failed"
+	OpTimedOut    OpState = "timed_out"
+	OpInterrupted OpState = "interrupted"
+	OpSuperseded  OpState = "superseded"
+)
+
+// Operation is one journal entry.
+type Operation struct {
+	ID         int64
+	SandboxID  string
+	Kind       OpKind
+	State      OpState
+	Owner      string // the gateway instance that wrote it
+	Attempt    int
+	Generation int64
+	StartedAt  time.Time
+	Deadline   time.Time // never zero
+	FinishedAt time.Time // zero while pending
+	Error      string
+	Detail     string
+}

@@ -1,0 +1,108 @@
+// Package sandbox defines the records the gateway keeps: sandboxes with
+// their intent and observed phase, and the operation journal.
+package sandbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"regexp"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/errdefs"
+)
+
+// DesiredState is the intent a caller set for a sandbox.
+type DesiredState string
+
+// The desired states.
+const (
+	DesiredRunning DesiredState = "running"
+	DesiredStopped DesiredState = "stopped"
+	DesiredDeleted DesiredState = "deleted"
+)
+
+// Phase is what the reconciler last observed of a sandbox.
+type Phase string
+
+// The phases.
+const (
+	PhaseProvisioning Phase = "provisioning"
+	PhaseReady        Phase = "ready"
+	PhaseStopping     Phase = "stopping"
+	PhaseStopped      Phase = "stopped"
+	PhaseStarting     Phase = "starting"
+	PhaseDeleting     Phase = "deleting"
+	PhaseError        Phase = "error"
+)
+
+// Spec is what a sandbox was created with.
+type Spec struct {
+	Image   string            `json:"image,omitempty"`
+	Command []string          `json:"command,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Policy  string            `json:"policy,omitempty"`
+}
+
+// Sandbox is one sandbox record.
+type Sandbox struct {
+	ID        string
+	Name      string
+	RequestID string
+	Spec      Spec
+	Desired   DesiredState
+	Phase     Phase
+	// Generation is the incarnation the intent refers to; it grows when a
+	// stopped sandbox is asked to run again.
+	Generation int64
+	Reason     string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	// Deadline is when the current intent must be reached. Always set.
+	Deadline time.Time
+	// Revision grows on every write of the record.
+	Revision int64
+	// LastRequest is the newest request entry of the journal, when loaded.
+	LastRequest *Operation
+}
+
+// Converged reports whether the observed phase matches the intent.
+func (s *Sandbox) Converged() bool {
+	switch s.Desired {
+	case DesiredRunning:
+		return s.Phase == PhaseReady
+	case DesiredStopped:
+		return s.Phase == PhaseStopped
+	}
+	return false
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+
+// ValidateName checks that a name is a DNS label: 1 to 63 lower-case
+// letters, digits and dashes, starting and ending with a letter or digit.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return errdefs.InvalidArgument("sandbox name is empty: give one with --name")
+	case len(name) > 63:
+		return errdefs.InvalidArgument("invalid sandbox name %q: longer than 63 characters", name)
+	case !nameRE.MatchString(name):
+		return errdefs.InvalidArgument("invalid sandbox name %q: use lower-case letters, digits and '-', starting and ending with a letter or digit", name)
+	}
+	return nil
+}
+
+// NewID returns a new random sandbox id (32 hex digits).
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ShortID is the first 12 digits of an id, as shown to people.
+func ShortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,356 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store"
+)
+
+const sandboxColumns = `id, name, request_id, spec, desired_state, phase, generation, reason, created_at, updated_at, deadline, revision`
+
+const operationColumns = `id, sandbox_id, kind, state, owner, attempt, generation, started_at, deadline, finished_at, error, detail`
+
+// requestKinds is the SQL list of the request kinds of the journal.
+const requestKinds = `('create','start','stop','delete')`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSandbox(row scanner) (*sandbox.Sandbox, error) {
+	var (
+		sb                         sandbox.Sandbox
+		requestID                  sql.NullString
+		spec                       string
+		created, updated, deadline int64
+	)
+	err := row.Scan(&sb.ID, &sb.Name, &requestID, &spec, &sb.Desired, &sb.Phase, &sb.Generation,
+		&sb.Reason, &created, &updated, &deadline, &sb.Revision)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
+		return nil, fmt.Errorf("sandbox %s: decode spec: %w", sb.ID, err)
+	}
+	sb.RequestID = requestID.String
+	sb.CreatedAt, sb.UpdatedAt, sb.Deadline = fromNanos(created), fromNanos(updated), fromNanos(deadline)
+	return &sb, nil
+}
+
+func scanOperation(row scanner) (*sandbox.Operation, error) {
+	var (
+		o                 = &sandbox.Operation{}
+		started, deadline int64
+		finished          sql.NullInt64
+	)
+	err := row.Scan(&o.ID, &o.SandboxID, &o.Kind, &o.State, &o.Owner, &o.Attempt, &o.Generation,
+		&started, &deadline, &finished, &o.Error, &o.Detail)
+	if err != nil {
+		return nil, err
+	}
+	o.StartedAt, o.Deadline = fromNanos(started), fromNanos(deadline)
+	if finished.Valid {
+		o.FinishedAt = fromNanos(finished.Int64)
+	}
+	return o, nil
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func nullNanos(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// CreateSandbox implements store.Store.
+func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *sandbox.Operation) (*sandbox.Sandbox, bool, error) {
+	var (
+		got     *sandbox.Sandbox
+		created bool
+	)
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if sb.RequestID != "" {
+			existing, err := getSandbox(ctx, tx, "request_id = ?", sb.RequestID)
+			if err == nil {
+				if existing.Name != sb.Name {
+					return errdefs.FailedPrecondition("request id %q was already used to create sandbox %q, not %q", sb.RequestID, existing.Name, sb.Name)
+				}
+				got = existing
+				return nil
+			}
+			if !errors.Is(err, errdefs.ErrNotFound) {
+				return err
+			}
+		}
+		if _, err := getSandbox(ctx, tx, "name = ?", sb.Name); err == nil {
+			return errdefs.AlreadyExists("sandbox %q already exists", sb.Name)
+		} else if !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
+		spec, err := json.Marshal(sb.Spec)
+		if err != nil {
+			return err
+		}
+		sb.Revision = 1
+		_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+			sb.ID, sb.Name, nullString(sb.RequestID), string(spec), sb.Desired, sb.Phase, sb.Generation,
+			sb.Reason, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision)
+		if err != nil {
+			return err
+		}
+		if err := putOperation(ctx, tx, req); err != nil {
+			return err
+		}
+		got, created = sb, true
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if got.LastRequest == nil {
+		if got.LastRequest, err = s.lastRequest(ctx, got.ID); err != nil {
+			return nil, false, err
+		}
+	}
+	return got, created, nil
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func getSandbox(ctx context.Context, q querier, where string, arg any) (*sandbox.Sandbox, error) {
+	sb, err := scanSandbox(q.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE `+where, arg))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.ErrNotFound
+	}
+	return sb, err
+}
+
+// GetSandbox implements store.Store.
+func (s *Store) GetSandbox(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	return s.getWithRequest(ctx, "id = ?", id)
+}
+
+// GetSandboxByName implements store.Store.
+func (s *Store) GetSandboxByName(ctx context.Context, name string) (*sandbox.Sandbox, error) {
+	return s.getWithRequest(ctx, "name = ?", name)
+}
+
+func (s *Store) getWithRequest(ctx context.Context, where, arg string) (*sandbox.Sandbox, error) {
+	sb, err := getSandbox(ctx, s.db, where, arg)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.NotFound("sandbox %q not found", arg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	sb.LastRequest, err = s.lastRequest(ctx, sb.ID)
+	return sb, err
+}
+
+func (s *Store) lastRequest(ctx context.Context, id string) (*sandbox.Operation, error) {
+	o, err := scanOperation(s.db.QueryRowContext(ctx, `SELECT `+operationColumns+` FROM operations
+		WHERE sandbox_id = ? AND kind IN `+requestKinds+` ORDER BY id DESC LIMIT 1`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return o, err
+}
+
+// ListSandboxes implements store.Store.
+func (s *Store) ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes ORDER BY created_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	var list []*sandbox.Sandbox
+	byID := map[string]*sandbox.Sandbox{}
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		list = append(list, sb)
+		byID[sb.ID] = sb
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	ops, err := s.db.QueryContext(ctx, `SELECT `+operationColumns+` FROM operations WHERE id IN
+		(SELECT max(id) FROM operations WHERE kind IN `+requestKinds+` GROUP BY sandbox_id)`)
+	if err != nil {
+		return nil, err
+	}
+	defer ops.Close()
+	for ops.Next() {
+		o, err := scanOperation(ops)
+		if err != nil {
+			return nil, err
+		}
+		if sb := byID[o.SandboxID]; sb != nil {
+			sb.LastRequest = o
+		}
+	}
+	return list, ops.Err()
+}
+
+// Mutate implements store.Store.
+func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+	var sb *sandbox.Sandbox
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		sb, err = getSandbox(ctx, tx, "id = ?", id)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return errdefs.NotFound("sandbox %s not found", id)
+		}
+		if err != nil {
+			return err
+		}
+		m, err := fn(sb)
+		if err != nil {
+			return err
+		}
+		sb.Revision++
+		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET desired_state=?, phase=?, generation=?, reason=?,
+			updated_at=?, deadline=?, revision=? WHERE id=?`,
+			sb.Desired, sb.Phase, sb.Generation, sb.Reason, nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision, sb.ID)
+		if err != nil {
+			return err
+		}
+		now := sb.UpdatedAt
+		if m.Request != nil {
+			if err := settleRequests(ctx, tx, sb.ID, sandbox.OpSuperseded, now, "superseded by "+string(m.Request.Kind)); err != nil {
+				return err
+			}
+			if err := putOperation(ctx, tx, m.Request); err != nil {
+				return err
+			}
+		}
+		if m.SettleRequests != "" {
+			return settleRequests(ctx, tx, sb.ID, m.SettleRequests, now, "")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sb.LastRequest, err = s.lastRequest(ctx, sb.ID)
+	return sb, err
+}
+
+func settleRequests(ctx context.Context, tx *sql.Tx, id string, state sandbox.OpState, at time.Time, detail string) error {
+	_, err := tx.ExecContext(ctx, `UPDATE operations SET state=?, finished_at=?,
+		detail = CASE WHEN ? = '' THEN detail ELSE ? END
+		WHERE sandbox_id=? AND state='pending' AND kind IN `+requestKinds,
+		state, nanos(at), detail, detail, id)
+	return err
+}
+
+// DeleteSandbox implements store.Store.
+func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM operations WHERE sandbox_id = ?`, id); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return errdefs.NotFound("sandbox %s not found", id)
+		}
+		return nil
+	})
+}
+
+// PutOperation implements store.Store.
+func (s *Store) PutOperation(ctx context.Context, o *sandbox.Operation) error {
+	return putOperation(ctx, s.db, o)
+}
+
+func putOperation(ctx context.Context, q querier, o *sandbox.Operation) error {
+	if o.Deadline.IsZero() {
+		return fmt.Errorf("operation %s of sandbox %s has no deadline", o.Kind, o.SandboxID)
+	}
+	if o.ID != 0 {
+		_, err := q.ExecContext(ctx, `UPDATE operations SET state=?, owner=?, attempt=?, generation=?, started_at=?,
+			deadline=?, finished_at=?, error=?, detail=? WHERE id=?`,
+			o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline), nullNanos(o.FinishedAt),
+			o.Error, o.Detail, o.ID)
+		return err
+	}
+	res, err := q.ExecContext(ctx, `INSERT INTO operations (sandbox_id, kind, state, owner, attempt, generation,
+		started_at, deadline, finished_at, error, detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+		o.SandboxID, o.Kind, o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline),
+		nullNanos(o.FinishedAt), o.Error, o.Detail)
+	if err != nil {
+		return err
+	}
+	o.ID, err = res.LastInsertId()
+	return err
+}
+
+// ListOperations implements store.Store.
+func (s *Store) ListOperations(ctx context.Context, sandboxID string) ([]*sandbox.Operation, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+operationColumns+` FROM operations WHERE sandbox_id = ? ORDER BY id`, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var list []*sandbox.Operation
+	for rows.Next() {
+		o, err := scanOperation(rows)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, o)
+	}
+	return list, rows.Err()
+}
+
+// SettlePending implements store.Store.
+func (s *Store) SettlePending(ctx context.Context, owners store.Owners, state sandbox.OpState, at time.Time, reason string) (int, error) {
+	where, owner := "owner != ?", owners.IsNot
+	if owners.Is != "" {
+		where, owner = "owner = ?", owners.Is
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE operations SET state=?, finished_at=?,
+		error = CASE WHEN error = '' THEN ? ELSE error || '; ' || ? END
+		WHERE state='pending' AND `+where, state, nanos(at), reason, reason, owner)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}

@@ -1,0 +1,39 @@
+package sqlite
+
+// migrations[i] takes the schema from version i to version i+1. Append only:
+// a released migration never changes.
+var migrations = []string{
+	`CREATE TABLE sandboxes (
+		id            TEXT PRIMARY KEY,
+		name          TEXT NOT NULL UNIQUE,
+		request_id    TEXT UNIQUE,
+		spec          TEXT NOT NULL,
+		desired_state TEXT NOT NULL,
+		phase         TEXT NOT NULL,
+		generation    INTEGER NOT NULL,
+		reason        TEXT NOT NULL DEFAULT '',
+		created_at    INTEGER NOT NULL,
+		updated_at    INTEGER NOT NULL,
+		deadline      INTEGER NOT NULL,
+		revision      INTEGER NOT NULL
+	);
+	CREATE TABLE operations (
+		id          INTEGER PRIMARY KEY AUTOINCREMENT,
+		sandbox_id  TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+		kind        TEXT NOT NULL,
+		state       TEXT NOT NULL,
+		owner       TEXT NOT NULL,
+		attempt     INTEGER NOT NULL,
+		generation  INTEGER NOT NULL,
+		started_at  INTEGER NOT NULL,
+		deadline    INTEGER NOT NULL CHECK (deadline > 0),
+		finished_at INTEGER,
+		error       TEXT NOT NULL DEFAULT '',
+		detail      TEXT NOT NULL DEFAULT ''
+	);
+	CREATE INDEX operations_by_sandbox ON operations(sandbox_id, id);
+	CREATE INDEX operations_pending ON operations(state) WHERE state = 'pending';`,
+}
+
+// SchemaVersion is the schema version this build writes.
+var SchemaVersion = len(migrations)

@@ -1,0 +1,59 @@
+// Package store defines where the gateway keeps sandbox records and the
+// operation journal. Implementations live in sub-packages.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+// Store keeps sandbox records and their journals. Every method is one
+// transaction; an intent change and its journal entry commit together.
+type Store interface {
+	// CreateSandbox inserts a record and its create request. When the
+	// record's RequestID matches an existing record, that record is returned
+	// with created=false and nothing is written. A taken name is
+	// errdefs.ErrAlreadyExists.
+	CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *sandbox.Operation) (got *sandbox.Sandbox, created bool, err error)
+	// GetSandbox returns the record with the given id.
+	GetSandbox(ctx context.Context, id string) (*sandbox.Sandbox, error)
+	// GetSandboxByName returns the record with the given name.
+	GetSandboxByName(ctx context.Context, name string) (*sandbox.Sandbox, error)
+	// ListSandboxes returns every record, oldest first.
+	ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error)
+	// Mutate reads the record with the given id, lets fn change it and
+	// writes it back with the journal changes fn returns, all in one
+	// transaction. An error from fn rolls everything back.
+	Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandbox) (Mutation, error)) (*sandbox.Sandbox, error)
+	// DeleteSandbox removes a record and its journal.
+	DeleteSandbox(ctx context.Context, id string) error
+
+	// PutOperation inserts op (when op.ID is 0, setting it) or updates it.
+	PutOperation(ctx context.Context, op *sandbox.Operation) error
+	// ListOperations returns the journal of one sandbox, oldest first.
+	ListOperations(ctx context.Context, sandboxID string) ([]*sandbox.Operation, error)
+	// SettlePending settles the pending entries that owners selects with
+	// the given state, adding reason to their error, and returns how many it
+	// settled.
+	SettlePending(ctx context.Context, owners Owners, state sandbox.OpState, at time.Time, reason string) (int, error)
+
+	// Close flushes and closes the store.
+	Close() error
+}
+
+// Mutation is what a Mutate callback adds to the journal.
+type Mutation struct {
+	// Request, when set, is inserted; pending requests it replaces are
+	// settled as superseded.
+	Request *sandbox.Operation
+	// SettleRequests, when set, settles the pending requests with this state.
+	SettleRequests sandbox.OpState
+}
+
+// Owners selects journal entries by owner: those of instance Is when set,
+// else those of every instance but IsNot.
+type Owners struct {
+	Is, IsNot string
+}
