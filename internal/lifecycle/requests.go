@@ -103,6 +103,9 @@ func (m *Manager) Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, 
 			return errNoChange
 		}
 		sb.Desired = sandbox.DesiredStopped
+		if sb.Phase != sandbox.PhaseStopped {
+			sb.Phase = sandbox.PhaseStopping
+		}
 		return nil
 	})
 }
@@ -119,6 +122,9 @@ func (m *Manager) Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox,
 		}
 		sb.Desired = sandbox.DesiredRunning
 		sb.Generation++
+		if sb.Phase != sandbox.PhaseProvisioning {
+			sb.Phase = sandbox.PhaseStarting
+		}
 		return nil
 	})
 }
@@ -132,6 +138,7 @@ func (m *Manager) Delete(ctx context.Context, nameOrID string, force bool) (*san
 			return errNoChange
 		}
 		sb.Desired = sandbox.DesiredDeleted
+		sb.Phase = sandbox.PhaseDeleting
 		return nil
 	})
 	if err != nil {
@@ -142,7 +149,9 @@ func (m *Manager) Delete(ctx context.Context, nameOrID string, force bool) (*san
 }
 
 // changeIntent applies change to a record together with a request entry,
-// then wakes the actor. A change that changes nothing writes nothing but
+// then wakes the actor. A change also sets the phase that shows the gateway
+// is working on it, so a record never looks converged on an intent it has
+// not reached. A change that changes nothing writes nothing but
 // still wakes the actor, so a repeated request retries at once.
 func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbox.OpKind, change func(*sandbox.Sandbox) error) (*sandbox.Sandbox, error) {
 	if err := m.refuseWhileClosing(); err != nil {

@@ -1,0 +1,504 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store/sqlite"
+)
+
+const label = "corral.test"
+
+// harness is a manager on a real SQLite store and a fake driver, which can
+// be restarted as a new gateway instance over the same files.
+type harness struct {
+	t        *testing.T
+	dir      string
+	st       *sqlite.Store
+	drv      *fake.Driver
+	m        *Manager
+	n        int
+	tweak    func(*Config)
+	stateDir string
+}
+
+func newHarness(t *testing.T, tweak func(*Config)) *harness {
+	h := &harness{t: t, dir: t.TempDir(), tweak: tweak}
+	h.stateDir = filepath.Join(h.dir, "fake")
+	h.start()
+	t.Cleanup(func() { h.stop(5 * time.Second) })
+	return h
+}
+
+func (h *harness) start() {
+	h.t.Helper()
+	var err error
+	h.st, err = sqlite.Open(context.Background(), filepath.Join(h.dir, "corral.db"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.drv, err = fake.New(driver.Config{Label: label, StateDir: h.stateDir})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.n++
+	cfg := Config{
+		Store: h.st, Driver: h.drv, Instance: "test-" + string(rune('a'+h.n)),
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		RetryBase: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+	}
+	if h.tweak != nil {
+		h.tweak(&cfg)
+	}
+	h.m = New(cfg)
+	if err := h.m.Recover(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) stop(budget time.Duration) {
+	if h.m == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	if err := h.m.Shutdown(ctx, time.Second); err != nil {
+		h.t.Errorf("shutdown: %v", err)
+	}
+	h.st.Close()
+	h.m = nil
+}
+
+func (h *harness) restart() {
+	h.stop(5 * time.Second)
+	h.start()
+}
+
+// waitFor polls until cond holds; the generous limit only bounds a hang.
+func (h *harness) waitFor(what string, cond func() bool) {
+	h.t.Helper()
+	limit := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(limit) {
+			h.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (h *harness) waitPhase(name string, phase sandbox.Phase) *sandbox.Sandbox {
+	h.t.Helper()
+	var sb *sandbox.Sandbox
+	h.waitFor(name+" "+string(phase), func() bool {
+		var err error
+		sb, err = h.m.Get(context.Background(), name)
+		return err == nil && sb.Phase == phase && sb.Converged() == (phase == sandbox.PhaseReady || phase == sandbox.PhaseStopped)
+	})
+	return sb
+}
+
+func (h *harness) waitGone(name string) {
+	h.t.Helper()
+	h.waitFor(name+" deleted", func() bool {
+		_, err := h.m.Get(context.Background(), name)
+		return errors.Is(err, errdefs.ErrNotFound)
+	})
+}
+
+func (h *harness) create(name string) *sandbox.Sandbox {
+	h.t.Helper()
+	sb, created, err := h.m.Create(context.Background(), name, "", sandbox.Spec{Command: []string{"sleep", "1d"}})
+	if err != nil || !created {
+		h.t.Fatalf("create %s: created=%v err=%v", name, created, err)
+	}
+	return sb
+}
+
+func (h *harness) object(id string) (driver.Object, bool) {
+	h.t.Helper()
+	o, err := h.drv.Inspect(context.Background(), id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return o, false
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return o, true
+}
+
+func (h *harness) faults(rules ...fake.Rule) {
+	h.t.Helper()
+	if err := fake.SetFaults(h.stateDir, rules...); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) held(op, id string) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := fake.WaitHeld(ctx, h.stateDir, op, id); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) journal(id string) []*sandbox.Operation {
+	h.t.Helper()
+	ops, err := h.st.ListOperations(context.Background(), id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return ops
+}
+
+func TestCreateConvergesAndJournals(t *testing.T) {
+	h := newHarness(t, nil)
+	sb := h.create("web")
+	if sb.Phase != sandbox.PhaseProvisioning || sb.Desired != sandbox.DesiredRunning || sb.Generation != 1 {
+		t.Fatalf("new record = %s/%s gen %d", sb.Phase, sb.Desired, sb.Generation)
+	}
+	h.waitPhase("web", sandbox.PhaseReady)
+	o, ok := h.object(sb.ID)
+	if !ok || o.State != driver.StateRunning || o.Generation != 1 {
+		t.Fatalf("driver object = %+v, found %v", o, ok)
+	}
+	var kinds []string
+	for _, op := range h.journal(sb.ID) {
+		if op.State != sandbox.OpSucceeded || op.Deadline.IsZero() || op.Owner == "" {
+			t.Errorf("journal entry %s: state %s deadline %v owner %q", op.Kind, op.State, op.Deadline, op.Owner)
+		}
+		kinds = append(kinds, string(op.Kind))
+	}
+	want := []string{"create", "driver.create", "driver.start"}
+	if len(kinds) != len(want) {
+		t.Fatalf("journal kinds = %v, want %v", kinds, want)
+	}
+	for i := range want {
+		if kinds[i] != want[i] {
+			t.Fatalf("journal kinds = %v, want %v", kinds, want)
+		}
+	}
+}
+
+func TestCreateRetryWithRequestIDMakesOneSandbox(t *testing.T) {
+	h := newHarness(t, nil)
+	spec := sandbox.Spec{Command: []string{"true"}}
+	first, created, err := h.m.Create(context.Background(), "job", "req-1", spec)
+	if err != nil || !created {
+		t.Fatalf("first create: %v %v", created, err)
+	}
+	h.waitPhase("job", sandbox.PhaseReady)
+	again, created, err := h.m.Create(context.Background(), "job", "req-1", spec)
+	if err != nil || created || again.ID != first.ID {
+		t.Fatalf("retried create: created=%v id=%s (first %s) err=%v", created, again.ID, first.ID, err)
+	}
+	h.waitPhase("job", sandbox.PhaseReady)
+	if n, _ := fake.Starts(h.stateDir, first.ID); n != 1 {
+		t.Fatalf("driver starts = %d, want 1", n)
+	}
+	if _, _, err := h.m.Create(context.Background(), "job", "req-2", spec); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Fatalf("create with a taken name: %v, want already exists", err)
+	}
+}
+
+func TestStopThenStartBeforeTheActorRunsRestartsWithNewGeneration(t *testing.T) {
+	h := newHarness(t, nil)
+	sb := h.create("svc")
+	h.waitPhase("svc", sandbox.PhaseReady)
+	h.faults(fake.Rule{Op: "inspect", Sandbox: sb.ID, Action: "hold"})
+	// the resync's inspect is held, so both requests land before a step
+	if err := h.m.Resync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.held("inspect", sb.ID)
+	if _, err := h.m.Stop(context.Background(), "svc"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Start(context.Background(), "svc"); err != nil {
+		t.Fatal(err)
+	}
+	h.faults()
+	got := h.waitPhase("svc", sandbox.PhaseReady)
+	if got.Generation != 2 {
+		t.Fatalf("generation = %d, want 2", got.Generation)
+	}
+	o, _ := h.object(sb.ID)
+	if o.Generation != 2 || o.State != driver.StateRunning {
+		t.Fatalf("object = %+v, want generation 2 running", o)
+	}
+	if n, _ := fake.Starts(h.stateDir, sb.ID); n != 2 {
+		t.Fatalf("driver starts = %d, want 2 (the stop was honoured)", n)
+	}
+}
+
+func TestFailuresRetryAndTurnToErrorPastTheDeadline(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ProvisioningTimeout = 100 * time.Millisecond })
+	h.faults(fake.Rule{Op: "start", Action: "fail", Error: "engine on fire"})
+	sb := h.create("flaky")
+	got := h.waitPhase("flaky", sandbox.PhaseError)
+	if got.Reason == "" || !contains(got.Reason, "engine on fire") || !contains(got.Reason, "deadline") {
+		t.Fatalf("reason = %q", got.Reason)
+	}
+	if got.LastRequest == nil || got.LastRequest.State != sandbox.OpTimedOut {
+		t.Fatalf("create request = %+v, want timed_out", got.LastRequest)
+	}
+	h.faults()
+	h.waitPhase("flaky", sandbox.PhaseReady) // the reconciler kept trying
+	failed := 0
+	for _, op := range h.journal(sb.ID) {
+		if op.Kind == sandbox.OpDriverStart && op.State == sandbox.OpFailed {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no failed driver.start attempt journaled")
+	}
+}
+
+func TestDeleteFinishesInEveryPhase(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(h *harness, sb *sandbox.Sandbox)
+	}{
+		{"provisioning with create held", func(h *harness, sb *sandbox.Sandbox) {
+			h.held("create", sb.ID)
+		}},
+		{"provisioning with start held", func(h *harness, sb *sandbox.Sandbox) {
+			h.held("start", sb.ID)
+		}},
+		{"ready", func(h *harness, sb *sandbox.Sandbox) {
+			h.waitPhase(sb.Name, sandbox.PhaseReady)
+		}},
+		{"stopping with stop held", func(h *harness, sb *sandbox.Sandbox) {
+			h.waitPhase(sb.Name, sandbox.PhaseReady)
+			h.faults(fake.Rule{Op: "stop", Action: "hold"})
+			if _, err := h.m.Stop(context.Background(), sb.Name); err != nil {
+				h.t.Fatal(err)
+			}
+			h.held("stop", sb.ID)
+		}},
+		{"stopped", func(h *harness, sb *sandbox.Sandbox) {
+			h.waitPhase(sb.Name, sandbox.PhaseReady)
+			if _, err := h.m.Stop(context.Background(), sb.Name); err != nil {
+				h.t.Fatal(err)
+			}
+			h.waitPhase(sb.Name, sandbox.PhaseStopped)
+		}},
+		{"starting with start held", func(h *harness, sb *sandbox.Sandbox) {
+			h.waitPhase(sb.Name, sandbox.PhaseReady)
+			if _, err := h.m.Stop(context.Background(), sb.Name); err != nil {
+				h.t.Fatal(err)
+			}
+			h.waitPhase(sb.Name, sandbox.PhaseStopped)
+			h.faults(fake.Rule{Op: "start", Action: "hold"})
+			if _, err := h.m.Start(context.Background(), sb.Name); err != nil {
+				h.t.Fatal(err)
+			}
+			h.held("start", sb.ID)
+		}},
+		{"error", func(h *harness, sb *sandbox.Sandbox) {
+			h.waitPhase(sb.Name, sandbox.PhaseError)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.ProvisioningTimeout = time.Hour })
+			switch tc.name {
+			case "provisioning with create held":
+				h.faults(fake.Rule{Op: "create", Action: "hold"})
+			case "provisioning with start held":
+				h.faults(fake.Rule{Op: "start", Action: "hold"})
+			case "error":
+				h.restartWith(func(c *Config) { c.ProvisioningTimeout = 50 * time.Millisecond })
+				h.faults(fake.Rule{Op: "start", Action: "fail"})
+			}
+			sb := h.create("victim")
+			tc.setup(h, sb)
+			if _, err := h.m.Delete(context.Background(), "victim", false); err != nil {
+				t.Fatal(err)
+			}
+			h.waitGone("victim")
+			if o, ok := h.object(sb.ID); ok {
+				t.Fatalf("driver still holds %+v", o)
+			}
+			if ops := h.journal(sb.ID); len(ops) != 0 {
+				t.Fatalf("journal of a deleted sandbox kept %d entries", len(ops))
+			}
+		})
+	}
+}
+
+func (h *harness) restartWith(tweak func(*Config)) {
+	h.tweak = tweak
+	h.restart()
+}
+
+func TestShutdownWaitsForHeldCallAndRecordsIt(t *testing.T) {
+	h := newHarness(t, nil)
+	h.faults(fake.Rule{Op: "start", Action: "hold"})
+	sb := h.create("slow")
+	h.held("start", sb.ID)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.stop(20 * time.Second)
+	}()
+	select {
+	case <-done:
+		t.Fatal("shutdown returned while a driver call was held")
+	case <-time.After(100 * time.Millisecond):
+	}
+	h.faults()
+	<-done
+	st, err := sqlite.Open(context.Background(), filepath.Join(h.dir, "corral.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ops, _ := st.ListOperations(context.Background(), sb.ID)
+	var start *sandbox.Operation
+	for _, op := range ops {
+		if op.Kind == sandbox.OpDriverStart {
+			start = op
+		}
+		if op.State == sandbox.OpPending {
+			t.Errorf("entry %s left pending after shutdown", op.Kind)
+		}
+	}
+	if start == nil || start.State != sandbox.OpSucceeded {
+		t.Fatalf("driver.start entry = %+v, want succeeded", start)
+	}
+}
+
+func TestShutdownBudgetInterruptsAndNextInstanceConverges(t *testing.T) {
+	h := newHarness(t, nil)
+	h.faults(fake.Rule{Op: "start", Action: "hold"})
+	sb := h.create("stuck")
+	h.held("start", sb.ID)
+	h.stop(50 * time.Millisecond)
+	ops := h.journalAfterStop(sb.ID)
+	for _, op := range ops {
+		if op.State == sandbox.OpPending {
+			t.Fatalf("entry %s left pending", op.Kind)
+		}
+	}
+	if last := ops[len(ops)-1]; last.Kind != sandbox.OpDriverStart || last.State != sandbox.OpInterrupted {
+		t.Fatalf("last entry = %s %s, want driver.start interrupted", last.Kind, last.State)
+	}
+	h.faults()
+	h.start()
+	h.waitPhase("stuck", sandbox.PhaseReady)
+}
+
+func (h *harness) journalAfterStop(id string) []*sandbox.Operation {
+	h.t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(h.dir, "corral.db"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer st.Close()
+	ops, err := st.ListOperations(context.Background(), id)
+	if err != nil || len(ops) == 0 {
+		h.t.Fatalf("journal: %d entries, %v", len(ops), err)
+	}
+	return ops
+}
+
+func TestRecoverSettlesEntriesOfDeadInstances(t *testing.T) {
+	h := newHarness(t, nil)
+	sb := h.create("orphan")
+	h.waitPhase("orphan", sandbox.PhaseReady)
+	ghost := &sandbox.Operation{SandboxID: sb.ID, Kind: sandbox.OpDriverStop, State: sandbox.OpPending,
+		Owner: "dead-instance", Attempt: 1, Generation: 1, StartedAt: time.Now(), Deadline: time.Now().Add(time.Hour)}
+	if err := h.st.PutOperation(context.Background(), ghost); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	for _, op := range h.journal(sb.ID) {
+		if op.ID == ghost.ID && (op.State != sandbox.OpInterrupted || !contains(op.Error, "interrupted")) {
+			t.Fatalf("dead instance's entry = %s %q, want interrupted", op.State, op.Error)
+		}
+	}
+	h.waitPhase("orphan", sandbox.PhaseReady)
+}
+
+func TestRunningSandboxSurvivesRestartsWithOneStart(t *testing.T) {
+	h := newHarness(t, nil)
+	sb := h.create("steady")
+	h.waitPhase("steady", sandbox.PhaseReady)
+	for range 50 {
+		h.restart()
+		h.waitPhase("steady", sandbox.PhaseReady)
+	}
+	if n, _ := fake.Starts(h.stateDir, sb.ID); n != 1 {
+		t.Fatalf("driver starts over 50 restarts = %d, want 1", n)
+	}
+}
+
+func TestDriftIsRepairedByResync(t *testing.T) {
+	h := newHarness(t, nil)
+	sb := h.create("drifty")
+	h.waitPhase("drifty", sandbox.PhaseReady)
+	if err := h.drv.Stop(context.Background(), driver.Ref{ID: sb.ID, Generation: 1}, driver.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.Resync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("object running again", func() bool {
+		o, ok := h.object(sb.ID)
+		return ok && o.State == driver.StateRunning
+	})
+	h.waitPhase("drifty", sandbox.PhaseReady)
+}
+
+func TestConcurrentRequestsOnManySandboxes(t *testing.T) {
+	h := newHarness(t, nil)
+	var wg sync.WaitGroup
+	names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for _, n := range names {
+		h.create(n)
+	}
+	for _, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 40 {
+				var err error
+				if i%2 == 0 {
+					_, err = h.m.Stop(context.Background(), n)
+				} else {
+					_, err = h.m.Start(context.Background(), n)
+				}
+				if err != nil {
+					t.Errorf("%s request %d: %v", n, i, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, n := range names {
+		sb := h.waitPhase(n, sandbox.PhaseReady)
+		for _, op := range h.journal(sb.ID) {
+			if op.State == sandbox.OpPending {
+				t.Errorf("%s: entry %d %s still pending after convergence", n, op.ID, op.Kind)
+			}
+		}
+	}
+	if _, err := h.m.Stop(context.Background(), "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("stop of an unknown sandbox: %v", err)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
