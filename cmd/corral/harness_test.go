@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store/sqlite"
+)
+
+// bin is the corral binary under test, built once by TestMain.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "corral-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "corral")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build corral: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer is a bytes.Buffer safe for a child's output and a test reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// gatewayProc is a corral gateway running as a child process.
+type gatewayProc struct {
+	t    *testing.T
+	home string
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+// launch starts a gateway on home without waiting for it.
+func launch(t *testing.T, home string, args ...string) *gatewayProc {
+	t.Helper()
+	g := &gatewayProc{t: t, home: home, logs: &syncBuffer{}, done: make(chan struct{})}
+	all := append([]string{"--home", home, "gateway", "--driver", "fake", "--log-level", "debug"}, args...)
+	g.cmd = exec.Command(bin, all...)
+	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { g.err = g.cmd.Wait(); close(g.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-g.done:
+		default:
+			g.cmd.Process.Kill()
+			<-g.done
+		}
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", g.logs.String())
+		}
+	})
+	return g
+}
+
+// startGateway starts a gateway and waits until its API answers.
+func startGateway(t *testing.T, home string, args ...string) *gatewayProc {
+	t.Helper()
+	g := launch(t, home, args...)
+	limit := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-g.done:
+			t.Fatalf("gateway exited early: %v\n%s", g.err, g.logs.String())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := api(t, home).ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+		cancel()
+		if err == nil {
+			return g
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("gateway did not answer: %v\n%s", err, g.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (g *gatewayProc) signal(sig syscall.Signal) {
+	g.t.Helper()
+	if err := g.cmd.Process.Signal(sig); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// exitCode waits for the gateway to exit (bounded, to fail rather than hang).
+func (g *gatewayProc) exitCode(limit time.Duration) int {
+	g.t.Helper()
+	select {
+	case <-g.done:
+	case <-time.After(limit):
+		g.t.Fatalf("gateway still running after %s\n%s", limit, g.logs.String())
+	}
+	return g.cmd.ProcessState.ExitCode()
+}
+
+func (g *gatewayProc) exited() bool {
+	select {
+	case <-g.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// api returns an API client on the gateway socket of home.
+func api(t *testing.T, home string) corralv1.SandboxServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(home, "corral.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return corralv1.NewSandboxServiceClient(conn)
+}
+
+// corral runs the CLI and returns its stdout, stderr and exit code.
+func corral(t *testing.T, home string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--home", home}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("corral %s: hung", strings.Join(args, " "))
+	}
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+}
+
+// mustCorral runs the CLI and fails the test unless it exits 0.
+func mustCorral(t *testing.T, home string, args ...string) string {
+	t.Helper()
+	out, errOut, code := corral(t, home, args...)
+	if code != 0 {
+		t.Fatalf("corral %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+func stateDir(home string) string { return filepath.Join(home, "fake") }
+
+func setFaults(t *testing.T, home string, rules ...fake.Rule) {
+	t.Helper()
+	if err := fake.SetFaults(stateDir(home), rules...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitHeld(t *testing.T, home, op, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := fake.WaitHeld(ctx, stateDir(home), op, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// journal reads the journal of a stopped gateway's store directly.
+func journal(t *testing.T, home string) []*sandbox.Operation {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(home, "corral.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.IntegrityCheck(context.Background()); err != nil {
+		t.Fatalf("integrity check: %v", err)
+	}
+	list, err := st.ListSandboxes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []*sandbox.Operation
+	for _, sb := range list {
+		ops, err := st.ListOperations(context.Background(), sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, ops...)
+	}
+	return all
+}
+
+func assertNothingPending(t *testing.T, ops []*sandbox.Operation) {
+	t.Helper()
+	for _, op := range ops {
+		if op.State == sandbox.OpPending {
+			t.Errorf("journal entry %d (%s of %s) left pending", op.ID, op.Kind, op.SandboxID)
+		}
+	}
+}
+
+// waitPhase polls the API until the sandbox is in phase and its intent.
+func waitPhase(t *testing.T, c corralv1.SandboxServiceClient, name, phase string) *corralv1.Sandbox {
+	t.Helper()
+	limit := time.Now().Add(30 * time.Second)
+	for {
+		sb, err := c.GetSandbox(context.Background(), &corralv1.GetSandboxRequest{Name: name})
+		if err == nil && sb.Phase == phase {
+			return sb
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("sandbox %s never reached %s: last %v %v", name, phase, sb, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// emptyThroughAPI deletes every sandbox through the API and waits until
+// the list is empty.
+func emptyThroughAPI(t *testing.T, c corralv1.SandboxServiceClient) {
+	t.Helper()
+	ctx := context.Background()
+	list, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range list.Sandboxes {
+		if _, err := c.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: sb.Id}); err != nil {
+			t.Fatalf("delete %s: %v", sb.Name, err)
+		}
+	}
+	limit := time.Now().Add(60 * time.Second)
+	for {
+		list, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Sandboxes) == 0 {
+			return
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("%d sandboxes left, first %v", len(list.Sandboxes), list.Sandboxes[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// fakeObjects lists the fake driver's objects of a home, as the driver sees them.
+func fakeObjects(t *testing.T, home string) []driver.Object {
+	t.Helper()
+	d, err := fake.New(driver.Config{Label: "corral.managed", StateDir: stateDir(home)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := d.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
