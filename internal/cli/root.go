@@ -86,6 +86,8 @@ func newSandboxCmd(g *globals) *cobra.Command {
 		Use:     "sandbox",
 		Aliases: []string{"sandboxes", "sb"},
 		Short:   "Create, inspect, stop, start and delete sandboxes",
+		Args:    cobra.NoArgs, // an unknown subcommand is an error, not help
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(
 		newCreateCmd(g), newGetCmd(g), newListCmd(g), newStopCmd(g), newStartCmd(g),

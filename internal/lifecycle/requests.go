@@ -95,7 +95,7 @@ func (m *Manager) Operations(ctx context.Context, nameOrID string) ([]*sandbox.O
 
 // Stop sets a sandbox's intent to stopped.
 func (m *Manager) Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
-	return m.changeIntent(ctx, nameOrID, sandbox.OpStop, func(sb *sandbox.Sandbox) error {
+	return m.changeIntent(ctx, nameOrID, sandbox.OpStop, "", func(sb *sandbox.Sandbox) error {
 		switch sb.Desired {
 		case sandbox.DesiredDeleted:
 			return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be stopped", sb.Name)
@@ -113,7 +113,7 @@ func (m *Manager) Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, 
 // Start sets a sandbox's intent to running; a stopped sandbox gets a new
 // generation, so nothing of its old incarnation can be mistaken for it.
 func (m *Manager) Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
-	return m.changeIntent(ctx, nameOrID, sandbox.OpStart, func(sb *sandbox.Sandbox) error {
+	return m.changeIntent(ctx, nameOrID, sandbox.OpStart, "", func(sb *sandbox.Sandbox) error {
 		switch sb.Desired {
 		case sandbox.DesiredDeleted:
 			return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be started", sb.Name)
@@ -133,7 +133,11 @@ func (m *Manager) Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox,
 // driver call in flight for the sandbox, and with force also skips the
 // graceful stop.
 func (m *Manager) Delete(ctx context.Context, nameOrID string, force bool) (*sandbox.Sandbox, error) {
-	sb, err := m.changeIntent(ctx, nameOrID, sandbox.OpDelete, func(sb *sandbox.Sandbox) error {
+	detail := ""
+	if force {
+		detail = "force: no graceful stop"
+	}
+	sb, err := m.changeIntent(ctx, nameOrID, sandbox.OpDelete, detail, func(sb *sandbox.Sandbox) error {
 		if sb.Desired == sandbox.DesiredDeleted {
 			return errNoChange
 		}
@@ -153,7 +157,7 @@ func (m *Manager) Delete(ctx context.Context, nameOrID string, force bool) (*san
 // is working on it, so a record never looks converged on an intent it has
 // not reached. A change that changes nothing writes nothing but
 // still wakes the actor, so a repeated request retries at once.
-func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbox.OpKind, change func(*sandbox.Sandbox) error) (*sandbox.Sandbox, error) {
+func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbox.OpKind, detail string, change func(*sandbox.Sandbox) error) (*sandbox.Sandbox, error) {
 	if err := m.refuseWhileClosing(); err != nil {
 		return nil, err
 	}
@@ -167,7 +171,9 @@ func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbo
 		}
 		sb.Deadline = m.now().Add(m.deadlineFor(sb.Desired))
 		sb.UpdatedAt = m.now()
-		return store.Mutation{Request: m.request(sb, kind)}, nil
+		req := m.request(sb, kind)
+		req.Detail = detail
+		return store.Mutation{Request: req}, nil
 	})
 	switch {
 	case errors.Is(err, errNoChange):
