@@ -29,7 +29,12 @@ type SandboxSpec struct {
 	Command []string               `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
 	Labels  map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// policy is the YAML policy document, stored verbatim.
-	Policy        string `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
+	Policy string `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
+	// restart_policy is never, on_failure (default) or always; the gateway
+	// applies it when the main process exits.
+	RestartPolicy string `protobuf:"bytes,5,opt,name=restart_policy,json=restartPolicy,proto3" json:"restart_policy,omitempty"`
+	// max_restarts caps restarts since the last start (default 5).
+	MaxRestarts   int32 `protobuf:"varint,6,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -92,13 +97,27 @@ func (x *SandboxSpec) GetPolicy() string {
 	return ""
 }
 
+func (x *SandboxSpec) GetRestartPolicy() string {
+	if x != nil {
+		return x.RestartPolicy
+	}
+	return ""
+}
+
+func (x *SandboxSpec) GetMaxRestarts() int32 {
+	if x != nil {
+		return x.MaxRestarts
+	}
+	return 0
+}
+
 type Sandbox struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Spec  *SandboxSpec           `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	// phase is the last observed phase: provisioning, ready, stopping, stopped,
-	// starting, deleting or error.
+	// starting, deleting, exited or error.
 	Phase string `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
 	// desired_state is the intent: running, stopped or deleted.
 	DesiredState string `protobuf:"bytes,5,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
@@ -112,6 +131,10 @@ type Sandbox struct {
 	Deadline      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	LastOperation *Operation             `protobuf:"bytes,11,opt,name=last_operation,json=lastOperation,proto3" json:"last_operation,omitempty"`
 	Revision      int64                  `protobuf:"varint,12,opt,name=revision,proto3" json:"revision,omitempty"`
+	// exit_code is the main process's last exit status, once it exited.
+	ExitCode *int32 `protobuf:"varint,13,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	// restarts counts restarts by the restart policy since the last start.
+	Restarts      int32 `protobuf:"varint,14,opt,name=restarts,proto3" json:"restarts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -226,6 +249,20 @@ func (x *Sandbox) GetLastOperation() *Operation {
 func (x *Sandbox) GetRevision() int64 {
 	if x != nil {
 		return x.Revision
+	}
+	return 0
+}
+
+func (x *Sandbox) GetExitCode() int32 {
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
+	}
+	return 0
+}
+
+func (x *Sandbox) GetRestarts() int32 {
+	if x != nil {
+		return x.Restarts
 	}
 	return 0
 }
@@ -981,15 +1018,17 @@ var File_corral_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"\x17corral/v1/sandbox.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcc\x01\n" +
+	"\x17corral/v1/sandbox.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x96\x02\n" +
 	"\vSandboxSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12:\n" +
 	"\x06labels\x18\x03 \x03(\v2\".corral.v1.SandboxSpec.LabelsEntryR\x06labels\x12\x16\n" +
-	"\x06policy\x18\x04 \x01(\tR\x06policy\x1a9\n" +
+	"\x06policy\x18\x04 \x01(\tR\x06policy\x12%\n" +
+	"\x0erestart_policy\x18\x05 \x01(\tR\rrestartPolicy\x12!\n" +
+	"\fmax_restarts\x18\x06 \x01(\x05R\vmaxRestarts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x04\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12*\n" +
@@ -1007,7 +1046,11 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\bdeadline\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12;\n" +
 	"\x0elast_operation\x18\v \x01(\v2\x14.corral.v1.OperationR\rlastOperation\x12\x1a\n" +
-	"\brevision\x18\f \x01(\x03R\brevision\"\x92\x03\n" +
+	"\brevision\x18\f \x01(\x03R\brevision\x12 \n" +
+	"\texit_code\x18\r \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x1a\n" +
+	"\brestarts\x18\x0e \x01(\x05R\brestartsB\f\n" +
+	"\n" +
+	"_exit_code\"\x92\x03\n" +
 	"\tOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1d\n" +
 	"\n" +
@@ -1148,6 +1191,7 @@ func file_corral_v1_sandbox_proto_init() {
 	if File_corral_v1_sandbox_proto != nil {
 		return
 	}
+	file_corral_v1_sandbox_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

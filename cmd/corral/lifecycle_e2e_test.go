@@ -163,8 +163,8 @@ func TestStopStartStormNeverDeletes(t *testing.T) {
 		t.Errorf("only %d request entries journaled for 1,000 requests", requests)
 	}
 	objs := fakeObjects(t, home)
-	if len(objs) != 1 || objs[0].ID != id || objs[0].State != driver.StateStopped {
-		t.Fatalf("driver objects = %+v, want one stopped object for %s", objs, id)
+	if len(objs) != 1 || objs[0].ID != id || objs[0].State == driver.StateRunning || objs[0].Generation != sb.Generation {
+		t.Fatalf("driver objects = %+v, want one object of generation %d for %s, not running", objs, sb.Generation, id)
 	}
 	emptyThroughAPI(t, c)
 }

@@ -13,8 +13,9 @@ import (
 
 func newCreateCmd(g *globals) *cobra.Command {
 	var (
-		name, image, policyFile, requestID, format string
-		labels                                     []string
+		name, image, policyFile, requestID, format, restart string
+		maxRestarts                                         int32
+		labels                                              []string
 		detach                                     bool
 		timeout                                    time.Duration
 	)
@@ -36,7 +37,8 @@ in error (exit 1), showing its progress on stderr; then print its id.`,
 			} else if len(args) > 0 {
 				return fmt.Errorf("unexpected argument %q: give the sandbox name with --name and the command after --", args[0])
 			}
-			spec := &corralv1.SandboxSpec{Image: image, Command: command, Labels: map[string]string{}}
+			spec := &corralv1.SandboxSpec{Image: image, Command: command, Labels: map[string]string{},
+				RestartPolicy: restart, MaxRestarts: maxRestarts}
 			for _, l := range labels {
 				k, v, ok := strings.Cut(l, "=")
 				if !ok || k == "" {
@@ -63,7 +65,7 @@ in error (exit 1), showing its progress on stderr; then print its id.`,
 			}
 			sb := resp.Sandbox
 			if !detach {
-				err := waitFor(ctx, c, []*corralv1.Sandbox{sb}, waitOptions{goal: reached("ready"), timeout: timeout, progress: g.stderr})
+				err := waitFor(ctx, c, []*corralv1.Sandbox{sb}, waitOptions{goal: running, timeout: timeout, progress: g.stderr})
 				if err != nil {
 					return err
 				}
@@ -84,6 +86,8 @@ in error (exit 1), showing its progress on stderr; then print its id.`,
 	f.StringVar(&policyFile, "policy", "", "YAML policy file")
 	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
 	f.BoolVarP(&detach, "detach", "d", false, "return once the sandbox is recorded, without waiting")
+	f.StringVar(&restart, "restart", "", "restart policy when the main process exits: never, on_failure (default) or always")
+	f.Int32Var(&maxRestarts, "max-restarts", 0, "restart at most this many times (default 5)")
 	f.StringVar(&requestID, "request-id", "", "idempotency key: a retried create with the same id returns the same sandbox")
 	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: until ready or error)")
 	f.StringVarP(&format, "output", "o", "table", "output: table (the id), json or yaml")

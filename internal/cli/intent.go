@@ -103,7 +103,7 @@ func newStartCmd(g *globals) *cobra.Command {
 		call: func(ctx context.Context, c *client, name string, _ bool) (*corralv1.Sandbox, error) {
 			return c.StartSandbox(ctx, &corralv1.StartSandboxRequest{Name: name})
 		},
-		wait: reached("ready"),
+		wait: running,
 	})
 }
 

@@ -30,6 +30,10 @@ type sandboxView struct {
 	Command       []string          `json:"command,omitempty" yaml:"command,omitempty"`
 	Labels        map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
 	Policy        string            `json:"policy,omitempty" yaml:"policy,omitempty"`
+	RestartPolicy string            `json:"restart_policy" yaml:"restart_policy"`
+	MaxRestarts   int32             `json:"max_restarts" yaml:"max_restarts"`
+	Restarts      int32             `json:"restarts" yaml:"restarts"`
+	ExitCode      *int32            `json:"exit_code,omitempty" yaml:"exit_code,omitempty"`
 	LastOperation *operationView    `json:"last_operation" yaml:"last_operation"`
 }
 
@@ -60,7 +64,9 @@ func viewOf(sb *corralv1.Sandbox) sandboxView {
 		ID: sb.Id, Name: sb.Name, Phase: sb.Phase, DesiredState: sb.DesiredState, Generation: sb.Generation,
 		Reason: sb.Reason, CreatedAt: stamp(sb.CreatedAt), UpdatedAt: stamp(sb.UpdatedAt), Deadline: stamp(sb.Deadline),
 		Image: sb.GetSpec().GetImage(), Command: sb.GetSpec().GetCommand(), Labels: sb.GetSpec().GetLabels(),
-		Policy: sb.GetSpec().GetPolicy(), LastOperation: opViewOf(sb.LastOperation),
+		Policy: sb.GetSpec().GetPolicy(), RestartPolicy: sb.GetSpec().GetRestartPolicy(),
+		MaxRestarts: sb.GetSpec().GetMaxRestarts(), Restarts: sb.Restarts, ExitCode: sb.ExitCode,
+		LastOperation: opViewOf(sb.LastOperation),
 	}
 }
 

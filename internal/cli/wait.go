@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
@@ -127,4 +128,13 @@ func reached(want string) goal {
 		}
 		return false, nil
 	}
+}
+
+// running is the goal of create and start: ready, or already exited (a
+// short command may be done before the wait sees it run).
+func running(sb *corralv1.Sandbox, since int64) (bool, error) {
+	if sb.Phase == "exited" && sb.Revision > since && !strings.Contains(sb.Reason, "restart ") {
+		return true, nil
+	}
+	return reached("ready")(sb, since)
 }

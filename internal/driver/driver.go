@@ -15,11 +15,14 @@ type Driver interface {
 	Name() string
 	// Create makes the compute object for spec.ID at spec.Generation without
 	// starting it. An object that already exists for the same id and
-	// generation is adopted: Create then succeeds.
+	// generation is adopted: Create then succeeds. An object of another
+	// generation that is not running is replaced (a new incarnation); a
+	// running one is errdefs.ErrFailedPrecondition.
 	Create(ctx context.Context, spec Spec) error
-	// Start runs incarnation ref.Generation of the object. Starting a
-	// running incarnation succeeds; an object of an older generation is
-	// replaced by the new incarnation. A missing object is errdefs.ErrNotFound.
+	// Start runs the object and returns once its main process runs.
+	// Starting a running object succeeds. A missing object is
+	// errdefs.ErrNotFound, one of another generation
+	// errdefs.ErrFailedPrecondition.
 	Start(ctx context.Context, ref Ref) error
 	// Stop stops the object. A stopped or missing object succeeds.
 	Stop(ctx context.Context, ref Ref, opts StopOptions) error
@@ -65,7 +68,7 @@ type State string
 const (
 	StateCreated State = "created"
 	StateRunning State = "running"
-	StateStopped State = "stopped"
+	StateStopped State = "stopped" // ran, and its main process has exited
 )
 
 // Object is a driver's view of one compute object.
@@ -73,7 +76,9 @@ type Object struct {
 	ID         string
 	Generation int64
 	State      State
-	Labels     map[string]string
+	// ExitCode is the main process's exit status once State is stopped.
+	ExitCode int
+	Labels   map[string]string
 	// Message is the driver's own explanation of the state, if any.
 	Message string
 }
@@ -93,4 +98,12 @@ type Config struct {
 	Label string
 	// StateDir is a directory the driver may keep files in.
 	StateDir string
+}
+
+// Watcher is a driver that reports changes of its objects as they happen
+// (a main process that exits, say), so the gateway need not poll.
+type Watcher interface {
+	// Watch calls changed with the sandbox id of every object that changes,
+	// until ctx ends or the event source fails.
+	Watch(ctx context.Context, changed func(id string)) error
 }

@@ -20,12 +20,20 @@ func toProto(sb *sandbox.Sandbox) *corralv1.Sandbox {
 	if sb == nil {
 		return nil
 	}
+	var exit *int32
+	if sb.ExitCode != nil {
+		code := int32(*sb.ExitCode)
+		exit = &code
+	}
 	return &corralv1.Sandbox{
 		Id:   sb.ID,
 		Name: sb.Name,
 		Spec: &corralv1.SandboxSpec{
 			Image: sb.Spec.Image, Command: sb.Spec.Command, Labels: sb.Spec.Labels, Policy: sb.Spec.Policy,
+			RestartPolicy: sb.Spec.RestartPolicy, MaxRestarts: int32(sb.Spec.MaxRestarts),
 		},
+		ExitCode:      exit,
+		Restarts:      int32(sb.Restarts),
 		Phase:         string(sb.Phase),
 		DesiredState:  string(sb.Desired),
 		Generation:    sb.Generation,
@@ -53,5 +61,6 @@ func specFromProto(s *corralv1.SandboxSpec) sandbox.Spec {
 	if s == nil {
 		return sandbox.Spec{}
 	}
-	return sandbox.Spec{Image: s.Image, Command: s.Command, Labels: s.Labels, Policy: s.Policy}
+	return sandbox.Spec{Image: s.Image, Command: s.Command, Labels: s.Labels, Policy: s.Policy,
+		RestartPolicy: s.RestartPolicy, MaxRestarts: int(s.MaxRestarts)}
 }

@@ -96,6 +96,7 @@ func Run(opts Options) error {
 		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, nil)
 	}
 	cancelRecover()
+	mgr.WatchDriver()
 
 	srv, err := serve(opts.Home, mgr, log)
 	if err != nil {

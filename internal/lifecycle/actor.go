@@ -22,8 +22,12 @@ type actor struct {
 	preempted    bool // the call in flight was cancelled by a delete
 	force        bool // delete without a graceful stop
 
-	failures int    // consecutive failed attempts, for backoff
-	lastKind string // the driver call of those failures
+	failures int // consecutive failed attempts, for backoff
+
+	// restartDue is when generation restartGen is restarted by the
+	// restart policy.
+	restartGen int64
+	restartDue time.Time
 }
 
 // kick wakes the actor of a sandbox, starting its goroutine if needed.

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -56,7 +57,7 @@ func (h *harness) start() {
 	cfg := Config{
 		Store: h.st, Driver: h.drv, Instance: "test-" + string(rune('a'+h.n)),
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		RetryBase: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		RetryBase: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond, RestartBase: 5 * time.Millisecond,
 	}
 	if h.tweak != nil {
 		h.tweak(&cfg)
@@ -65,6 +66,7 @@ func (h *harness) start() {
 	if err := h.m.Recover(context.Background()); err != nil {
 		h.t.Fatal(err)
 	}
+	h.m.WatchDriver()
 }
 
 func (h *harness) stop(budget time.Duration) {
@@ -103,7 +105,7 @@ func (h *harness) waitPhase(name string, phase sandbox.Phase) *sandbox.Sandbox {
 	h.waitFor(name+" "+string(phase), func() bool {
 		var err error
 		sb, err = h.m.Get(context.Background(), name)
-		return err == nil && sb.Phase == phase && sb.Converged() == (phase == sandbox.PhaseReady || phase == sandbox.PhaseStopped)
+		return err == nil && sb.Phase == phase && sb.Converged() == (phase == sandbox.PhaseReady || phase == sandbox.PhaseStopped || phase == sandbox.PhaseExited)
 	})
 	return sb
 }
@@ -502,3 +504,64 @@ func TestConcurrentRequestsOnManySandboxes(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestMainProcessExitFollowsTheRestartPolicy(t *testing.T) {
+	cases := []struct {
+		policy       string
+		code         int
+		wantRestarts int
+	}{
+		{sandbox.RestartNever, 1, 0},
+		{sandbox.RestartOnFailure, 0, 0},
+		{sandbox.RestartOnFailure, 3, 2},
+		{sandbox.RestartAlways, 0, 2},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s exit %d", tc.policy, tc.code), func(t *testing.T) {
+			h := newHarness(t, nil)
+			sb, _, err := h.m.Create(context.Background(), "job", "", sandbox.Spec{RestartPolicy: tc.policy, MaxRestarts: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for gen := int64(1); ; gen++ {
+				h.waitFor(fmt.Sprintf("generation %d running", gen), func() bool {
+					o, ok := h.object(sb.ID)
+					return ok && o.Generation == gen && o.State == driver.StateRunning
+				})
+				h.waitPhase("job", sandbox.PhaseReady)
+				if err := fake.Exit(h.stateDir, sb.ID, tc.code); err != nil {
+					t.Fatal(err)
+				}
+				if gen > int64(tc.wantRestarts) {
+					break
+				}
+			}
+			got := h.waitPhase("job", sandbox.PhaseExited)
+			if got.ExitCode == nil || *got.ExitCode != tc.code || got.Restarts != tc.wantRestarts {
+				t.Fatalf("exited record: code %v restarts %d reason %q", got.ExitCode, got.Restarts, got.Reason)
+			}
+			if !strings.Contains(got.Reason, fmt.Sprintf("exited with code %d", tc.code)) {
+				t.Fatalf("reason %q", got.Reason)
+			}
+			// start brings an exited sandbox back as a new generation
+			if _, err := h.m.Start(context.Background(), "job"); err != nil {
+				t.Fatal(err)
+			}
+			again := h.waitPhase("job", sandbox.PhaseReady)
+			if again.Generation != got.Generation+1 || again.Restarts != 0 {
+				t.Fatalf("after start: generation %d restarts %d", again.Generation, again.Restarts)
+			}
+		})
+	}
+}
+
+func TestInvalidRestartPolicyIsRefused(t *testing.T) {
+	h := newHarness(t, nil)
+	_, _, err := h.m.Create(context.Background(), "x", "", sandbox.Spec{RestartPolicy: "sometimes"})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `"sometimes"`) {
+		t.Fatalf("err = %v", err)
+	}
+	if list, _ := h.m.List(context.Background()); len(list) != 0 {
+		t.Fatalf("%d records after a refused create", len(list))
+	}
+}

@@ -37,6 +37,9 @@ type Config struct {
 	CallTimeout time.Duration
 	// RetryBase and RetryMax bound the exponential backoff between attempts.
 	RetryBase, RetryMax time.Duration
+	// RestartBase is the first wait before a restart by the restart
+	// policy; it doubles with every restart, up to a minute.
+	RestartBase time.Duration
 	// DefaultImage is used when a create names no image.
 	DefaultImage string
 }
@@ -53,6 +56,7 @@ func (c *Config) setDefaults() {
 	def(&c.CallTimeout, time.Minute)
 	def(&c.RetryBase, 200*time.Millisecond)
 	def(&c.RetryMax, 30*time.Second)
+	def(&c.RestartBase, time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -68,6 +72,10 @@ type Manager struct {
 	// when the shutdown budget runs out.
 	callCtx    context.Context
 	cancelCall context.CancelFunc
+
+	// watching ends the driver event watch at shutdown.
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
 
 	mu      sync.Mutex
 	actors  map[string]*actor
@@ -143,6 +151,38 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
+// WatchDriver follows the driver's change events, when it has them, and
+// wakes the actor of every sandbox that changed, reconnecting with backoff
+// when the event source fails. Shutdown ends it.
+func (m *Manager) WatchDriver() {
+	w, ok := m.cfg.Driver.(driver.Watcher)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.stopWatch, m.watchDone = cancel, make(chan struct{})
+	go func() {
+		defer close(m.watchDone)
+		for n := 1; ; n++ {
+			err := w.Watch(ctx, m.kick)
+			if ctx.Err() != nil {
+				return
+			}
+			wait := m.backoff(n)
+			m.log.Warn("driver event watch ended; retrying", "err", err, "retry_in", wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			// events may have been missed meanwhile
+			if err := m.Resync(ctx); err != nil && ctx.Err() == nil {
+				m.log.Error("resync", "err", err)
+			}
+		}
+	}()
+}
+
 // Resync wakes every sandbox's actor, so drift in the driver is noticed.
 func (m *Manager) Resync(ctx context.Context) error {
 	list, err := m.cfg.Store.ListSandboxes(ctx)
@@ -160,6 +200,10 @@ func (m *Manager) Resync(ctx context.Context) error {
 // waits up to grace for those calls to return, and settles every entry this
 // instance still has pending as interrupted.
 func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
+	if m.stopWatch != nil {
+		m.stopWatch()
+		<-m.watchDone
+	}
 	m.mu.Lock()
 	m.closing = true
 	for _, a := range m.actors {

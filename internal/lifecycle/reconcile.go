@@ -48,6 +48,9 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 		m.remove(a, sb)
 		return false, 0
 	}
+	if sb.Desired == sandbox.DesiredRunning && found && obs.Generation == sb.Generation && obs.State == driver.StateStopped {
+		return m.exited(a, sb, obs.ExitCode)
+	}
 	act, ok := m.decide(a, sb, obs, found)
 	if !ok {
 		m.converge(a, sb)
@@ -94,13 +97,18 @@ func (m *Manager) decide(a *actor, sb *sandbox.Sandbox, obs driver.Object, found
 	if sb.Phase == sandbox.PhaseProvisioning {
 		startPhase = sandbox.PhaseProvisioning
 	}
+	spec := driver.Spec{ID: sb.ID, Name: sb.Name, Generation: sb.Generation, Image: sb.Spec.Image,
+		Command: sb.Spec.Command, Labels: sb.Spec.Labels, Policy: sb.Spec.Policy}
+	create := func(phase sandbox.Phase) action {
+		return action{sandbox.OpDriverCreate, phase, sb.Generation, func(ctx context.Context) error { return d.Create(ctx, spec) }}
+	}
 	switch {
 	case !found:
-		spec := driver.Spec{ID: sb.ID, Name: sb.Name, Generation: sb.Generation, Image: sb.Spec.Image,
-			Command: sb.Spec.Command, Labels: sb.Spec.Labels, Policy: sb.Spec.Policy}
-		return action{sandbox.OpDriverCreate, sandbox.PhaseProvisioning, sb.Generation, func(ctx context.Context) error { return d.Create(ctx, spec) }}, true
+		return create(sandbox.PhaseProvisioning), true
 	case running && obs.Generation != sb.Generation:
 		return stop(startPhase), true // retire the old incarnation first
+	case obs.Generation != sb.Generation:
+		return create(startPhase), true // a new incarnation replaces the stopped one
 	case !running:
 		return action{sandbox.OpDriverStart, startPhase, sb.Generation, func(ctx context.Context) error { return d.Start(ctx, ref) }}, true
 	}
@@ -155,6 +163,79 @@ func (m *Manager) converge(a *actor, sb *sandbox.Sandbox) {
 	if err == nil {
 		m.log.Info("sandbox converged", "sandbox", sb.Name, "phase", phase, "generation", sb.Generation)
 	}
+}
+
+// exited handles a main process that ended on its own: the restart policy
+// either restarts it as a new generation after a backoff, or the sandbox
+// rests in phase exited with the exit code.
+func (m *Manager) exited(a *actor, sb *sandbox.Sandbox, code int) (bool, time.Duration) {
+	now := m.now()
+	restart := sb.Spec.ShouldRestart(code) && sb.Restarts < sb.Spec.MaxRestarts
+	if restart && (a.restartGen != sb.Generation || a.restartDue.IsZero()) {
+		wait := m.restartBackoff(sb.Restarts + 1)
+		a.restartGen, a.restartDue = sb.Generation, now.Add(wait)
+		reason := fmt.Sprintf("main process exited with code %d; restart %d of %d in %s (restart policy %s)",
+			code, sb.Restarts+1, sb.Spec.MaxRestarts, wait, sb.Spec.RestartPolicy)
+		m.recordExit(sb, code, reason, false)
+		return false, wait
+	}
+	if restart {
+		if wait := a.restartDue.Sub(now); wait > 0 {
+			return false, wait
+		}
+		a.restartDue = time.Time{}
+		_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+			if cur.Generation != sb.Generation || cur.Desired != sandbox.DesiredRunning {
+				return store.Mutation{}, errNoChange
+			}
+			cur.Generation++
+			cur.Restarts++
+			cur.Phase = sandbox.PhaseStarting
+			cur.Deadline = now.Add(m.cfg.ProvisioningTimeout)
+			return store.Mutation{}, nil
+		})
+		if err != nil && !errors.Is(err, errNoChange) {
+			m.log.Error("record restart", "sandbox", sb.Name, "err", err)
+			return false, m.backoff(1)
+		}
+		m.log.Info("restarting sandbox after its main process exited", "sandbox", sb.Name, "exit_code", code)
+		return true, 0
+	}
+	reason := fmt.Sprintf("main process exited with code %d", code)
+	if sb.Spec.ShouldRestart(code) {
+		reason += fmt.Sprintf("; not restarted: the limit of %d restarts is reached", sb.Spec.MaxRestarts)
+	}
+	m.recordExit(sb, code, reason, true)
+	return false, 0
+}
+
+func (m *Manager) recordExit(sb *sandbox.Sandbox, code int, reason string, final bool) {
+	if sb.Phase == sandbox.PhaseExited && sb.Reason == reason && sb.ExitCode != nil && *sb.ExitCode == code {
+		return
+	}
+	_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+		if cur.Generation != sb.Generation || cur.Desired != sandbox.DesiredRunning {
+			return store.Mutation{}, errNoChange
+		}
+		cur.Phase, cur.Reason, cur.ExitCode = sandbox.PhaseExited, reason, &code
+		if final {
+			return store.Mutation{SettleRequests: sandbox.OpSucceeded}, nil
+		}
+		return store.Mutation{}, nil
+	})
+	if err != nil && !errors.Is(err, errNoChange) {
+		m.log.Error("record exit", "sandbox", sb.Name, "err", err)
+	}
+	m.log.Info("main process exited", "sandbox", sb.Name, "exit_code", code, "reason", reason)
+}
+
+// restartBackoff is the wait before the n-th restart by the restart policy.
+func (m *Manager) restartBackoff(n int) time.Duration {
+	d := m.cfg.RestartBase
+	for i := 1; i < n && d < time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, time.Minute)
 }
 
 // remove deletes the record of a sandbox whose compute is gone.

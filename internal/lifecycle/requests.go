@@ -45,6 +45,9 @@ func (m *Manager) Create(ctx context.Context, name, requestID string, spec sandb
 			return nil, false, err
 		}
 	}
+	if err := spec.ValidateRestart(); err != nil {
+		return nil, false, err
+	}
 	if spec.Image == "" {
 		spec.Image = m.cfg.DefaultImage
 	}
@@ -110,18 +113,22 @@ func (m *Manager) Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, 
 	})
 }
 
-// Start sets a sandbox's intent to running; a stopped sandbox gets a new
-// generation, so nothing of its old incarnation can be mistaken for it.
+// Start sets a sandbox's intent to running; a stopped or exited sandbox
+// gets a new generation, so nothing of its old incarnation can be mistaken
+// for it.
 func (m *Manager) Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
 	return m.changeIntent(ctx, nameOrID, sandbox.OpStart, "", func(sb *sandbox.Sandbox) error {
 		switch sb.Desired {
 		case sandbox.DesiredDeleted:
 			return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be started", sb.Name)
 		case sandbox.DesiredRunning:
-			return errNoChange
+			if sb.Phase != sandbox.PhaseExited {
+				return errNoChange
+			}
 		}
 		sb.Desired = sandbox.DesiredRunning
 		sb.Generation++
+		sb.Restarts = 0
 		if sb.Phase != sandbox.PhaseProvisioning {
 			sb.Phase = sandbox.PhaseStarting
 		}

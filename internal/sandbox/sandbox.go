@@ -33,7 +33,20 @@ const (
 	PhaseStarting     Phase = "starting"
 	PhaseDeleting     Phase = "deleting"
 	PhaseError        Phase = "error"
+	// PhaseExited: the main process ended and the restart policy does not
+	// (or no longer) restart it.
+	PhaseExited Phase = "exited"
 )
+
+// The restart policies, applied by the gateway when a main process exits.
+const (
+	RestartNever     = "never"
+	RestartOnFailure = "on_failure"
+	RestartAlways    = "always"
+)
+
+// DefaultMaxRestarts caps restarts when a spec sets no cap.
+const DefaultMaxRestarts = 5
 
 // Spec is what a sandbox was created with.
 type Spec struct {
@@ -41,6 +54,40 @@ type Spec struct {
 	Command []string          `json:"command,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
 	Policy  string            `json:"policy,omitempty"`
+	// RestartPolicy is never, on_failure (the default) or always.
+	RestartPolicy string `json:"restart_policy,omitempty"`
+	// MaxRestarts caps restarts since the last start request.
+	MaxRestarts int `json:"max_restarts,omitempty"`
+}
+
+// ValidateRestart checks and fills in the restart policy of a spec.
+func (s *Spec) ValidateRestart() error {
+	switch s.RestartPolicy {
+	case "":
+		s.RestartPolicy = RestartOnFailure
+	case RestartNever, RestartOnFailure, RestartAlways:
+	default:
+		return errdefs.InvalidArgument("invalid restart policy %q: want never, on_failure or always", s.RestartPolicy)
+	}
+	if s.MaxRestarts < 0 {
+		return errdefs.InvalidArgument("invalid max restarts %d: want 0 or more", s.MaxRestarts)
+	}
+	if s.MaxRestarts == 0 {
+		s.MaxRestarts = DefaultMaxRestarts
+	}
+	return nil
+}
+
+// ShouldRestart reports whether a main process that exited with code is
+// restarted under the spec's policy.
+func (s *Spec) ShouldRestart(code int) bool {
+	switch s.RestartPolicy {
+	case RestartAlways:
+		return true
+	case RestartNever:
+		return false
+	}
+	return code != 0
 }
 
 // Sandbox is one sandbox record.
@@ -55,7 +102,11 @@ type Sandbox struct {
 	// stopped sandbox is asked to run again.
 	Generation int64
 	Reason     string
-	CreatedAt  time.Time
+	// ExitCode is the main process's last exit status, if it exited.
+	ExitCode *int
+	// Restarts counts restarts by the restart policy since the last start.
+	Restarts  int
+	CreatedAt time.Time
 	UpdatedAt  time.Time
 	// Deadline is when the current intent must be reached. Always set.
 	Deadline time.Time
@@ -69,7 +120,7 @@ type Sandbox struct {
 func (s *Sandbox) Converged() bool {
 	switch s.Desired {
 	case DesiredRunning:
-		return s.Phase == PhaseReady
+		return s.Phase == PhaseReady || s.Phase == PhaseExited
 	case DesiredStopped:
 		return s.Phase == PhaseStopped
 	}

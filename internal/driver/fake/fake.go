@@ -50,12 +50,13 @@ type object struct {
 	ID         string            `json:"id"`
 	Generation int64             `json:"generation"`
 	State      driver.State      `json:"state"`
+	ExitCode   int               `json:"exit_code"`
 	Labels     map[string]string `json:"labels"`
 	Starts     int               `json:"starts"`
 }
 
 func (o *object) public() driver.Object {
-	return driver.Object{ID: o.ID, Generation: o.Generation, State: o.State, Labels: maps.Clone(o.Labels)}
+	return driver.Object{ID: o.ID, Generation: o.Generation, State: o.State, ExitCode: o.ExitCode, Labels: maps.Clone(o.Labels)}
 }
 
 // ObjectsFile is the name of the file that holds the objects in the state dir.
@@ -127,8 +128,13 @@ func (d *Driver) call(ctx context.Context, op, id, name string, fn func() error)
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	return d.call(ctx, "create", spec.ID, spec.Name, func() error {
 		return d.update(func(objs map[string]*object) error {
-			if o := objs[spec.ID]; d.mine(o) && o.Generation == spec.Generation {
-				return nil // adopt
+			if o := objs[spec.ID]; d.mine(o) {
+				switch {
+				case o.Generation == spec.Generation:
+					return nil // adopt
+				case o.State == driver.StateRunning:
+					return errdefs.FailedPrecondition("fake object for sandbox %s runs generation %d", spec.ID, o.Generation)
+				}
 			}
 			labels := maps.Clone(spec.Labels)
 			if labels == nil {
@@ -138,7 +144,11 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			labels[driver.LabelSandboxID] = spec.ID
 			labels[driver.LabelName] = spec.Name
 			labels[driver.LabelGeneration] = strconv.FormatInt(spec.Generation, 10)
-			objs[spec.ID] = &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateCreated, Labels: labels}
+			starts := 0
+			if o := objs[spec.ID]; o != nil {
+				starts = o.Starts
+			}
+			objs[spec.ID] = &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateCreated, Labels: labels, Starts: starts}
 			return nil
 		})
 	})
@@ -152,12 +162,13 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 			if !d.mine(o) {
 				return errdefs.NotFound("fake object for sandbox %s not found", ref.ID)
 			}
-			if o.Generation == ref.Generation && o.State == driver.StateRunning {
+			if o.Generation != ref.Generation {
+				return errdefs.FailedPrecondition("fake object for sandbox %s is generation %d, not %d", ref.ID, o.Generation, ref.Generation)
+			}
+			if o.State == driver.StateRunning {
 				return nil
 			}
-			o.Generation = ref.Generation
-			o.Labels[driver.LabelGeneration] = strconv.FormatInt(ref.Generation, 10)
-			o.State = driver.StateRunning
+			o.State, o.ExitCode = driver.StateRunning, 0
 			o.Starts++
 			return nil
 		})
@@ -169,7 +180,7 @@ func (d *Driver) Stop(ctx context.Context, ref driver.Ref, _ driver.StopOptions)
 	return d.call(ctx, "stop", ref.ID, "", func() error {
 		return d.update(func(objs map[string]*object) error {
 			if o := objs[ref.ID]; d.mine(o) && o.State == driver.StateRunning {
-				o.State = driver.StateStopped
+				o.State, o.ExitCode = driver.StateStopped, 137 // as if killed
 			}
 			return nil
 		})
@@ -226,6 +237,20 @@ func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
 		return nil
 	})
 	return list, err
+}
+
+// Exit makes the main process of a running fake object exit with code,
+// as a real one would on its own.
+func Exit(stateDir, id string, code int) error {
+	d := &Driver{cfg: driver.Config{StateDir: stateDir}}
+	return d.update(func(objs map[string]*object) error {
+		o := objs[id]
+		if o == nil || o.State != driver.StateRunning {
+			return errdefs.FailedPrecondition("fake object for sandbox %s is not running", id)
+		}
+		o.State, o.ExitCode = driver.StateStopped, code
+		return nil
+	})
 }
 
 // Starts returns how many times the object of a sandbox id was started

@@ -13,7 +13,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/store"
 )
 
-const sandboxColumns = `id, name, request_id, spec, desired_state, phase, generation, reason, created_at, updated_at, deadline, revision`
+const sandboxColumns = `id, name, request_id, spec, desired_state, phase, generation, reason, exit_code, restarts, created_at, updated_at, deadline, revision`
 
 const operationColumns = `id, sandbox_id, kind, state, owner, attempt, generation, started_at, deadline, finished_at, error, detail`
 
@@ -26,13 +26,18 @@ func scanSandbox(row scanner) (*sandbox.Sandbox, error) {
 	var (
 		sb                         sandbox.Sandbox
 		requestID                  sql.NullString
+		exitCode                   sql.NullInt64
 		spec                       string
 		created, updated, deadline int64
 	)
 	err := row.Scan(&sb.ID, &sb.Name, &requestID, &spec, &sb.Desired, &sb.Phase, &sb.Generation,
-		&sb.Reason, &created, &updated, &deadline, &sb.Revision)
+		&sb.Reason, &exitCode, &sb.Restarts, &created, &updated, &deadline, &sb.Revision)
 	if err != nil {
 		return nil, err
+	}
+	if exitCode.Valid {
+		code := int(exitCode.Int64)
+		sb.ExitCode = &code
 	}
 	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
 		return nil, fmt.Errorf("sandbox %s: decode spec: %w", sb.ID, err)
@@ -81,6 +86,13 @@ func nullNanos(t time.Time) any {
 	return t.UnixNano()
 }
 
+func nullInt(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
 func nullString(s string) any {
 	if s == "" {
 		return nil
@@ -118,9 +130,9 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 			return err
 		}
 		sb.Revision = 1
-		_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 			sb.ID, sb.Name, nullString(sb.RequestID), string(spec), sb.Desired, sb.Phase, sb.Generation,
-			sb.Reason, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision)
+			sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision)
 		if err != nil {
 			return err
 		}
@@ -243,8 +255,8 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 		}
 		sb.Revision++
 		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET desired_state=?, phase=?, generation=?, reason=?,
-			updated_at=?, deadline=?, revision=? WHERE id=?`,
-			sb.Desired, sb.Phase, sb.Generation, sb.Reason, nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision, sb.ID)
+			exit_code=?, restarts=?, updated_at=?, deadline=?, revision=? WHERE id=?`,
+			sb.Desired, sb.Phase, sb.Generation, sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision, sb.ID)
 		if err != nil {
 			return err
 		}

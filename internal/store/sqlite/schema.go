@@ -12,6 +12,8 @@ var migrations = []string{
 		phase         TEXT NOT NULL,
 		generation    INTEGER NOT NULL,
 		reason        TEXT NOT NULL DEFAULT '',
+		exit_code     INTEGER,
+		restarts      INTEGER NOT NULL DEFAULT 0,
 		created_at    INTEGER NOT NULL,
 		updated_at    INTEGER NOT NULL,
 		deadline      INTEGER NOT NULL,
