@@ -16,8 +16,8 @@ func newCreateCmd(g *globals) *cobra.Command {
 		name, image, policyFile, requestID, format, restart string
 		maxRestarts                                         int32
 		labels                                              []string
-		detach                                     bool
-		timeout                                    time.Duration
+		detach                                              bool
+		timeout                                             time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "create --name NAME [--image IMG] [--policy FILE] [--label k=v] [--detach] [-- CMD ARGS...]",

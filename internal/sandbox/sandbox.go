@@ -107,7 +107,7 @@ type Sandbox struct {
 	// Restarts counts restarts by the restart policy since the last start.
 	Restarts  int
 	CreatedAt time.Time
-	UpdatedAt  time.Time
+	UpdatedAt time.Time
 	// Deadline is when the current intent must be reached. Always set.
 	Deadline time.Time
 	// Revision grows on every write of the record.
