@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+
+	"github.com/spf13/cobra"
+
+	"github.com/corral-sandbox/corral/internal/supervisor"
+)
+
+func newSuperviseCmd() *cobra.Command {
+	var readyFile string
+	cmd := &cobra.Command{
+		Use:    "supervise [--ready-file PATH] -- CMD [ARGS...]",
+		Short:  "Run as a sandbox's PID 1 (used inside sandboxes, not by people)",
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code, err := supervisor.Run(supervisor.Config{Command: args, ReadyFile: readyFile})
+			if err != nil {
+				return err
+			}
+			return &exitError{code: code}
+		},
+	}
+	cmd.Flags().StringVar(&readyFile, "ready-file", "", "file written once the main process runs")
+	cmd.AddCommand(&cobra.Command{
+		Use:   "exec -- CMD [ARGS...]",
+		Short: "Apply the sandbox's protections and exec CMD",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			err := supervisor.Exec(args)
+			if errors.Is(err, os.ErrNotExist) || isNotFound(err) {
+				fmt.Fprintf(os.Stderr, "corral: exec %s: %v\n", args[0], err)
+				return &exitError{code: 127}
+			}
+			fmt.Fprintf(os.Stderr, "corral: exec %v: %v\n", args, err)
+			return &exitError{code: 126}
+		},
+	})
+	return cmd
+}
+
+func isNotFound(err error) bool {
+	var e *exec.Error
+	return errors.As(err, &e) && errors.Is(e.Err, exec.ErrNotFound)
+}

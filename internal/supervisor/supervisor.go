@@ -1,0 +1,125 @@
+// Package supervisor is PID 1 of a sandbox (`corral supervise`): it starts
+// the main process through the exec stage (where the policy is applied),
+// reports readiness, forwards signals, reaps every zombie and exits with
+// the main process's status.
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config is what a supervisor runs.
+type Config struct {
+	// Command is the main process and its arguments.
+	Command []string
+	// ReadyFile, when set, is written (atomically, with the main process's
+	// pid) once the main process runs.
+	ReadyFile string
+}
+
+// forwarded are the signals passed on to the main process.
+var forwarded = []os.Signal{
+	syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
+}
+
+// Run supervises the main process and returns its exit status (128+N when
+// signal N killed it). It returns an error only when the main process could
+// not be started.
+func Run(cfg Config) (int, error) {
+	if len(cfg.Command) == 0 {
+		return 0, errors.New("supervise: no command to run")
+	}
+	// Signals first, so none is lost between the start and the wait.
+	sigs := make(chan os.Signal, 32)
+	signal.Notify(sigs, append(forwarded, syscall.SIGCHLD)...)
+	defer signal.Stop(sigs)
+	if os.Getpid() != 1 {
+		// Outside a PID namespace, orphans of the sandbox still come to us.
+		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	}
+
+	self, err := os.Executable()
+	if err != nil {
+		return 0, fmt.Errorf("supervise: %w", err)
+	}
+	argv := append([]string{"corral", "supervise", "exec", "--"}, cfg.Command...)
+	proc, err := os.StartProcess(self, argv, &os.ProcAttr{Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	if err != nil {
+		return 0, fmt.Errorf("supervise: start %s: %w", cfg.Command[0], err)
+	}
+	main := proc.Pid
+	if cfg.ReadyFile != "" {
+		if err := writeReady(cfg.ReadyFile, main); err != nil {
+			fmt.Fprintf(os.Stderr, "corral supervise: report readiness: %v\n", err)
+		}
+	}
+	for sig := range sigs {
+		if sig != syscall.SIGCHLD {
+			_ = syscall.Kill(main, sig.(syscall.Signal))
+			continue
+		}
+		if status, done := reap(main); done {
+			return status, nil
+		}
+	}
+	return 0, errors.New("supervise: signal channel closed")
+}
+
+// reap collects every exited child; it reports the main process's status
+// once that one is among them.
+func reap(main int) (int, bool) {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return 0, false
+		}
+		if pid != main {
+			continue
+		}
+		if ws.Signaled() {
+			return 128 + int(ws.Signal()), true
+		}
+		return ws.ExitStatus(), true
+	}
+}
+
+func writeReady(path string, pid int) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Exec is the exec stage: it runs in the process that becomes the main
+// process (or an exec'd one), applies the sandbox's protections to itself
+// and replaces itself with the command. It returns only on failure.
+func Exec(command []string) error {
+	if len(command) == 0 {
+		return errors.New("no command to run")
+	}
+	// The policy issue applies Landlock, seccomp, no_new_privs, the user
+	// switch and limits here, before the command runs.
+	path, err := exec.LookPath(command[0])
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(path, command, os.Environ())
+}
