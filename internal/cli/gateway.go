@@ -49,7 +49,8 @@ HOME/corral.toml when it exists); flags override the file.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "TOML config file (default HOME/corral.toml when it exists)")
-	f.StringVar(&flags.ComputeDriver, "driver", flags.ComputeDriver, "compute driver: auto or fake")
+	f.StringVar(&flags.ComputeDriver, "driver", flags.ComputeDriver, "compute driver: auto, docker or fake")
+	f.StringVar(&flags.Drivers.Docker.SocketPath, "docker-host", "", "Docker Engine address, unix:///var/run/docker.sock (default $DOCKER_HOST)")
 	f.StringVar(&flags.SandboxLabel, "sandbox-label", flags.SandboxLabel, "label key that marks this gateway's compute objects")
 	f.StringVar(&flags.ImagePullPolicy, "image-pull-policy", flags.ImagePullPolicy, "never, if_not_present or always")
 	f.StringVar(&flags.DefaultImage, "default-image", flags.DefaultImage, "image for sandboxes created without --image")
@@ -91,6 +92,7 @@ func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Confi
 	set("image-pull-policy", &cfg.ImagePullPolicy, flags.ImagePullPolicy)
 	set("default-image", &cfg.DefaultImage, flags.DefaultImage)
 	set("log-level", &cfg.LogLevel, flags.LogLevel)
+	set("docker-host", &cfg.Drivers.Docker.SocketPath, flags.Drivers.Docker.SocketPath)
 	setDur("shutdown-timeout", &cfg.ShutdownTimeout, flags.ShutdownTimeout)
 	setDur("provisioning-timeout", &cfg.ProvisioningTimeout, flags.ProvisioningTimeout)
 	setDur("stop-timeout", &cfg.StopTimeout, flags.StopTimeout)

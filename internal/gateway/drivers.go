@@ -1,23 +1,38 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/docker"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
 )
 
-// openDriver builds the configured compute driver. "auto" picks the best
-// driver this build has for the host.
+// openDriver builds the configured compute driver. "auto" picks docker when
+// an engine answers, else the best other driver this build has.
 func openDriver(cfg config.Config, home string, log *slog.Logger) (driver.Driver, error) {
 	name := cfg.ComputeDriver
 	if name == "auto" {
-		// The Docker and native drivers are not in this build yet, so the
-		// fake driver is the only one auto can pick; say so loudly.
-		log.Warn("no real compute driver is built in yet; using the fake driver, whose sandboxes are simulated")
+		d, err := newDocker(cfg, home)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			err = d.Ping(ctx)
+			cancel()
+			if err == nil {
+				log.Info("compute driver: docker (an engine answers)")
+				return d, nil
+			}
+			d.Close()
+		}
+		log.Warn("no Docker engine answers and the native driver is not built in yet; using the fake driver, whose sandboxes are simulated", "docker", err)
 		name = "fake"
 	}
 	switch name {
@@ -27,6 +42,69 @@ func openDriver(cfg config.Config, home string, log *slog.Logger) (driver.Driver
 			dir = filepath.Join(home, "fake")
 		}
 		return fake.New(driver.Config{Label: cfg.SandboxLabel, StateDir: dir})
+	case "docker":
+		d, err := newDocker(cfg, home)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		if err := d.Ping(ctx); err != nil {
+			// Not fatal: records stay visible with the reason, and the
+			// gateway converges once the engine answers.
+			log.Error("the Docker engine does not answer yet; sandboxes wait for it", "err", err)
+		}
+		return d, nil
 	}
-	return nil, fmt.Errorf("unknown compute driver %q: this build has fake (and auto)", name)
+	return nil, fmt.Errorf("unknown compute driver %q: this build has auto, docker and fake", name)
+}
+
+func newDocker(cfg config.Config, home string) (*docker.Driver, error) {
+	dir := filepath.Join(home, "docker")
+	bin, err := installSupervisor(filepath.Join(dir, "bin"))
+	if err != nil {
+		return nil, err
+	}
+	host := cfg.Drivers.Docker.SocketPath
+	if host != "" && !strings.Contains(host, "://") {
+		host = "unix://" + host
+	}
+	return docker.New(driver.Config{Label: cfg.SandboxLabel, StateDir: dir},
+		docker.Options{Host: host, PullPolicy: cfg.ImagePullPolicy, Supervisor: bin})
+}
+
+// installSupervisor copies the running binary into dir, so that containers
+// mount a file that outlives this process (go run deletes its binary).
+func installSupervisor(dir string) (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find the corral binary: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	src, err := os.Open(exe)
+	if err != nil {
+		return "", fmt.Errorf("read the corral binary: %w", err)
+	}
+	defer src.Close()
+	dst := filepath.Join(dir, "corral")
+	tmp, err := os.CreateTemp(dir, ".corral-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, src); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	// rename keeps the file that running containers mount intact
+	return dst, os.Rename(tmp.Name(), dst)
 }

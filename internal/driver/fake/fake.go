@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -23,7 +24,7 @@ import (
 // Driver is the fake driver.
 type Driver struct {
 	cfg driver.Config
-	mu  sync.Mutex // serializes read-modify-write of the objects file
+	mu  sync.Mutex // serializes this process's access to the objects file
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -93,10 +94,20 @@ func writeAtomic(path string, data []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// update runs fn on the objects with the file locked, and saves them.
+// update runs fn on the objects with the file locked (against this
+// process and others, such as a test that makes a process exit), and saves
+// them.
 func (d *Driver) update(fn func(objs map[string]*object) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	lock, err := os.OpenFile(filepath.Join(d.cfg.StateDir, ObjectsFile+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
 	objs, err := d.load()
 	if err != nil {
 		return err

@@ -1,0 +1,189 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+)
+
+// Create implements driver.Driver.
+func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
+	list, err := d.containers(ctx, spec.ID)
+	if err != nil {
+		return err
+	}
+	for _, c := range list {
+		switch {
+		case generation(c.Labels) == spec.Generation:
+			return nil // adopt
+		case stateOf(c.State) == driver.StateRunning:
+			return errdefs.FailedPrecondition("container %s of sandbox %s still runs generation %d", c.Names[0], spec.ID, generation(c.Labels))
+		}
+		if err := d.remove(ctx, c); err != nil { // a stopped, older incarnation
+			return err
+		}
+	}
+	command, err := d.prepareImage(ctx, spec)
+	if err != nil {
+		return err
+	}
+	dir := d.readyDir(spec.ID, spec.Generation)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("docker create: %w", err)
+	}
+	_ = os.Remove(filepath.Join(dir, "ready"))
+
+	labels := maps.Clone(spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[d.cfg.Label] = "true"
+	labels[driver.LabelSandboxID] = spec.ID
+	labels[driver.LabelName] = spec.Name
+	labels[driver.LabelGeneration] = strconv.FormatInt(spec.Generation, 10)
+	_, err = d.api.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: containerName(spec.Name, spec.ID),
+		Config: &container.Config{
+			Image:      spec.Image,
+			Hostname:   spec.Name,
+			Labels:     labels,
+			Entrypoint: []string{supervisorPath, "supervise", "--ready-file", readyFile, "--"},
+			Cmd:        command,
+			WorkingDir: workdir,
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode:   "none",
+			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled}, // the gateway owns restarts
+			Mounts: []mount.Mount{
+				{Type: mount.TypeBind, Source: d.opts.Supervisor, Target: supervisorPath, ReadOnly: true},
+				{Type: mount.TypeBind, Source: dir, Target: runDir},
+				{Type: mount.TypeVolume, Source: d.volumeName(spec.ID), Target: workdir,
+					VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{d.cfg.Label: "true", driver.LabelSandboxID: spec.ID}}},
+			},
+		},
+	})
+	if cerrdefs.IsConflict(err) {
+		// A create whose reply was lost already made it: adopt it if it is ours.
+		if list, lerr := d.containers(ctx, spec.ID); lerr == nil && len(list) > 0 && generation(list[0].Labels) == spec.Generation {
+			return nil
+		}
+	}
+	return d.wrap(err, "create container for sandbox "+spec.Name)
+}
+
+// prepareImage applies the pull policy and returns the command to run: the
+// spec's, else the image's entrypoint and command.
+func (d *Driver) prepareImage(ctx context.Context, spec driver.Spec) ([]string, error) {
+	if spec.Image == "" {
+		return nil, errdefs.InvalidArgument("sandbox %s names no image and the gateway has no default_image", spec.Name)
+	}
+	if d.opts.PullPolicy == "always" {
+		if err := d.pull(ctx, spec.Image); err != nil {
+			return nil, err
+		}
+	}
+	img, err := d.api.ImageInspect(ctx, spec.Image)
+	if cerrdefs.IsNotFound(err) {
+		if d.opts.PullPolicy == "never" {
+			return nil, errdefs.FailedPrecondition("image %q is not on the engine and image_pull_policy is never", spec.Image)
+		}
+		if err := d.pull(ctx, spec.Image); err != nil {
+			return nil, err
+		}
+		img, err = d.api.ImageInspect(ctx, spec.Image)
+	}
+	if err != nil {
+		return nil, d.wrap(err, fmt.Sprintf("inspect image %q", spec.Image))
+	}
+	if len(spec.Command) > 0 {
+		return spec.Command, nil
+	}
+	var command []string
+	if img.Config != nil {
+		command = append(append(command, img.Config.Entrypoint...), img.Config.Cmd...)
+	}
+	if len(command) == 0 {
+		return nil, errdefs.InvalidArgument("image %q has no command: give one after --", spec.Image)
+	}
+	return command, nil
+}
+
+func (d *Driver) pull(ctx context.Context, image string) error {
+	resp, err := d.api.ImagePull(ctx, image, client.ImagePullOptions{})
+	if err == nil {
+		defer resp.Close()
+		err = resp.Wait(ctx)
+	}
+	if err != nil {
+		return errdefs.FailedPrecondition("image %q is not on the engine and cannot be pulled: %s", image, rootCause(d.wrap(err, "pull")))
+	}
+	return nil
+}
+
+// Start implements driver.Driver. It returns once the supervisor reports
+// that the main process runs.
+func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
+	list, err := d.containers(ctx, ref.ID)
+	if err != nil {
+		return err
+	}
+	if len(list) == 0 {
+		return errdefs.NotFound("no container for sandbox %s", ref.ID)
+	}
+	c := list[0]
+	if g := generation(c.Labels); g != ref.Generation {
+		return errdefs.FailedPrecondition("container %s is generation %d, not %d", c.Names[0], g, ref.Generation)
+	}
+	ready := filepath.Join(d.readyDir(ref.ID, ref.Generation), "ready")
+	switch stateOf(c.State) {
+	case driver.StateRunning:
+		return nil
+	case driver.StateStopped:
+		_ = os.Remove(ready) // a restart of the same incarnation
+	}
+	if _, err := d.api.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
+		return d.wrap(err, "start container "+c.Names[0])
+	}
+	return d.waitReady(ctx, c.ID, ready)
+}
+
+// waitReady waits for the supervisor's ready file, checking now and then
+// that the container has not exited instead.
+func (d *Driver) waitReady(ctx context.Context, containerID, ready string) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(ready); err == nil {
+			return nil
+		}
+		if i%100 == 99 {
+			res, err := d.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+			if err != nil {
+				return d.wrap(err, "inspect container")
+			}
+			if st := res.Container.State; st != nil && !st.Running {
+				if _, err := os.Stat(ready); err == nil {
+					return nil // it ran, and is done already
+				}
+				return fmt.Errorf("the container exited (code %d) before its main process started: %s", st.ExitCode, d.tail(ctx, containerID))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the main process to start: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}

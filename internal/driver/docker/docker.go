@@ -1,0 +1,288 @@
+// Package docker is the compute driver for Docker Engine. Every sandbox
+// incarnation is one container, labelled with the gateway's label, the
+// sandbox id and the generation, and found by those labels; the sandbox's
+// workdir (/sandbox) is a labelled volume that outlives incarnations. The
+// gateway's own static binary is mounted read-only into every container and
+// runs as its entrypoint (`corral supervise`), so any image works.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+)
+
+// Options configure the Docker driver.
+type Options struct {
+	// Host is the engine address (unix:///var/run/docker.sock); empty
+	// means DOCKER_HOST or the default socket.
+	Host string
+	// PullPolicy is never, if_not_present or always.
+	PullPolicy string
+	// Supervisor is the host path of the static corral binary to mount.
+	Supervisor string
+}
+
+// Paths inside every container.
+const (
+	supervisorPath = "/.corral/bin/corral"
+	runDir         = "/.corral/run"
+	readyFile      = runDir + "/ready"
+	workdir        = "/sandbox"
+)
+
+// Driver is the Docker driver.
+type Driver struct {
+	cfg  driver.Config
+	opts Options
+	api  *client.Client
+	host string
+}
+
+var (
+	_ driver.Driver  = (*Driver)(nil)
+	_ driver.Watcher = (*Driver)(nil)
+)
+
+// New returns a Docker driver. It does not need the engine to answer yet:
+// calls fail with a clear error until it does.
+func New(cfg driver.Config, opts Options) (*Driver, error) {
+	if cfg.Label == "" {
+		return nil, errors.New("docker driver: no sandbox label configured")
+	}
+	if opts.Supervisor == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("docker driver: find the corral binary to mount: %w", err)
+		}
+		opts.Supervisor = exe
+	}
+	if opts.PullPolicy == "" {
+		opts.PullPolicy = "if_not_present"
+	}
+	clientOpts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	host := opts.Host
+	if host != "" {
+		clientOpts = append(clientOpts, client.WithHost(host))
+	} else if host = os.Getenv("DOCKER_HOST"); host == "" {
+		host = client.DefaultDockerHost
+	}
+	api, err := client.New(clientOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker engine at %s: %w", host, err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("docker driver: %w", err)
+	}
+	return &Driver{cfg: cfg, opts: opts, api: api, host: host}, nil
+}
+
+// Name implements driver.Driver.
+func (d *Driver) Name() string { return "docker" }
+
+// Close implements driver.Driver; containers keep running.
+func (d *Driver) Close() error { return d.api.Close() }
+
+// Ping checks that the engine answers.
+func (d *Driver) Ping(ctx context.Context) error {
+	_, err := d.api.Ping(ctx, client.PingOptions{})
+	return d.wrap(err, "ping")
+}
+
+// wrap names the engine in errors and maps Docker's error classes to ours.
+func (d *Driver) wrap(err error, what string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return fmt.Errorf("docker %s: %w", what, err)
+	case client.IsErrConnectionFailed(err):
+		return errdefs.Unavailable("docker engine at %s does not answer (%s): is dockerd running?", d.host, rootCause(err))
+	case cerrdefs.IsNotFound(err):
+		return fmt.Errorf("docker %s: %w: %v", what, errdefs.ErrNotFound, err)
+	}
+	return fmt.Errorf("docker %s: %w", what, err)
+}
+
+func rootCause(err error) string {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err.Error()
+		}
+		err = next
+	}
+}
+
+// containerName is the readable name of a sandbox's container.
+func containerName(name, id string) string {
+	short := id
+	if len(short) > 12 {
+		short = short[:12]
+	}
+	return "corral-" + name + "-" + short
+}
+
+// volumeName is the workdir volume of a sandbox; it names the gateway's
+// label too, so gateways sharing an engine never share a volume.
+func (d *Driver) volumeName(id string) string {
+	h := fnv.New32a()
+	h.Write([]byte(d.cfg.Label))
+	return fmt.Sprintf("corral-%s-%08x-sandbox", id, h.Sum32())
+}
+
+// readyDir is the host directory mounted at runDir for one incarnation.
+func (d *Driver) readyDir(id string, gen int64) string {
+	return filepath.Join(d.cfg.StateDir, "run", id+"-"+strconv.FormatInt(gen, 10))
+}
+
+// containers lists the containers of this gateway, of one sandbox when id
+// is set, newest generation first.
+func (d *Driver) containers(ctx context.Context, id string) ([]container.Summary, error) {
+	f := client.Filters{}.Add("label", d.cfg.Label+"=true")
+	if id != "" {
+		f = f.Add("label", driver.LabelSandboxID+"="+id)
+	}
+	res, err := d.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, d.wrap(err, "list containers")
+	}
+	list := res.Items
+	slices.SortFunc(list, func(a, b container.Summary) int { return int(generation(b.Labels) - generation(a.Labels)) })
+	return list, nil
+}
+
+func generation(labels map[string]string) int64 {
+	g, _ := strconv.ParseInt(labels[driver.LabelGeneration], 10, 64)
+	return g
+}
+
+func stateOf(s container.ContainerState) driver.State {
+	switch s {
+	case container.StateCreated:
+		return driver.StateCreated
+	case container.StateExited, container.StateDead:
+		return driver.StateStopped
+	}
+	return driver.StateRunning // running, paused, restarting, removing
+}
+
+// Inspect implements driver.Driver.
+func (d *Driver) Inspect(ctx context.Context, id string) (driver.Object, error) {
+	list, err := d.containers(ctx, id)
+	if err != nil {
+		return driver.Object{}, err
+	}
+	if len(list) == 0 {
+		return driver.Object{}, errdefs.NotFound("no container for sandbox %s", id)
+	}
+	c := list[0]
+	obj := driver.Object{ID: id, Generation: generation(c.Labels), State: stateOf(c.State), Labels: c.Labels, Message: c.Status}
+	if obj.State == driver.StateStopped {
+		res, err := d.api.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+		if err != nil {
+			return driver.Object{}, d.wrap(err, "inspect container "+c.Names[0])
+		}
+		if res.Container.State != nil {
+			obj.ExitCode = res.Container.State.ExitCode
+			if res.Container.State.OOMKilled {
+				obj.Message = "killed: out of memory"
+			}
+		}
+	}
+	return obj, nil
+}
+
+// List implements driver.Driver: one object per sandbox, its newest
+// incarnation.
+func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
+	list, err := d.containers(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var objs []driver.Object
+	for _, c := range list {
+		id := c.Labels[driver.LabelSandboxID]
+		if id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		objs = append(objs, driver.Object{ID: id, Generation: generation(c.Labels), State: stateOf(c.State), Labels: c.Labels, Message: c.Status})
+	}
+	return objs, nil
+}
+
+// Stop implements driver.Driver: every container of the sandbox stops.
+func (d *Driver) Stop(ctx context.Context, ref driver.Ref, opts driver.StopOptions) error {
+	list, err := d.containers(ctx, ref.ID)
+	if err != nil {
+		return err
+	}
+	for _, c := range list {
+		if stateOf(c.State) != driver.StateRunning {
+			continue
+		}
+		if opts.Force {
+			_, err = d.api.ContainerKill(ctx, c.ID, client.ContainerKillOptions{Signal: "SIGKILL"})
+		} else {
+			secs := int(opts.Timeout.Seconds())
+			_, err = d.api.ContainerStop(ctx, c.ID, client.ContainerStopOptions{Timeout: &secs})
+		}
+		if err != nil && !cerrdefs.IsNotFound(err) && !isNotRunning(err) {
+			return d.wrap(err, "stop container "+c.Names[0])
+		}
+	}
+	return nil
+}
+
+func isNotRunning(err error) bool {
+	return cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "is not running")
+}
+
+// Delete implements driver.Driver: every container of the sandbox, its
+// workdir volume and its ready files go.
+func (d *Driver) Delete(ctx context.Context, id string) error {
+	list, err := d.containers(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, c := range list {
+		if err := d.remove(ctx, c); err != nil {
+			return err
+		}
+	}
+	if _, err := d.api.VolumeRemove(ctx, d.volumeName(id), client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		return d.wrap(err, "remove volume "+d.volumeName(id))
+	}
+	matches, _ := filepath.Glob(filepath.Join(d.cfg.StateDir, "run", id+"-*"))
+	for _, m := range matches {
+		_ = os.RemoveAll(m)
+	}
+	return nil
+}
+
+func (d *Driver) remove(ctx context.Context, c container.Summary) error {
+	_, err := d.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) && !isRemovalInProgress(err) {
+		return d.wrap(err, "remove container "+strings.Join(c.Names, ","))
+	}
+	return nil
+}
+
+func isRemovalInProgress(err error) bool {
+	return cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress")
+}

@@ -1,0 +1,49 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"strings"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+)
+
+// Watch implements driver.Watcher with the engine's event stream.
+func (d *Driver) Watch(ctx context.Context, changed func(id string)) error {
+	f := client.Filters{}.Add("type", "container").Add("label", d.cfg.Label+"=true")
+	for _, e := range []string{"start", "die", "stop", "kill", "oom", "destroy", "create"} {
+		f = f.Add("event", e)
+	}
+	res := d.api.Events(ctx, client.EventsListOptions{Filters: f})
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-res.Err:
+			return d.wrap(err, "events")
+		case msg := <-res.Messages:
+			if id := msg.Actor.Attributes[driver.LabelSandboxID]; id != "" {
+				changed(id)
+			}
+		}
+	}
+}
+
+// tail returns the last lines a container printed, to explain a failure.
+func (d *Driver) tail(ctx context.Context, containerID string) string {
+	rc, err := d.api.ContainerLogs(ctx, containerID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "5"})
+	if err != nil {
+		return "(no logs: " + err.Error() + ")"
+	}
+	defer rc.Close()
+	var out bytes.Buffer
+	_, _ = stdcopy.StdCopy(&out, &out, rc)
+	s := strings.TrimSpace(out.String())
+	if s == "" {
+		return "(it printed nothing)"
+	}
+	return s
+}

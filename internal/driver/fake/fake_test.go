@@ -1,0 +1,412 @@
+package fake_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/drivertest"
+	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+const label = "corral.managed"
+
+func TestConformance(t *testing.T) {
+	// Drivers built for the same test share one state dir, as two gateways
+	// sharing one backend would.
+	var (
+		mu   sync.Mutex
+		dirs = map[*testing.T]string{}
+	)
+	drivertest.Run(t, func(t *testing.T, label string) driver.Driver {
+		mu.Lock()
+		dir, ok := dirs[t]
+		if !ok {
+			dir = t.TempDir()
+			dirs[t] = dir
+		}
+		mu.Unlock()
+		d, err := fake.New(driver.Config{Label: label, StateDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	})
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func newFake(t *testing.T, dir string) *fake.Driver {
+	t.Helper()
+	d, err := fake.New(driver.Config{Label: label, StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// setup returns a fake driver over a fresh state dir with one created
+// object, and that object's spec.
+func setup(t *testing.T) (*fake.Driver, string, driver.Spec) {
+	t.Helper()
+	dir := t.TempDir()
+	d := newFake(t, dir)
+	spec := newSpec()
+	if err := d.Create(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	return d, dir, spec
+}
+
+func newSpec() driver.Spec {
+	id := sandbox.NewID()
+	return driver.Spec{ID: id, Name: "sb-" + sandbox.ShortID(id), Generation: 1}
+}
+
+func setFaults(t *testing.T, dir string, rules ...fake.Rule) {
+	t.Helper()
+	if err := fake.SetFaults(dir, rules...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func state(t *testing.T, d *fake.Driver, id string) driver.State {
+	t.Helper()
+	obj, err := d.Inspect(ctx(t), id)
+	if err != nil {
+		t.Fatalf("Inspect(%s): %v", id, err)
+	}
+	return obj.State
+}
+
+func starts(t *testing.T, dir, id string) int {
+	t.Helper()
+	n, err := fake.Starts(dir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func ref(spec driver.Spec) driver.Ref { return driver.Ref{ID: spec.ID, Generation: spec.Generation} }
+
+func TestNewNeedsLabel(t *testing.T) {
+	if _, err := fake.New(driver.Config{StateDir: t.TempDir()}); err == nil {
+		t.Error("New without a label succeeded")
+	}
+}
+
+func TestFaultFail(t *testing.T) {
+	d, dir, spec := setup(t)
+	other := newSpec()
+	if err := d.Create(ctx(t), other); err != nil {
+		t.Fatal(err)
+	}
+	setFaults(t, dir, fake.Rule{Op: "start", Sandbox: spec.ID, Action: "fail", Error: "disk on fire"})
+
+	err := d.Start(ctx(t), ref(spec))
+	if err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Fatalf("Start under a fail rule = %v, want an error with the rule's message", err)
+	}
+	if s := state(t, d, spec.ID); s != driver.StateCreated {
+		t.Errorf("a failed Start changed the object to %s", s)
+	}
+	if n := starts(t, dir, spec.ID); n != 0 {
+		t.Errorf("a failed Start started the object %d times", n)
+	}
+	if err := d.Start(ctx(t), ref(other)); err != nil {
+		t.Errorf("a rule for one sandbox failed Start of another: %v", err)
+	}
+	if err := d.Stop(ctx(t), ref(spec), driver.StopOptions{}); err != nil {
+		t.Errorf("a start rule failed Stop: %v", err)
+	}
+
+	setFaults(t, dir)
+	if err := d.Start(ctx(t), ref(spec)); err != nil {
+		t.Fatalf("Start after removing the rule: %v", err)
+	}
+	if s := state(t, d, spec.ID); s != driver.StateRunning {
+		t.Errorf("object is %s, want running", s)
+	}
+}
+
+func TestFaultFailByName(t *testing.T) {
+	d, dir, spec := setup(t)
+	setFaults(t, dir, fake.Rule{Op: "inspect", Sandbox: spec.Name, Action: "fail"})
+	_, err := d.Inspect(ctx(t), spec.ID)
+	if err == nil || !strings.Contains(err.Error(), "injected failure") {
+		t.Errorf("Inspect under a fail rule naming the sandbox = %v, want the default injected failure", err)
+	}
+}
+
+func TestFaultDelay(t *testing.T) {
+	d, dir, spec := setup(t)
+	const delay = 200 * time.Millisecond
+	setFaults(t, dir, fake.Rule{Op: "stop", Action: "delay", Delay: delay.String()})
+
+	begin := time.Now()
+	if err := d.Stop(ctx(t), ref(spec), driver.StopOptions{}); err != nil {
+		t.Fatalf("Stop under a delay rule: %v", err)
+	}
+	if took := time.Since(begin); took < delay {
+		t.Errorf("Stop under a %v delay rule took only %v", delay, took)
+	}
+
+	setFaults(t, dir, fake.Rule{Op: "stop", Action: "delay", Delay: "1h"})
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.Stop(short, ref(spec), driver.StopOptions{}) }()
+	if err := wait(t, done); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Stop delayed past its deadline = %v, want context.DeadlineExceeded", err)
+	}
+
+	setFaults(t, dir, fake.Rule{Op: "stop", Action: "delay", Delay: "soon"})
+	if err := d.Stop(ctx(t), ref(spec), driver.StopOptions{}); err == nil {
+		t.Error("Stop under a delay rule with a bad duration succeeded")
+	}
+}
+
+// startHeld starts spec's object under a hold rule and waits until the call
+// is held; the returned channel yields Start's result.
+func startHeld(t *testing.T, c context.Context, d *fake.Driver, dir string, spec driver.Spec) <-chan error {
+	t.Helper()
+	setFaults(t, dir, fake.Rule{Op: "start", Sandbox: spec.ID, Action: "hold"})
+	done := make(chan error, 1)
+	go func() { done <- d.Start(c, ref(spec)) }()
+	if err := fake.WaitHeld(ctx(t), dir, "start", spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Start under a hold rule returned %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if s := state(t, d, spec.ID); s != driver.StateCreated {
+		t.Fatalf("held Start already changed the object to %s", s)
+	}
+	return done
+}
+
+func wait(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("call did not return within 10s")
+		return nil
+	}
+}
+
+func assertNotHeld(t *testing.T, dir, op, id string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(dir, "held", op+"."+id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("held marker of %s %s is still there (%v)", op, id, err)
+	}
+}
+
+func TestFaultHold(t *testing.T) {
+	d, dir, spec := setup(t)
+	done := startHeld(t, ctx(t), d, dir, spec)
+
+	setFaults(t, dir)
+	if err := wait(t, done); err != nil {
+		t.Fatalf("released Start: %v", err)
+	}
+	if s := state(t, d, spec.ID); s != driver.StateRunning {
+		t.Errorf("after the released Start the object is %s, want running", s)
+	}
+	assertNotHeld(t, dir, "start", spec.ID)
+}
+
+func TestFaultHoldCancelled(t *testing.T) {
+	d, dir, spec := setup(t)
+	c, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := startHeld(t, c, d, dir, spec)
+
+	cancel()
+	if err := wait(t, done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("held Start after cancel = %v, want context.Canceled", err)
+	}
+	if s := state(t, d, spec.ID); s != driver.StateCreated {
+		t.Errorf("a cancelled held Start changed the object to %s", s)
+	}
+	if n := starts(t, dir, spec.ID); n != 0 {
+		t.Errorf("a cancelled held Start started the object %d times", n)
+	}
+	assertNotHeld(t, dir, "start", spec.ID)
+}
+
+func TestWaitHeldTimesOut(t *testing.T) {
+	dir := t.TempDir()
+	newFake(t, dir)
+	c, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := fake.WaitHeld(c, dir, "start", "nothing"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitHeld with nothing held = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+func TestFaultAfter(t *testing.T) {
+	dir := t.TempDir()
+	d := newFake(t, dir)
+	spec := newSpec()
+	setFaults(t, dir,
+		fake.Rule{Op: "create", Action: "fail", Error: "reply lost", After: true},
+		fake.Rule{Op: "start", Action: "fail", Error: "reply lost", After: true},
+	)
+
+	if err := d.Create(ctx(t), spec); err == nil || !strings.Contains(err.Error(), "reply lost") {
+		t.Fatalf("Create under an after rule = %v, want the rule's error", err)
+	}
+	if s := state(t, d, spec.ID); s != driver.StateCreated {
+		t.Fatalf("after a Create whose reply was lost the object is %s, want created", s)
+	}
+	if err := d.Start(ctx(t), ref(spec)); err == nil || !strings.Contains(err.Error(), "reply lost") {
+		t.Fatalf("Start under an after rule = %v, want the rule's error", err)
+	}
+	if s := state(t, d, spec.ID); s != driver.StateRunning {
+		t.Errorf("after a Start whose reply was lost the object is %s, want running", s)
+	}
+
+	// The retry finds the effect in place and does not repeat it.
+	setFaults(t, dir)
+	if err := d.Create(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx(t), ref(spec)); err != nil {
+		t.Fatal(err)
+	}
+	if n := starts(t, dir, spec.ID); n != 1 {
+		t.Errorf("the object was started %d times, want once", n)
+	}
+}
+
+func TestFaultUnknownAction(t *testing.T) {
+	d, dir, spec := setup(t)
+	setFaults(t, dir, fake.Rule{Op: "inspect", Action: "explode"})
+	if _, err := d.Inspect(ctx(t), spec.ID); err == nil || !strings.Contains(err.Error(), "explode") {
+		t.Errorf("Inspect under an unknown action = %v, want an error naming it", err)
+	}
+}
+
+func TestFaultsFileCorrupt(t *testing.T) {
+	d, dir, _ := setup(t)
+	if err := os.WriteFile(filepath.Join(dir, fake.FaultsFile), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.List(ctx(t)); err == nil || !strings.Contains(err.Error(), fake.FaultsFile) {
+		t.Errorf("List with a corrupt faults file = %v, want an error naming it", err)
+	}
+}
+
+func TestObjectsFileBroken(t *testing.T) {
+	for name, breakIt := range map[string]func(path string) error{
+		"corrupt":    func(path string) error { return os.WriteFile(path, []byte("[1,2"), 0o600) },
+		"unreadable": func(path string) error { os.Remove(path); return os.Mkdir(path, 0o700) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			d, dir, spec := setup(t)
+			if err := breakIt(filepath.Join(dir, fake.ObjectsFile)); err != nil {
+				t.Fatal(err)
+			}
+			if objs, err := d.List(ctx(t)); err == nil {
+				t.Errorf("List with a broken objects file = %v, want an error", objs)
+			}
+			if _, err := d.Inspect(ctx(t), spec.ID); err == nil || errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("Inspect with a broken objects file = %v, want an error other than not found", err)
+			}
+		})
+	}
+}
+
+func TestObjectsSurviveNew(t *testing.T) {
+	dir := t.TempDir()
+	d := newFake(t, dir)
+	running, created := newSpec(), newSpec()
+	for _, spec := range []driver.Spec{running, created} {
+		if err := d.Create(ctx(t), spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Start(ctx(t), ref(running)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	d2 := newFake(t, dir)
+	if s := state(t, d2, running.ID); s != driver.StateRunning {
+		t.Errorf("after New the running object is %s", s)
+	}
+	if s := state(t, d2, created.ID); s != driver.StateCreated {
+		t.Errorf("after New the created object is %s", s)
+	}
+	objs, err := d2.List(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 2 {
+		t.Errorf("after New List = %v, want two objects", objs)
+	}
+	if n := starts(t, dir, running.ID); n != 1 {
+		t.Errorf("Starts = %d, want 1", n)
+	}
+	if err := d2.Start(ctx(t), ref(running)); err != nil {
+		t.Fatal(err)
+	}
+	if n := starts(t, dir, running.ID); n != 1 {
+		t.Errorf("starting a running object again counted a start: Starts = %d", n)
+	}
+}
+
+func TestExit(t *testing.T) {
+	d, dir, spec := setup(t)
+	if err := fake.Exit(dir, spec.ID, 3); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Exit of an object that does not run = %v, want ErrFailedPrecondition", err)
+	}
+	if err := d.Start(ctx(t), ref(spec)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.Exit(dir, spec.ID, 3); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := d.Inspect(ctx(t), spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj.State != driver.StateStopped || obj.ExitCode != 3 {
+		t.Errorf("after Exit the object is %s with exit code %d, want stopped with 3", obj.State, obj.ExitCode)
+	}
+	if err := d.Start(ctx(t), ref(spec)); err != nil {
+		t.Fatal(err)
+	}
+	if obj, err := d.Inspect(ctx(t), spec.ID); err != nil || obj.State != driver.StateRunning || obj.ExitCode != 0 {
+		t.Errorf("after a restart Inspect = %+v, %v; want running with exit code 0", obj, err)
+	}
+}
+
+func TestStartsOfMissing(t *testing.T) {
+	if n, err := fake.Starts(t.TempDir(), sandbox.NewID()); err != nil || n != 0 {
+		t.Errorf("Starts of a missing object = %d, %v; want 0", n, err)
+	}
+	_, err := newFake(t, t.TempDir()).Inspect(ctx(t), "missing")
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Inspect of a missing object = %v, want ErrNotFound", err)
+	}
+}
