@@ -1014,6 +1014,461 @@ func (x *ListOperationsResponse) GetOperations() []*Operation {
 	return nil
 }
 
+type TerminalSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalSize) Reset() {
+	*x = TerminalSize{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalSize) ProtoMessage() {}
+
+func (x *TerminalSize) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
+func (*TerminalSize) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *TerminalSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+type ExecStart struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Command []string               `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
+	Tty     bool                   `protobuf:"varint,3,opt,name=tty,proto3" json:"tty,omitempty"`
+	// stdin says whether the caller sends input.
+	Stdin         bool          `protobuf:"varint,4,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	Size          *TerminalSize `protobuf:"bytes,5,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecStart) Reset() {
+	*x = ExecStart{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecStart) ProtoMessage() {}
+
+func (x *ExecStart) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
+func (*ExecStart) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExecStart) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExecStart) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ExecStart) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ExecStart) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *ExecStart) GetSize() *TerminalSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+type ExecRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*ExecRequest_Start
+	//	*ExecRequest_Stdin
+	//	*ExecRequest_CloseStdin
+	//	*ExecRequest_Resize
+	Msg           isExecRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecRequest) Reset() {
+	*x = ExecRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecRequest) ProtoMessage() {}
+
+func (x *ExecRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
+func (*ExecRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ExecRequest) GetMsg() isExecRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetStart() *ExecStart {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetStdin() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecRequest_Stdin); ok {
+			return x.Stdin
+		}
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetCloseStdin() bool {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecRequest_CloseStdin); ok {
+			return x.CloseStdin
+		}
+	}
+	return false
+}
+
+func (x *ExecRequest) GetResize() *TerminalSize {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecRequest_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+type isExecRequest_Msg interface {
+	isExecRequest_Msg()
+}
+
+type ExecRequest_Start struct {
+	Start *ExecStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type ExecRequest_Stdin struct {
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"`
+}
+
+type ExecRequest_CloseStdin struct {
+	// close_stdin ends the input.
+	CloseStdin bool `protobuf:"varint,3,opt,name=close_stdin,json=closeStdin,proto3,oneof"`
+}
+
+type ExecRequest_Resize struct {
+	Resize *TerminalSize `protobuf:"bytes,4,opt,name=resize,proto3,oneof"`
+}
+
+func (*ExecRequest_Start) isExecRequest_Msg() {}
+
+func (*ExecRequest_Stdin) isExecRequest_Msg() {}
+
+func (*ExecRequest_CloseStdin) isExecRequest_Msg() {}
+
+func (*ExecRequest_Resize) isExecRequest_Msg() {}
+
+type ExecResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*ExecResponse_Stdout
+	//	*ExecResponse_Stderr
+	//	*ExecResponse_ExitCode
+	Msg           isExecResponse_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecResponse) Reset() {
+	*x = ExecResponse{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecResponse) ProtoMessage() {}
+
+func (x *ExecResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
+func (*ExecResponse) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ExecResponse) GetMsg() isExecResponse_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetStdout() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecResponse_Stdout); ok {
+			return x.Stdout
+		}
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetStderr() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecResponse_Stderr); ok {
+			return x.Stderr
+		}
+	}
+	return nil
+}
+
+func (x *ExecResponse) GetExitCode() int32 {
+	if x != nil {
+		if x, ok := x.Msg.(*ExecResponse_ExitCode); ok {
+			return x.ExitCode
+		}
+	}
+	return 0
+}
+
+type isExecResponse_Msg interface {
+	isExecResponse_Msg()
+}
+
+type ExecResponse_Stdout struct {
+	Stdout []byte `protobuf:"bytes,1,opt,name=stdout,proto3,oneof"`
+}
+
+type ExecResponse_Stderr struct {
+	Stderr []byte `protobuf:"bytes,2,opt,name=stderr,proto3,oneof"`
+}
+
+type ExecResponse_ExitCode struct {
+	ExitCode int32 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3,oneof"`
+}
+
+func (*ExecResponse_Stdout) isExecResponse_Msg() {}
+
+func (*ExecResponse_Stderr) isExecResponse_Msg() {}
+
+func (*ExecResponse_ExitCode) isExecResponse_Msg() {}
+
+type SandboxLogsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Follow bool                   `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"`
+	// tail is how many lines from the end to start with; 0 means all.
+	Tail          int32 `protobuf:"varint,3,opt,name=tail,proto3" json:"tail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxLogsRequest) Reset() {
+	*x = SandboxLogsRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxLogsRequest) ProtoMessage() {}
+
+func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxLogsRequest.ProtoReflect.Descriptor instead.
+func (*SandboxLogsRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SandboxLogsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SandboxLogsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+func (x *SandboxLogsRequest) GetTail() int32 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+type LogChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stdout        []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr        []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogChunk) Reset() {
+	*x = LogChunk{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogChunk) ProtoMessage() {}
+
+func (x *LogChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
+func (*LogChunk) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *LogChunk) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *LogChunk) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
 var File_corral_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_corral_v1_sandbox_proto_rawDesc = "" +
@@ -1102,7 +1557,35 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x16ListOperationsResponse\x124\n" +
 	"\n" +
 	"operations\x18\x01 \x03(\v2\x14.corral.v1.OperationR\n" +
-	"operations2\xf8\x04\n" +
+	"operations\"6\n" +
+	"\fTerminalSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\x8e\x01\n" +
+	"\tExecStart\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acommand\x18\x02 \x03(\tR\acommand\x12\x10\n" +
+	"\x03tty\x18\x03 \x01(\bR\x03tty\x12\x14\n" +
+	"\x05stdin\x18\x04 \x01(\bR\x05stdin\x12+\n" +
+	"\x04size\x18\x05 \x01(\v2\x17.corral.v1.TerminalSizeR\x04size\"\xb0\x01\n" +
+	"\vExecRequest\x12,\n" +
+	"\x05start\x18\x01 \x01(\v2\x14.corral.v1.ExecStartH\x00R\x05start\x12\x16\n" +
+	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x12!\n" +
+	"\vclose_stdin\x18\x03 \x01(\bH\x00R\n" +
+	"closeStdin\x121\n" +
+	"\x06resize\x18\x04 \x01(\v2\x17.corral.v1.TerminalSizeH\x00R\x06resizeB\x05\n" +
+	"\x03msg\"h\n" +
+	"\fExecResponse\x12\x18\n" +
+	"\x06stdout\x18\x01 \x01(\fH\x00R\x06stdout\x12\x18\n" +
+	"\x06stderr\x18\x02 \x01(\fH\x00R\x06stderr\x12\x1d\n" +
+	"\texit_code\x18\x03 \x01(\x05H\x00R\bexitCodeB\x05\n" +
+	"\x03msg\"T\n" +
+	"\x12SandboxLogsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06follow\x18\x02 \x01(\bR\x06follow\x12\x12\n" +
+	"\x04tail\x18\x03 \x01(\x05R\x04tail\":\n" +
+	"\bLogChunk\x12\x16\n" +
+	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x02 \x01(\fR\x06stderr2\x81\x06\n" +
 	"\x0eSandboxService\x12R\n" +
 	"\rCreateSandbox\x12\x1f.corral.v1.CreateSandboxRequest\x1a .corral.v1.CreateSandboxResponse\x12>\n" +
 	"\n" +
@@ -1112,7 +1595,9 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\fStartSandbox\x12\x1e.corral.v1.StartSandboxRequest\x1a\x12.corral.v1.Sandbox\x12R\n" +
 	"\rDeleteSandbox\x12\x1f.corral.v1.DeleteSandboxRequest\x1a .corral.v1.DeleteSandboxResponse\x12M\n" +
 	"\x0eWatchSandboxes\x12 .corral.v1.WatchSandboxesRequest\x1a\x17.corral.v1.SandboxEvent0\x01\x12U\n" +
-	"\x0eListOperations\x12 .corral.v1.ListOperationsRequest\x1a!.corral.v1.ListOperationsResponseB8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
+	"\x0eListOperations\x12 .corral.v1.ListOperationsRequest\x1a!.corral.v1.ListOperationsResponse\x12B\n" +
+	"\vExecSandbox\x12\x16.corral.v1.ExecRequest\x1a\x17.corral.v1.ExecResponse(\x010\x01\x12C\n" +
+	"\vSandboxLogs\x12\x1d.corral.v1.SandboxLogsRequest\x1a\x13.corral.v1.LogChunk0\x01B8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
 
 var (
 	file_corral_v1_sandbox_proto_rawDescOnce sync.Once
@@ -1126,7 +1611,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),            // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                // 1: corral.v1.Sandbox
@@ -1144,46 +1629,59 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxEvent)(nil),           // 13: corral.v1.SandboxEvent
 	(*ListOperationsRequest)(nil),  // 14: corral.v1.ListOperationsRequest
 	(*ListOperationsResponse)(nil), // 15: corral.v1.ListOperationsResponse
-	nil,                            // 16: corral.v1.SandboxSpec.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
+	(*TerminalSize)(nil),           // 16: corral.v1.TerminalSize
+	(*ExecStart)(nil),              // 17: corral.v1.ExecStart
+	(*ExecRequest)(nil),            // 18: corral.v1.ExecRequest
+	(*ExecResponse)(nil),           // 19: corral.v1.ExecResponse
+	(*SandboxLogsRequest)(nil),     // 20: corral.v1.SandboxLogsRequest
+	(*LogChunk)(nil),               // 21: corral.v1.LogChunk
+	nil,                            // 22: corral.v1.SandboxSpec.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	16, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	22, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	17, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	17, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	17, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	23, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	23, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	23, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	17, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	17, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	17, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	23, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	23, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 11: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
 	1,  // 12: corral.v1.DeleteSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 13: corral.v1.SandboxEvent.sandbox:type_name -> corral.v1.Sandbox
 	2,  // 14: corral.v1.ListOperationsResponse.operations:type_name -> corral.v1.Operation
-	3,  // 15: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
-	5,  // 16: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
-	6,  // 17: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
-	8,  // 18: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
-	9,  // 19: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 20: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	12, // 21: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	14, // 22: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	4,  // 23: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 24: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 25: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 26: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 27: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	11, // 28: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	13, // 29: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	15, // 30: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	16, // 15: corral.v1.ExecStart.size:type_name -> corral.v1.TerminalSize
+	17, // 16: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
+	16, // 17: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
+	3,  // 18: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
+	5,  // 19: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
+	6,  // 20: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
+	8,  // 21: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
+	9,  // 22: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
+	10, // 23: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	12, // 24: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	14, // 25: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	18, // 26: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	20, // 27: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	4,  // 28: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 29: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 30: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 31: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 32: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	11, // 33: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	13, // 34: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	15, // 35: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	19, // 36: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	21, // 37: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	28, // [28:38] is the sub-list for method output_type
+	18, // [18:28] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_sandbox_proto_init() }
@@ -1192,13 +1690,24 @@ func file_corral_v1_sandbox_proto_init() {
 		return
 	}
 	file_corral_v1_sandbox_proto_msgTypes[1].OneofWrappers = []any{}
+	file_corral_v1_sandbox_proto_msgTypes[18].OneofWrappers = []any{
+		(*ExecRequest_Start)(nil),
+		(*ExecRequest_Stdin)(nil),
+		(*ExecRequest_CloseStdin)(nil),
+		(*ExecRequest_Resize)(nil),
+	}
+	file_corral_v1_sandbox_proto_msgTypes[19].OneofWrappers = []any{
+		(*ExecResponse_Stdout)(nil),
+		(*ExecResponse_Stderr)(nil),
+		(*ExecResponse_ExitCode)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,8 @@ const (
 	SandboxService_DeleteSandbox_FullMethodName  = "/corral.v1.SandboxService/DeleteSandbox"
 	SandboxService_WatchSandboxes_FullMethodName = "/corral.v1.SandboxService/WatchSandboxes"
 	SandboxService_ListOperations_FullMethodName = "/corral.v1.SandboxService/ListOperations"
+	SandboxService_ExecSandbox_FullMethodName    = "/corral.v1.SandboxService/ExecSandbox"
+	SandboxService_SandboxLogs_FullMethodName    = "/corral.v1.SandboxService/SandboxLogs"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -48,6 +50,12 @@ type SandboxServiceClient interface {
 	WatchSandboxes(ctx context.Context, in *WatchSandboxesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SandboxEvent], error)
 	// ListOperations returns the journal of one sandbox, oldest first.
 	ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error)
+	// ExecSandbox runs a command in a ready sandbox. The first request is an
+	// ExecStart; then stdin and resize messages. The last response carries
+	// the exit code.
+	ExecSandbox(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error)
+	// SandboxLogs streams what the main process printed.
+	SandboxLogs(ctx context.Context, in *SandboxLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogChunk], error)
 }
 
 type sandboxServiceClient struct {
@@ -147,6 +155,38 @@ func (c *sandboxServiceClient) ListOperations(ctx context.Context, in *ListOpera
 	return out, nil
 }
 
+func (c *sandboxServiceClient) ExecSandbox(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[1], SandboxService_ExecSandbox_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExecRequest, ExecResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_ExecSandboxClient = grpc.BidiStreamingClient[ExecRequest, ExecResponse]
+
+func (c *sandboxServiceClient) SandboxLogs(ctx context.Context, in *SandboxLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[2], SandboxService_SandboxLogs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SandboxLogsRequest, LogChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_SandboxLogsClient = grpc.ServerStreamingClient[LogChunk]
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -166,6 +206,12 @@ type SandboxServiceServer interface {
 	WatchSandboxes(*WatchSandboxesRequest, grpc.ServerStreamingServer[SandboxEvent]) error
 	// ListOperations returns the journal of one sandbox, oldest first.
 	ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error)
+	// ExecSandbox runs a command in a ready sandbox. The first request is an
+	// ExecStart; then stdin and resize messages. The last response carries
+	// the exit code.
+	ExecSandbox(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error
+	// SandboxLogs streams what the main process printed.
+	SandboxLogs(*SandboxLogsRequest, grpc.ServerStreamingServer[LogChunk]) error
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -199,6 +245,12 @@ func (UnimplementedSandboxServiceServer) WatchSandboxes(*WatchSandboxesRequest, 
 }
 func (UnimplementedSandboxServiceServer) ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOperations not implemented")
+}
+func (UnimplementedSandboxServiceServer) ExecSandbox(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExecSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) SandboxLogs(*SandboxLogsRequest, grpc.ServerStreamingServer[LogChunk]) error {
+	return status.Error(codes.Unimplemented, "method SandboxLogs not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -358,6 +410,24 @@ func _SandboxService_ListOperations_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_ExecSandbox_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SandboxServiceServer).ExecSandbox(&grpc.GenericServerStream[ExecRequest, ExecResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_ExecSandboxServer = grpc.BidiStreamingServer[ExecRequest, ExecResponse]
+
+func _SandboxService_SandboxLogs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SandboxLogsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).SandboxLogs(m, &grpc.GenericServerStream[SandboxLogsRequest, LogChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_SandboxLogsServer = grpc.ServerStreamingServer[LogChunk]
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -398,6 +468,17 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchSandboxes",
 			Handler:       _SandboxService_WatchSandboxes_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ExecSandbox",
+			Handler:       _SandboxService_ExecSandbox_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "SandboxLogs",
+			Handler:       _SandboxService_SandboxLogs_Handler,
 			ServerStreams: true,
 		},
 	},

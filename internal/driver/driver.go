@@ -6,6 +6,7 @@ package driver
 
 import (
 	"context"
+	"io"
 	"time"
 )
 
@@ -106,4 +107,38 @@ type Watcher interface {
 	// Watch calls changed with the sandbox id of every object that changes,
 	// until ctx ends or the event source fails.
 	Watch(ctx context.Context, changed func(id string)) error
+}
+
+// Execer is a driver that can run a command inside a running sandbox,
+// through the sandbox's exec stage (so the sandbox's protections apply).
+type Execer interface {
+	// Exec runs opts.Command and returns its exit code.
+	Exec(ctx context.Context, id string, opts ExecOptions) (int, error)
+}
+
+// ExecOptions describe one command run by Exec.
+type ExecOptions struct {
+	Command []string
+	TTY     bool
+	Size    TerminalSize
+	// Stdin, when set, feeds the command's standard input until EOF.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer // with TTY, everything goes to Stdout
+	Resize         <-chan TerminalSize
+}
+
+// TerminalSize is a terminal's size in characters.
+type TerminalSize struct{ Rows, Cols uint }
+
+// LogReader is a driver that keeps what a sandbox's main process printed.
+type LogReader interface {
+	// Logs copies the output, following new output until ctx ends when
+	// opts.Follow is set.
+	Logs(ctx context.Context, id string, opts LogOptions, stdout, stderr io.Writer) error
+}
+
+// LogOptions tune Logs.
+type LogOptions struct {
+	Follow bool
+	Tail   int // lines from the end; 0 means all
 }

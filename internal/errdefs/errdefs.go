@@ -15,6 +15,7 @@ var (
 	ErrInvalidArgument    = errors.New("invalid argument")
 	ErrFailedPrecondition = errors.New("failed precondition")
 	ErrUnavailable        = errors.New("unavailable")
+	ErrNotImplemented     = errors.New("not implemented")
 )
 
 // classed is an error with a message of its own and a class for errors.Is.
@@ -50,3 +51,8 @@ func FailedPrecondition(format string, args ...any) error {
 
 // Unavailable returns an ErrUnavailable error with the given message.
 func Unavailable(format string, args ...any) error { return newf(ErrUnavailable, format, args...) }
+
+// NotImplemented returns an ErrNotImplemented error with the given message.
+func NotImplemented(format string, args ...any) error {
+	return newf(ErrNotImplemented, format, args...)
+}

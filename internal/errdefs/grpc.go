@@ -32,6 +32,8 @@ func Code(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
+	case errors.Is(err, ErrNotImplemented):
+		return codes.Unimplemented
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

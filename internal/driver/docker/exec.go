@@ -1,0 +1,129 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+)
+
+var (
+	_ driver.Execer    = (*Driver)(nil)
+	_ driver.LogReader = (*Driver)(nil)
+)
+
+// running returns the running container of a sandbox.
+func (d *Driver) running(ctx context.Context, id string) (string, error) {
+	list, err := d.containers(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if len(list) == 0 || stateOf(list[0].State) != driver.StateRunning {
+		return "", errdefs.FailedPrecondition("sandbox %s has no running container", id)
+	}
+	return list[0].ID, nil
+}
+
+// Exec implements driver.Execer: the command runs through the supervisor's
+// exec stage, so what protects the main process protects it too.
+func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (int, error) {
+	cid, err := d.running(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	size := client.ConsoleSize{Height: opts.Size.Rows, Width: opts.Size.Cols}
+	created, err := d.api.ExecCreate(ctx, cid, client.ExecCreateOptions{
+		Cmd:          append([]string{supervisorPath, "supervise", "exec", "--"}, opts.Command...),
+		TTY:          opts.TTY,
+		ConsoleSize:  size,
+		AttachStdin:  opts.Stdin != nil,
+		AttachStdout: true,
+		AttachStderr: true,
+		WorkingDir:   workdir,
+	})
+	if err != nil {
+		return 0, d.wrap(err, "exec")
+	}
+	att, err := d.api.ExecAttach(ctx, created.ID, client.ExecAttachOptions{TTY: opts.TTY, ConsoleSize: size})
+	if err != nil {
+		return 0, d.wrap(err, "attach exec")
+	}
+	defer att.Close()
+	if opts.Stdin != nil {
+		go func() {
+			_, _ = io.Copy(att.Conn, opts.Stdin)
+			_ = att.CloseWrite()
+		}()
+	}
+	go func() {
+		for s := range opts.Resize {
+			_, _ = d.api.ExecResize(ctx, created.ID, client.ExecResizeOptions{Height: s.Rows, Width: s.Cols})
+		}
+	}()
+	copied := make(chan error, 1)
+	go func() {
+		if opts.TTY {
+			_, err := io.Copy(opts.Stdout, att.Reader)
+			copied <- err
+			return
+		}
+		_, err := stdcopy.StdCopy(opts.Stdout, opts.Stderr, att.Reader)
+		copied <- err
+	}()
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case err := <-copied:
+		if err != nil {
+			return 0, fmt.Errorf("exec output: %w", err)
+		}
+	}
+	for {
+		res, err := d.api.ExecInspect(ctx, created.ID, client.ExecInspectOptions{})
+		if err != nil {
+			return 0, d.wrap(err, "inspect exec")
+		}
+		if !res.Running {
+			return res.ExitCode, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Logs implements driver.LogReader with the newest container's log.
+func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, stdout, stderr io.Writer) error {
+	list, err := d.containers(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(list) == 0 {
+		return errdefs.NotFound("no container for sandbox %s", id)
+	}
+	tail := "all"
+	if opts.Tail > 0 {
+		tail = strconv.Itoa(opts.Tail)
+	}
+	rc, err := d.api.ContainerLogs(ctx, list[0].ID, client.ContainerLogsOptions{
+		ShowStdout: true, ShowStderr: true, Follow: opts.Follow, Tail: tail,
+	})
+	if err != nil {
+		return d.wrap(err, "logs")
+	}
+	defer rc.Close()
+	_, err = stdcopy.StdCopy(stdout, stderr, rc)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}

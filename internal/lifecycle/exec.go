@@ -1,0 +1,42 @@
+package lifecycle
+
+import (
+	"context"
+	"io"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+// Exec runs a command in a ready sandbox and returns its exit code.
+func (m *Manager) Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error) {
+	if len(opts.Command) == 0 {
+		return 0, errdefs.InvalidArgument("no command to exec: give one after --")
+	}
+	sb, err := m.Get(ctx, nameOrID)
+	if err != nil {
+		return 0, err
+	}
+	if sb.Phase != sandbox.PhaseReady {
+		return 0, errdefs.FailedPrecondition("sandbox %q is %s, not ready: exec needs a running sandbox", sb.Name, sb.Phase)
+	}
+	x, ok := m.cfg.Driver.(driver.Execer)
+	if !ok {
+		return 0, errdefs.NotImplemented("the %s driver cannot exec into sandboxes", m.cfg.Driver.Name())
+	}
+	return x.Exec(ctx, sb.ID, opts)
+}
+
+// Logs copies what a sandbox's main process printed.
+func (m *Manager) Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error {
+	sb, err := m.Get(ctx, nameOrID)
+	if err != nil {
+		return err
+	}
+	lr, ok := m.cfg.Driver.(driver.LogReader)
+	if !ok {
+		return errdefs.NotImplemented("the %s driver keeps no logs", m.cfg.Driver.Name())
+	}
+	return lr.Logs(ctx, sb.ID, opts, stdout, stderr)
+}
