@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -76,7 +77,11 @@ type gatewayProc struct {
 func launch(t *testing.T, home string, args ...string) *gatewayProc {
 	t.Helper()
 	g := &gatewayProc{t: t, home: home, logs: &syncBuffer{}, done: make(chan struct{})}
-	all := append([]string{"--home", home, "gateway", "--driver", "fake", "--log-level", "debug"}, args...)
+	all := []string{"--home", home, "gateway", "--log-level", "debug"}
+	if !slices.Contains(args, "--driver") {
+		all = append(all, "--driver", "fake")
+	}
+	all = append(all, args...)
 	g.cmd = exec.Command(bin, all...)
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
 	if err := g.cmd.Start(); err != nil {
@@ -205,13 +210,20 @@ func waitHeld(t *testing.T, home, op, id string) {
 	}
 }
 
-// journal reads the journal of a stopped gateway's store directly.
-func journal(t *testing.T, home string) []*sandbox.Operation {
+// openStore opens a stopped gateway's store.
+func openStore(t *testing.T, home string) *sqlite.Store {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(home, "corral.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// journal reads the journal of a stopped gateway's store directly.
+func journal(t *testing.T, home string) []*sandbox.Operation {
+	t.Helper()
+	st := openStore(t, home)
 	defer st.Close()
 	if err := st.IntegrityCheck(context.Background()); err != nil {
 		t.Fatalf("integrity check: %v", err)

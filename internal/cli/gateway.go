@@ -58,6 +58,7 @@ HOME/corral.toml when it exists); flags override the file.`,
 	f.DurationVar(&flags.ProvisioningTimeout, "provisioning-timeout", flags.ProvisioningTimeout, "deadline for a sandbox to become ready")
 	f.DurationVar(&flags.StopTimeout, "stop-timeout", flags.StopTimeout, "grace between SIGTERM and SIGKILL when stopping a sandbox")
 	f.DurationVar(&flags.ResyncInterval, "resync-interval", flags.ResyncInterval, "how often every sandbox is compared with the driver")
+	f.DurationVar(&flags.OrphanGrace, "orphan-grace", flags.OrphanGrace, "how long a compute object without a record is kept before it is removed")
 	f.StringVar(&flags.LogLevel, "log-level", flags.LogLevel, "debug, info, warn or error")
 	return cmd
 }
@@ -97,6 +98,7 @@ func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Confi
 	setDur("provisioning-timeout", &cfg.ProvisioningTimeout, flags.ProvisioningTimeout)
 	setDur("stop-timeout", &cfg.StopTimeout, flags.StopTimeout)
 	setDur("resync-interval", &cfg.ResyncInterval, flags.ResyncInterval)
+	setDur("orphan-grace", &cfg.OrphanGrace, flags.OrphanGrace)
 	if err := cfg.Validate(); err != nil {
 		where := "settings"
 		if path != "" {

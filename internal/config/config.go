@@ -27,8 +27,11 @@ type Config struct {
 	ProvisioningTimeout time.Duration `toml:"provisioning_timeout"`
 	StopTimeout         time.Duration `toml:"stop_timeout"`
 	ResyncInterval      time.Duration `toml:"resync_interval"`
-	LogLevel            string        `toml:"log_level"`
-	Drivers             Drivers       `toml:"drivers"`
+	// OrphanGrace is how long a compute object with this gateway's label
+	// but no record is kept (and reported) before it is removed.
+	OrphanGrace time.Duration `toml:"orphan_grace"`
+	LogLevel    string        `toml:"log_level"`
+	Drivers     Drivers       `toml:"drivers"`
 }
 
 // Drivers holds one table per driver.
@@ -59,6 +62,7 @@ func Default() Config {
 		ProvisioningTimeout: 5 * time.Minute,
 		StopTimeout:         10 * time.Second,
 		ResyncInterval:      30 * time.Second,
+		OrphanGrace:         5 * time.Minute,
 		LogLevel:            "info",
 	}
 }
@@ -92,7 +96,7 @@ func (c *Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"shutdown_timeout": c.ShutdownTimeout, "provisioning_timeout": c.ProvisioningTimeout,
-		"stop_timeout": c.StopTimeout, "resync_interval": c.ResyncInterval,
+		"stop_timeout": c.StopTimeout, "resync_interval": c.ResyncInterval, "orphan_grace": c.OrphanGrace,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s: want a positive duration such as 10s", name, d))

@@ -75,7 +75,7 @@ func Run(opts Options) error {
 	mgr := lifecycle.New(lifecycle.Config{
 		Store: st, Driver: drv, Instance: instance, Logger: log,
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
-		DefaultImage: cfg.DefaultImage,
+		DefaultImage: cfg.DefaultImage, OrphanGrace: cfg.OrphanGrace,
 	})
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "pid", os.Getpid())
 
@@ -113,6 +113,9 @@ func Run(opts Options) error {
 		case <-resync.C:
 			if err := mgr.Resync(context.Background()); err != nil {
 				log.Error("resync", "err", err)
+			}
+			if err := mgr.CollectOrphans(context.Background()); err != nil {
+				log.Error("collect orphans", "err", err)
 			}
 		}
 	}

@@ -565,3 +565,43 @@ func TestInvalidRestartPolicyIsRefused(t *testing.T) {
 		t.Fatalf("%d records after a refused create", len(list))
 	}
 }
+
+func TestOrphansAreReportedThenRemovedAfterGrace(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.OrphanGrace = 50 * time.Millisecond })
+	kept := h.create("kept")
+	h.waitPhase("kept", sandbox.PhaseReady)
+	orphan := sandbox.NewID()
+	if err := h.drv.Create(context.Background(), driver.Spec{ID: orphan, Name: "stray", Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := h.m.CollectOrphans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.object(orphan); !ok {
+		t.Fatal("an orphan was removed before its grace period")
+	}
+	time.Sleep(60 * time.Millisecond) // the grace period, not a timing assertion
+	if err := h.m.CollectOrphans(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.object(orphan); ok {
+		t.Fatal("the orphan survived its grace period")
+	}
+	if _, ok := h.object(kept.ID); !ok {
+		t.Fatal("a sandbox with a record was removed")
+	}
+	evs, err := h.st.ListGatewayEvents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, ev := range evs {
+		if ev.Subject == orphan {
+			kinds = append(kinds, ev.Kind)
+		}
+	}
+	if strings.Join(kinds, ",") != "orphan_found,orphan_removed" {
+		t.Fatalf("gateway journal for the orphan = %v", kinds)
+	}
+}

@@ -42,6 +42,9 @@ type Config struct {
 	RestartBase time.Duration
 	// DefaultImage is used when a create names no image.
 	DefaultImage string
+	// OrphanGrace is how long a compute object without a record is kept
+	// before CollectOrphans removes it.
+	OrphanGrace time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -57,6 +60,7 @@ func (c *Config) setDefaults() {
 	def(&c.RetryBase, 200*time.Millisecond)
 	def(&c.RetryMax, 30*time.Second)
 	def(&c.RestartBase, time.Second)
+	def(&c.OrphanGrace, 5*time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -78,6 +82,7 @@ type Manager struct {
 	watchDone chan struct{}
 
 	mu      sync.Mutex
+	orphans map[string]time.Time // sandbox id -> when first seen without a record
 	actors  map[string]*actor
 	closing bool
 	wg      sync.WaitGroup // one count per running actor goroutine
@@ -87,7 +92,8 @@ type Manager struct {
 func New(cfg Config) *Manager {
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, log: cfg.Logger, callCtx: ctx, cancelCall: cancel, actors: map[string]*actor{}}
+	return &Manager{cfg: cfg, log: cfg.Logger, callCtx: ctx, cancelCall: cancel,
+		actors: map[string]*actor{}, orphans: map[string]time.Time{}}
 }
 
 // storeCtx is the context of store writes: they must land even while the
@@ -164,7 +170,10 @@ func (m *Manager) WatchDriver() {
 	go func() {
 		defer close(m.watchDone)
 		for n := 1; ; n++ {
-			err := w.Watch(ctx, m.kick)
+			err := w.Watch(ctx, func(id string) {
+				m.log.Debug("driver event", "id", id)
+				m.kick(id)
+			})
 			if ctx.Err() != nil {
 				return
 			}

@@ -39,6 +39,12 @@ type Store interface {
 	// settled.
 	SettlePending(ctx context.Context, owners Owners, state sandbox.OpState, at time.Time, reason string) (int, error)
 
+	// AddGatewayEvent journals something the gateway did that belongs to
+	// no sandbox record, such as removing an orphaned compute object.
+	AddGatewayEvent(ctx context.Context, ev GatewayEvent) error
+	// ListGatewayEvents returns the gateway's own journal, oldest first.
+	ListGatewayEvents(ctx context.Context) ([]GatewayEvent, error)
+
 	// Close flushes and closes the store.
 	Close() error
 }
@@ -56,4 +62,12 @@ type Mutation struct {
 // else those of every instance but IsNot.
 type Owners struct {
 	Is, IsNot string
+}
+
+// GatewayEvent is one entry of the gateway's own journal.
+type GatewayEvent struct {
+	At      time.Time
+	Kind    string // e.g. orphan_found, orphan_removed
+	Subject string // e.g. the sandbox id on the compute object
+	Detail  string
 }

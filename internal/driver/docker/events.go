@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
 	"github.com/corral-sandbox/corral/internal/driver"
 )
+
+// dieSettle is how long after a die event the container is looked at again.
+const dieSettle = 200 * time.Millisecond
 
 // Watch implements driver.Watcher with the engine's event stream.
 func (d *Driver) Watch(ctx context.Context, changed func(id string)) error {
@@ -25,8 +29,15 @@ func (d *Driver) Watch(ctx context.Context, changed func(id string)) error {
 		case err := <-res.Err:
 			return d.wrap(err, "events")
 		case msg := <-res.Messages:
-			if id := msg.Actor.Attributes[driver.LabelSandboxID]; id != "" {
-				changed(id)
+			id := msg.Actor.Attributes[driver.LabelSandboxID]
+			if id == "" {
+				continue
+			}
+			changed(id)
+			if msg.Action == "die" {
+				// The engine sends die before the container's listed state
+				// says exited: look again once it does.
+				time.AfterFunc(dieSettle, func() { changed(id) })
 			}
 		}
 	}

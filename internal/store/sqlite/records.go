@@ -366,3 +366,30 @@ func (s *Store) SettlePending(ctx context.Context, owners store.Owners, state sa
 	n, err := res.RowsAffected()
 	return int(n), err
 }
+
+// AddGatewayEvent implements store.Store.
+func (s *Store) AddGatewayEvent(ctx context.Context, ev store.GatewayEvent) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO gateway_events (at, kind, subject, detail) VALUES (?,?,?,?)`,
+		nanos(ev.At), ev.Kind, ev.Subject, ev.Detail)
+	return err
+}
+
+// ListGatewayEvents implements store.Store.
+func (s *Store) ListGatewayEvents(ctx context.Context) ([]store.GatewayEvent, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT at, kind, subject, detail FROM gateway_events ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var list []store.GatewayEvent
+	for rows.Next() {
+		var ev store.GatewayEvent
+		var at int64
+		if err := rows.Scan(&at, &ev.Kind, &ev.Subject, &ev.Detail); err != nil {
+			return nil, err
+		}
+		ev.At = fromNanos(at)
+		list = append(list, ev)
+	}
+	return list, rows.Err()
+}

@@ -35,6 +35,14 @@ var migrations = []string{
 	);
 	CREATE INDEX operations_by_sandbox ON operations(sandbox_id, id);
 	CREATE INDEX operations_pending ON operations(state) WHERE state = 'pending';`,
+
+	`CREATE TABLE gateway_events (
+		id      INTEGER PRIMARY KEY AUTOINCREMENT,
+		at      INTEGER NOT NULL,
+		kind    TEXT NOT NULL,
+		subject TEXT NOT NULL,
+		detail  TEXT NOT NULL DEFAULT ''
+	);`,
 }
 
 // SchemaVersion is the schema version this build writes.

@@ -1,0 +1,82 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/store"
+)
+
+// CollectOrphans compares the driver's objects with the records. An object
+// that carries this gateway's label but has no record is reported (log and
+// gateway journal) when first seen, and removed once it has been an orphan
+// for the orphan grace period. The driver is listed before the store, so an
+// object whose record is being written is never mistaken for an orphan.
+func (m *Manager) CollectOrphans(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	objs, err := m.cfg.Driver.List(lctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("list driver objects: %w", err)
+	}
+	records, err := m.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	known := make(map[string]bool, len(records))
+	for _, sb := range records {
+		known[sb.ID] = true
+	}
+	now := m.now()
+	present := map[string]bool{}
+	for _, o := range objs {
+		if known[o.ID] {
+			continue
+		}
+		present[o.ID] = true
+		m.mu.Lock()
+		first, seen := m.orphans[o.ID]
+		if !seen {
+			m.orphans[o.ID] = now
+		}
+		m.mu.Unlock()
+		switch {
+		case !seen:
+			m.log.Warn("compute object with this gateway's label has no record; it is removed after the grace period",
+				"sandbox_id", o.ID, "name", o.Labels[driver.LabelName], "grace", m.cfg.OrphanGrace)
+			m.journal(store.GatewayEvent{At: now, Kind: "orphan_found", Subject: o.ID,
+				Detail: fmt.Sprintf("object of sandbox %q, generation %d, %s; removal after %s", o.Labels[driver.LabelName], o.Generation, o.State, m.cfg.OrphanGrace)})
+		case now.Sub(first) >= m.cfg.OrphanGrace:
+			dctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+			err := m.cfg.Driver.Delete(dctx, o.ID)
+			cancel()
+			if err != nil {
+				m.log.Error("remove orphaned compute object", "sandbox_id", o.ID, "err", err)
+				continue
+			}
+			m.log.Warn("removed orphaned compute object", "sandbox_id", o.ID)
+			m.journal(store.GatewayEvent{At: m.now(), Kind: "orphan_removed", Subject: o.ID,
+				Detail: fmt.Sprintf("no record for %s", now.Sub(first).Round(1e6))})
+			m.mu.Lock()
+			delete(m.orphans, o.ID)
+			m.mu.Unlock()
+		}
+	}
+	m.mu.Lock()
+	for id := range m.orphans {
+		if !present[id] {
+			delete(m.orphans, id)
+		}
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *Manager) journal(ev store.GatewayEvent) {
+	sctx, cancel := storeCtx()
+	defer cancel()
+	if err := m.cfg.Store.AddGatewayEvent(sctx, ev); err != nil {
+		m.log.Error("write gateway journal", "kind", ev.Kind, "err", err)
+	}
+}
