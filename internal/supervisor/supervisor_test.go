@@ -1,0 +1,129 @@
+package supervisor_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "corral-supervise-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if bin, err = testenv.BuildCorral(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func supervise(t *testing.T, ready string, command ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"supervise", "--ready-file", ready, "--"}, command...)...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	limit := time.Now().Add(20 * time.Second)
+	for {
+		if data, err := os.ReadFile(path); err == nil {
+			return string(data)
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("%s never appeared", path)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestExitStatusIsTheMainProcesss(t *testing.T) {
+	cmd := supervise(t, filepath.Join(t.TempDir(), "ready"), "sh", "-c", "exit 7")
+	err := cmd.Wait()
+	if cmd.ProcessState.ExitCode() != 7 {
+		t.Fatalf("exit %d (%v), want 7", cmd.ProcessState.ExitCode(), err)
+	}
+}
+
+func TestSignalsAreForwardedAndReadinessReported(t *testing.T) {
+	dir := t.TempDir()
+	ready, trapped := filepath.Join(dir, "ready"), filepath.Join(dir, "trapped")
+	cmd := supervise(t, ready, "sh", "-c", "trap 'exit 42' TERM; touch "+trapped+"; while :; do sleep 0.05; done")
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, ready)))
+	if err != nil || pid == cmd.Process.Pid {
+		t.Fatalf("ready file names pid %d (%v); the supervisor is %d", pid, err, cmd.Process.Pid)
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the reported main process %d does not run: %v", pid, err)
+	}
+	// Ready means the main process is spawned; signal only once the shell
+	// has set its trap.
+	waitFile(t, trapped)
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 42 {
+		t.Fatalf("exit %d, want 42 from the main process's TERM trap", code)
+	}
+}
+
+func TestKilledMainProcessGives128PlusSignal(t *testing.T) {
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := supervise(t, ready, "sleep", "100")
+	pid, _ := strconv.Atoi(strings.TrimSpace(waitFile(t, ready)))
+	syscall.Kill(pid, syscall.SIGKILL)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 128+9 {
+		t.Fatalf("exit %d, want 137", code)
+	}
+}
+
+func TestOrphansAreReaped(t *testing.T) {
+	dir := t.TempDir()
+	ready, orphan := filepath.Join(dir, "ready"), filepath.Join(dir, "orphan")
+	// The subshell's child is orphaned at once and exits soon after; the
+	// supervisor (a subreaper here, PID 1 in a sandbox) must reap it.
+	cmd := supervise(t, ready, "sh", "-c", fmt.Sprintf("(sh -c 'echo $$ > %s; sleep 0.2' &); sleep 2", orphan))
+	defer cmd.Process.Kill()
+	pid, _ := strconv.Atoi(strings.TrimSpace(waitFile(t, orphan)))
+	limit := time.Now().Add(20 * time.Second)
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			break // gone: reaped
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("orphan %d not reaped: %s", pid, stat)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+func TestMissingCommandExits127(t *testing.T) {
+	cmd := supervise(t, filepath.Join(t.TempDir(), "ready"), "no-such-command-here")
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 127 {
+		t.Fatalf("exit %d, want 127", code)
+	}
+}
