@@ -164,12 +164,20 @@ func api(t *testing.T, home string) corralv1.SandboxServiceClient {
 	return corralv1.NewSandboxServiceClient(conn)
 }
 
-// corral runs the CLI and returns its stdout, stderr and exit code.
+// corral runs the CLI on the gateway of home and returns its stdout,
+// stderr and exit code.
 func corral(t *testing.T, home string, args ...string) (string, string, int) {
+	t.Helper()
+	return corralEnv(t, nil, append([]string{"--home", home}, args...)...)
+}
+
+// corralEnv runs the CLI with extra environment variables.
+func corralEnv(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--home", home}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

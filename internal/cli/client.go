@@ -2,17 +2,22 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/url"
+	"os"
 	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/config"
+	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
 
 // client is a connection to a gateway.
@@ -20,33 +25,74 @@ type client struct {
 	corralv1.SandboxServiceClient
 	conn *grpc.ClientConn
 	addr string
+	tls  *tls.Config // nil on a Unix socket
+	host string      // HOST:PORT over TCP
 }
 
-// address is the gateway address the flags and environment select.
-func (g *globals) address() (string, error) {
+// target is where the flags, the environment and the contexts say the
+// gateway is: --gateway, then --context, then an explicit --home or
+// CORRAL_HOME, then the current context, then the default home's socket.
+func (g *globals) target() (*contextEntry, error) {
 	if g.gateway != "" {
 		if !strings.HasPrefix(g.gateway, "unix://") {
-			return "", fmt.Errorf("--gateway %q: want unix:///path/to/corral.sock", g.gateway)
+			return nil, fmt.Errorf("--gateway %q: want unix:///path/to/corral.sock (for https, add a context)", g.gateway)
 		}
-		return g.gateway, nil
+		return &contextEntry{Gateway: g.gateway}, nil
 	}
-	home := g.home
-	if home == "" {
-		home = config.DefaultHome()
+	local := func() *contextEntry {
+		home := g.home
+		if home == "" {
+			home = config.DefaultHome()
+		}
+		return &contextEntry{Gateway: "unix://" + config.SocketPath(home)}
 	}
-	return "unix://" + config.SocketPath(home), nil
-}
-
-func (g *globals) dial() (*client, error) {
-	addr, err := g.address()
+	if g.context == "" && (g.home != "" || os.Getenv("CORRAL_HOME") != "") {
+		return local(), nil
+	}
+	cfg, err := loadClientConfig()
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("gateway %s: %w", addr, err)
+	name := g.context
+	if name == "" {
+		name = cfg.CurrentContext
 	}
-	return &client{SandboxServiceClient: corralv1.NewSandboxServiceClient(conn), conn: conn, addr: addr}, nil
+	if name == "" {
+		return local(), nil
+	}
+	e := cfg.Contexts[name]
+	if e == nil {
+		return nil, fmt.Errorf("context %q not found (see corral context list)", name)
+	}
+	return e, nil
+}
+
+func (g *globals) dial() (*client, error) {
+	e, err := g.target()
+	if err != nil {
+		return nil, err
+	}
+	c := &client{addr: e.Gateway}
+	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	target := e.Gateway
+	if strings.HasPrefix(e.Gateway, "https://") {
+		u, err := url.Parse(e.Gateway)
+		if err != nil {
+			return nil, fmt.Errorf("gateway %q: %w", e.Gateway, err)
+		}
+		if c.tls, err = tlsauth.ClientConfig(e.CA, e.Cert, e.Key); err != nil {
+			return nil, err
+		}
+		c.tls.ServerName = u.Hostname()
+		c.host, target = u.Host, u.Host
+		creds = credentials.NewTLS(c.tls)
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, fmt.Errorf("gateway %s: %w", e.Gateway, err)
+	}
+	c.conn, c.SandboxServiceClient = conn, corralv1.NewSandboxServiceClient(conn)
+	return c, nil
 }
 
 func (c *client) Close() error { return c.conn.Close() }
@@ -57,6 +103,11 @@ func (c *client) explain(err error) error {
 		return nil
 	}
 	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable && !strings.Contains(s.Message(), "shutting down") {
+		if c.tls != nil {
+			if why := tlsauth.Diagnose(c.host, c.tls); why != nil {
+				return fmt.Errorf("gateway %s: %v", c.addr, why)
+			}
+		}
 		return fmt.Errorf("cannot reach the gateway at %s: is `corral gateway` running? (%s)", c.addr, s.Message())
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

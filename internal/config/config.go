@@ -31,7 +31,24 @@ type Config struct {
 	// but no record is kept (and reported) before it is removed.
 	OrphanGrace time.Duration `toml:"orphan_grace"`
 	LogLevel    string        `toml:"log_level"`
-	Drivers     Drivers       `toml:"drivers"`
+	// Listen, when set (HOST:PORT), also serves the API over TCP with
+	// mutual TLS 1.3.
+	Listen  string  `toml:"listen"`
+	TLS     TLS     `toml:"tls"`
+	Drivers Drivers `toml:"drivers"`
+}
+
+// TLS is the [tls] table. Without cert_file and key_file the gateway makes
+// its own CA and server certificate in HOME/tls.
+type TLS struct {
+	// ServerNames go into the server certificate besides 127.0.0.1, ::1
+	// and localhost.
+	ServerNames []string `toml:"server_names"`
+	CertFile    string   `toml:"cert_file"`
+	KeyFile     string   `toml:"key_file"`
+	// ClientCAFile is the CA that client certificates must chain to
+	// (default: the gateway's own CA).
+	ClientCAFile string `toml:"client_ca_file"`
 }
 
 // Drivers holds one table per driver.
@@ -104,6 +121,9 @@ func (c *Config) Validate() error {
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
 		errs = append(errs, fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel))
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		errs = append(errs, errors.New("tls: give both cert_file and key_file, or neither"))
 	}
 	return errors.Join(errs...)
 }

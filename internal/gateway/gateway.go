@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -16,11 +17,16 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
+	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
 
 // Options are what Run needs besides the settings.
@@ -102,6 +108,14 @@ func Run(opts Options) error {
 	if err != nil {
 		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, err)
 	}
+	servers := []*grpc.Server{srv}
+	if cfg.Listen != "" {
+		tcp, err := serveTLS(cfg, opts.Home, mgr, log)
+		if err != nil {
+			return shutdown(log, mgr, servers, cfg.ShutdownTimeout, hurry, err)
+		}
+		servers = append(servers, tcp)
+	}
 	log.Info("gateway ready", "socket", config.SocketPath(opts.Home))
 
 	resync := time.NewTicker(cfg.ResyncInterval)
@@ -109,7 +123,7 @@ func Run(opts Options) error {
 	for {
 		select {
 		case <-stopping:
-			return shutdown(log, mgr, srv, cfg.ShutdownTimeout, hurry, nil)
+			return shutdown(log, mgr, servers, cfg.ShutdownTimeout, hurry, nil)
 		case <-resync.C:
 			if err := mgr.Resync(context.Background()); err != nil {
 				log.Error("resync", "err", err)
@@ -124,9 +138,9 @@ func Run(opts Options) error {
 // shutdown stops accepting requests, drains the driver calls in flight
 // within budget and settles the journal. It returns cause, or the error of
 // settling.
-func shutdown(log *slog.Logger, mgr *lifecycle.Manager, srv *grpc.Server, budget time.Duration, hurry <-chan struct{}, cause error) error {
+func shutdown(log *slog.Logger, mgr *lifecycle.Manager, servers []*grpc.Server, budget time.Duration, hurry <-chan struct{}, cause error) error {
 	start := time.Now()
-	if srv != nil {
+	for _, srv := range servers {
 		go srv.GracefulStop() // refuses new connections at once
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
@@ -139,7 +153,7 @@ func shutdown(log *slog.Logger, mgr *lifecycle.Manager, srv *grpc.Server, budget
 		}
 	}()
 	err := mgr.Shutdown(ctx, 2*time.Second)
-	if srv != nil {
+	for _, srv := range servers {
 		srv.Stop() // ends watch streams and anything GracefulStop still waits for
 	}
 	log.Info("gateway stopped", "took", time.Since(start).Round(time.Millisecond))
@@ -161,13 +175,61 @@ func serve(home string, mgr *lifecycle.Manager, log *slog.Logger) (*grpc.Server,
 		lis.Close()
 		return nil, fmt.Errorf("chmod %s: %w", path, err)
 	}
-	srv := grpc.NewServer()
-	corralv1.RegisterSandboxServiceServer(srv, &service{m: mgr})
+	srv := newServer(mgr)
 	go func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			log.Error("API server", "err", err)
 		}
 	}()
+	return srv, nil
+}
+
+// newServer is a gRPC server with the API, health checking and reflection.
+func newServer(mgr *lifecycle.Manager, opts ...grpc.ServerOption) *grpc.Server {
+	srv := grpc.NewServer(opts...)
+	corralv1.RegisterSandboxServiceServer(srv, &service{m: mgr})
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(corralv1.SandboxService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	reflection.Register(srv)
+	return srv
+}
+
+// serveTLS serves the API on cfg.Listen with mutual TLS 1.3, making the
+// gateway's CA and server certificate on first use.
+func serveTLS(cfg config.Config, home string, mgr *lifecycle.Manager, log *slog.Logger) (*grpc.Server, error) {
+	ca, err := tlsauth.LoadOrCreateCA(filepath.Join(home, "tls"))
+	if err != nil {
+		return nil, fmt.Errorf("TLS: %w", err)
+	}
+	var tlsCfg *tls.Config
+	if cfg.TLS.CertFile != "" {
+		clientCA := cfg.TLS.ClientCAFile
+		if clientCA == "" {
+			clientCA = filepath.Join(home, "tls", "ca.crt")
+		}
+		tlsCfg, err = ca.ServerConfigWith(cfg.TLS.CertFile, cfg.TLS.KeyFile, clientCA)
+	} else {
+		var certPath, keyPath string
+		if certPath, keyPath, err = ca.EnsureServerCert(cfg.TLS.ServerNames); err == nil {
+			tlsCfg, err = ca.ServerConfig(certPath, keyPath)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("TLS: %w", err)
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	srv := newServer(mgr, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			log.Error("API server (TCP)", "err", err)
+		}
+	}()
+	log.Info("serving the API with mutual TLS", "address", lis.Addr().String(), "ca", filepath.Join(home, "tls", "ca.crt"))
 	return srv, nil
 }
 

@@ -124,14 +124,33 @@ func (r *revocations) check(serial string) error {
 }
 
 // ServerConfig is the gateway's TLS: TLS 1.3 only, a client certificate
-// signed by clientCAs required, revoked ones refused at the handshake.
+// signed by the CA required, revoked ones refused at the handshake.
 func (ca *CA) ServerConfig(certPath, keyPath string) (*tls.Config, error) {
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	return ca.serverConfig(certPath, keyPath, pool)
+}
+
+// ServerConfigWith is ServerConfig with a server certificate and a client
+// CA of the operator's own; revocation by name still covers what this CA
+// issued.
+func (ca *CA) ServerConfigWith(certPath, keyPath, clientCAPath string) (*tls.Config, error) {
+	data, err := os.ReadFile(clientCAPath)
+	if err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("client CA %s: no PEM certificate in it", clientCAPath)
+	}
+	return ca.serverConfig(certPath, keyPath, pool)
+}
+
+func (ca *CA) serverConfig(certPath, keyPath string, pool *x509.CertPool) (*tls.Config, error) {
 	pair, err := tls.LoadX509KeyPair(certPath, keyPath)
 	if err != nil {
 		return nil, fmt.Errorf("server certificate: %w", err)
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
 	rev := &revocations{path: filepath.Join(ca.Dir, revokedFile)}
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
