@@ -7,12 +7,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/corral-sandbox/corral/internal/config"
+	"github.com/corral-sandbox/corral/internal/earlysignal"
 	"github.com/corral-sandbox/corral/internal/gateway"
 )
 
@@ -31,8 +31,7 @@ HOME/corral.toml when it exists); flags override the file.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Signals first: from here on SIGTERM/SIGINT never meet the
 			// default disposition, whatever the gateway is doing.
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+			sigs := earlysignal.Signals() // subscribed at package init
 			defer signal.Stop(sigs)
 
 			home := g.home

@@ -1,0 +1,468 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/store/sqlite"
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+var (
+	seedFlag  = flag.Int64("seed", -1, "run only this seed")
+	seedsFlag = flag.Int("seeds", 3, "how many seeds to run (from 1)")
+	killsFlag = flag.Int("kills", 12, "kill points per seed")
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "corral-chaos-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if bin, err = testenv.BuildCorral(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const label = "corral.chaos"
+
+func TestTorture(t *testing.T) {
+	seeds := []int64{}
+	if *seedFlag >= 0 {
+		seeds = append(seeds, *seedFlag)
+	} else {
+		for s := int64(1); s <= int64(*seedsFlag); s++ {
+			seeds = append(seeds, s)
+		}
+	}
+	total := 0
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			r := newRun(t, seed)
+			r.torture(*killsFlag)
+			total += r.kills
+			if r.preInit > 0 {
+				t.Logf("seed %d: %d SIGTERMs arrived before corral's first package init (inside the Go runtime's start)", seed, r.preInit)
+			}
+			for _, v := range r.check() {
+				t.Errorf("seed %d: invariant violated: %s (replay: go test ./chaos -run Torture -seed %d -v)", seed, v, seed)
+			}
+		})
+	}
+	t.Logf("%d seeds, %d kill points", len(seeds), total)
+}
+
+// run is one seeded torture run.
+type run struct {
+	t     *testing.T
+	seed  int64
+	rng   *rand.Rand
+	home  string
+	names []string
+	kills int
+	log   bytes.Buffer // every gateway's output, shown on failure
+
+	mu             sync.Mutex
+	created        map[string]bool // acknowledged creates
+	deleteAsked    map[string]bool // deletes sent, answered or not
+	lastSigterm    []string        // SIGTERM'd gateways that did not exit 0
+	preInit        int             // SIGTERMs that came before any corral code ran
+	clientFailures []string        // answers no request should get
+}
+
+func newRun(t *testing.T, seed int64) *run {
+	r := &run{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 42)), home: t.TempDir(),
+		created: map[string]bool{}, deleteAsked: map[string]bool{}}
+	for i := range 6 {
+		r.names = append(r.names, fmt.Sprintf("s%d", i))
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway logs:\n%s", r.log.String())
+		}
+	})
+	return r
+}
+
+// gateway is one gateway child process.
+type gateway struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	out  *syncBuffer
+}
+
+// syncBuffer collects one child's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
+}
+
+func (r *run) start() *gateway {
+	cmd := exec.Command(bin, "--home", r.home, "gateway", "--driver", "fake", "--sandbox-label", label,
+		"--shutdown-timeout", "1s", "--provisioning-timeout", "2s", "--stop-timeout", "1s",
+		"--resync-interval", "200ms", "--orphan-grace", "300ms")
+	g := &gateway{cmd: cmd, done: make(chan struct{}), out: &syncBuffer{}}
+	cmd.Stdout, cmd.Stderr = g.out, g.out
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	go func() {
+		cmd.Wait()
+		r.mu.Lock()
+		r.log.Write(g.out.b.Bytes())
+		r.mu.Unlock()
+		close(g.done)
+	}()
+	return g
+}
+
+func (r *run) client() (corralv1.SandboxServiceClient, func()) {
+	conn, err := grpc.NewClient("unix://"+filepath.Join(r.home, "corral.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return corralv1.NewSandboxServiceClient(conn), func() { conn.Close() }
+}
+
+// faults sets a random fault rule set on the fake driver.
+func (r *run) faults() {
+	var rules []fake.Rule
+	ops := []string{"create", "start", "stop", "delete", "inspect"}
+	for range r.rng.IntN(3) {
+		rule := fake.Rule{Op: ops[r.rng.IntN(len(ops))], After: r.rng.IntN(3) == 0}
+		switch r.rng.IntN(3) {
+		case 0:
+			rule.Action = "hold"
+		case 1:
+			rule.Action, rule.Delay = "delay", fmt.Sprintf("%dms", 1+r.rng.IntN(200))
+		default:
+			rule.Action, rule.Error = "fail", "chaos"
+		}
+		rules = append(rules, rule)
+	}
+	if err := fake.SetFaults(filepath.Join(r.home, "fake"), rules...); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// clients sends random requests until stop is closed; some give up early.
+func (r *run) clients(stop <-chan struct{}, seed uint64) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		rng := rand.New(rand.NewPCG(seed, uint64(w)))
+		go func() {
+			defer wg.Done()
+			c, closeConn := r.client()
+			defer closeConn()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r.request(c, rng)
+			}
+		}()
+	}
+	return &wg
+}
+
+func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
+	name := r.names[rng.IntN(len(r.names))]
+	timeout := time.Second
+	if rng.IntN(4) == 0 {
+		timeout = time.Duration(1+rng.IntN(20)) * time.Millisecond // a caller that goes away
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var err error
+	switch op := rng.IntN(10); {
+	case op < 3:
+		var resp *corralv1.CreateSandboxResponse
+		resp, err = c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, RequestId: fmt.Sprintf("%s-%d", name, rng.IntN(3))})
+		if err == nil {
+			r.mu.Lock()
+			r.created[resp.Sandbox.Name] = true
+			if resp.Created {
+				delete(r.deleteAsked, resp.Sandbox.Name)
+			}
+			r.mu.Unlock()
+		}
+	case op < 5:
+		_, err = c.StopSandbox(ctx, &corralv1.StopSandboxRequest{Name: name})
+	case op < 8:
+		_, err = c.StartSandbox(ctx, &corralv1.StartSandboxRequest{Name: name})
+	default:
+		r.mu.Lock()
+		r.deleteAsked[name] = true
+		r.mu.Unlock()
+		_, err = c.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: name, Force: rng.IntN(2) == 0})
+	}
+	switch status.Code(err) {
+	case codes.OK, codes.NotFound, codes.AlreadyExists, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+	case codes.FailedPrecondition:
+		// only "being deleted" and request-id reuse are legitimate refusals
+		if s := status.Convert(err).Message(); !containsAny(s, "being deleted", "request id") {
+			r.fail("request refused: %v", err)
+		}
+	default:
+		r.fail("request failed: %v", err)
+	}
+	if status.Code(err) == codes.Unavailable {
+		time.Sleep(5 * time.Millisecond) // the gateway is down; do not spin
+	}
+}
+
+func containsAny(s string, subs ...string) bool {
+	return slices.ContainsFunc(subs, func(sub string) bool { return bytes.Contains([]byte(s), []byte(sub)) })
+}
+
+func (r *run) fail(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.clientFailures = append(r.clientFailures, fmt.Sprintf(format, args...))
+}
+
+// torture runs the kill points.
+func (r *run) torture(kills int) {
+	stop := make(chan struct{})
+	wg := r.clients(stop, uint64(r.seed))
+	for i := range kills {
+		r.faults()
+		g := r.start()
+		// kill at a random instant: often within startup recovery
+		wait := time.Duration(r.rng.IntN(300)) * time.Millisecond
+		if r.rng.IntN(4) == 0 {
+			wait = time.Duration(r.rng.IntN(5)) * time.Millisecond
+		}
+		select {
+		case <-time.After(wait):
+		case <-g.done:
+			r.t.Fatalf("kill point %d: the gateway exited by itself:\n%s", i, r.log.String())
+		}
+		switch r.rng.IntN(3) {
+		case 0:
+			g.cmd.Process.Signal(syscall.SIGKILL)
+			<-g.done
+		case 1: // graceful
+			g.cmd.Process.Signal(syscall.SIGTERM)
+			r.awaitGraceful(g, i)
+		default: // SIGTERM, then SIGKILL during the shutdown
+			g.cmd.Process.Signal(syscall.SIGTERM)
+			time.Sleep(time.Duration(r.rng.IntN(300)) * time.Millisecond)
+			g.cmd.Process.Signal(syscall.SIGKILL)
+			<-g.done
+		}
+		r.kills++
+	}
+	close(stop)
+	wg.Wait()
+}
+
+// awaitGraceful waits for a SIGTERM'd gateway: it must exit 0 within its
+// budget (1s) plus the driver's cancellation grace (2s) and a second.
+func (r *run) awaitGraceful(g *gateway, i int) {
+	select {
+	case <-g.done:
+		code := g.cmd.ProcessState.ExitCode()
+		switch {
+		case code == 0:
+		case g.out.Len() == 0:
+			// The signal came within the Go runtime's own start, before
+			// any corral code ran: nothing was opened, nothing can be lost.
+			r.mu.Lock()
+			r.preInit++
+			r.mu.Unlock()
+		default:
+			r.mu.Lock()
+			r.lastSigterm = append(r.lastSigterm, fmt.Sprintf("kill point %d: SIGTERM gave exit code %d", i, code))
+			r.mu.Unlock()
+		}
+	case <-time.After(4 * time.Second):
+		r.mu.Lock()
+		r.lastSigterm = append(r.lastSigterm, fmt.Sprintf("kill point %d: no exit within 4s of SIGTERM", i))
+		r.mu.Unlock()
+		g.cmd.Process.Kill()
+		<-g.done
+	}
+}
+
+// check starts a clean gateway and returns every invariant violation.
+func (r *run) check() []string {
+	var v []string
+	v = append(v, r.lastSigterm...)
+	v = append(v, r.clientFailures...)
+	if err := fake.SetFaults(filepath.Join(r.home, "fake")); err != nil {
+		r.t.Fatal(err)
+	}
+	g := r.start()
+	defer func() {
+		g.cmd.Process.Signal(syscall.SIGTERM)
+		<-g.done
+	}()
+	c, closeConn := r.client()
+	defer closeConn()
+	ctx := context.Background()
+
+	// 1. every record converges to its intent
+	var list []*corralv1.Sandbox
+	limit := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+		if err == nil {
+			list = resp.Sandboxes
+			if unconverged(list) == nil {
+				break
+			}
+		}
+		if time.Now().After(limit) {
+			v = append(v, fmt.Sprintf("not converged after 30s: %v (list error %v)", unconverged(list), err))
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// 2. nothing created and never deleted is lost
+	names := map[string]*corralv1.Sandbox{}
+	for _, sb := range list {
+		names[sb.Name] = sb
+	}
+	r.mu.Lock()
+	for name := range r.created {
+		if !r.deleteAsked[name] && names[name] == nil {
+			v = append(v, fmt.Sprintf("sandbox %q was created, never asked to be deleted, and is gone", name))
+		}
+	}
+	r.mu.Unlock()
+	// 3. the driver agrees with the records; orphans do not outlive the grace
+	time.Sleep(time.Second) // orphan grace 300ms + resync 200ms, twice
+	objs := r.objects()
+	for _, sb := range list {
+		o, ok := objs[sb.Id]
+		running := ok && o.State == driver.StateRunning
+		switch {
+		case sb.DesiredState == "running" && sb.Phase == "ready" && (!running || o.Generation != sb.Generation):
+			v = append(v, fmt.Sprintf("sandbox %s is ready but its compute is %+v (found %v)", sb.Name, o, ok))
+		case sb.DesiredState == "stopped" && running:
+			v = append(v, fmt.Sprintf("sandbox %s is stopped but its compute runs", sb.Name))
+		}
+		delete(objs, sb.Id)
+	}
+	for id := range objs {
+		v = append(v, fmt.Sprintf("compute object %s has no record after the orphan grace period", id))
+	}
+	// 4. no journal entry is unsettled past its deadline
+	for _, sb := range list {
+		ops, err := c.ListOperations(ctx, &corralv1.ListOperationsRequest{Name: sb.Id})
+		if err != nil {
+			v = append(v, fmt.Sprintf("journal of %s: %v", sb.Name, err))
+			continue
+		}
+		for _, op := range ops.Operations {
+			if op.State == "pending" && op.Deadline.AsTime().Before(time.Now()) {
+				v = append(v, fmt.Sprintf("journal entry %d (%s of %s) pending past its deadline", op.Id, op.Kind, sb.Name))
+			}
+		}
+	}
+	// 5. every sandbox can be deleted through the API
+	for _, sb := range list {
+		if _, err := c.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: sb.Id}); err != nil {
+			v = append(v, fmt.Sprintf("delete %s: %v", sb.Name, err))
+		}
+	}
+	limit = time.Now().Add(30 * time.Second)
+	for {
+		resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+		if err == nil && len(resp.Sandboxes) == 0 && len(r.objects()) == 0 {
+			break
+		}
+		if time.Now().After(limit) {
+			v = append(v, fmt.Sprintf("not everything could be deleted: records %v, objects %d", resp.GetSandboxes(), len(r.objects())))
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// 6. the store is intact
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	<-g.done
+	st, err := sqlite.Open(ctx, filepath.Join(r.home, "corral.db"))
+	if err != nil {
+		return append(v, fmt.Sprintf("store: %v", err))
+	}
+	defer st.Close()
+	if err := st.IntegrityCheck(ctx); err != nil {
+		v = append(v, fmt.Sprintf("integrity_check: %v", err))
+	}
+	return v
+}
+
+// unconverged lists the records whose phase does not match their intent.
+func unconverged(list []*corralv1.Sandbox) []string {
+	var out []string
+	for _, sb := range list {
+		ok := (sb.DesiredState == "running" && (sb.Phase == "ready" || sb.Phase == "exited")) ||
+			(sb.DesiredState == "stopped" && sb.Phase == "stopped")
+		if !ok {
+			out = append(out, fmt.Sprintf("%s:%s/%s(%s)", sb.Name, sb.DesiredState, sb.Phase, sb.Reason))
+		}
+	}
+	return out
+}
+
+// objects is the fake driver's own view, from its state file.
+func (r *run) objects() map[string]driver.Object {
+	d, err := fake.New(driver.Config{Label: label, StateDir: filepath.Join(r.home, "fake")})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	list, err := d.List(context.Background())
+	if err != nil && !errors.Is(err, context.Canceled) {
+		r.t.Fatal(err)
+	}
+	out := map[string]driver.Object{}
+	for _, o := range list {
+		out[o.ID] = o
+	}
+	return out
+}
+
