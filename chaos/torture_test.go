@@ -465,4 +465,3 @@ func (r *run) objects() map[string]driver.Object {
 	}
 	return out
 }
-
