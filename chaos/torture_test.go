@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -70,7 +72,7 @@ func TestTorture(t *testing.T) {
 			r.torture(*killsFlag)
 			total += r.kills
 			if r.preInit > 0 {
-				t.Logf("seed %d: %d SIGTERMs arrived before corral's first package init (inside the Go runtime's start)", seed, r.preInit)
+				t.Logf("seed %d: %d SIGTERMs arrived before the gateway took its home lock", seed, r.preInit)
 			}
 			for _, v := range r.check() {
 				t.Errorf("seed %d: invariant violated: %s (replay: go test ./chaos -run Torture -seed %d -v)", seed, v, seed)
@@ -89,6 +91,8 @@ type run struct {
 	names []string
 	kills int
 	log   bytes.Buffer // every gateway's output, shown on failure
+
+	env  []string // extra environment of the gateway children
 
 	mu             sync.Mutex
 	created        map[string]bool // acknowledged creates
@@ -141,6 +145,7 @@ func (r *run) start() *gateway {
 	cmd := exec.Command(bin, "--home", r.home, "gateway", "--driver", "fake", "--sandbox-label", label,
 		"--shutdown-timeout", "1s", "--provisioning-timeout", "2s", "--stop-timeout", "1s",
 		"--resync-interval", "200ms", "--orphan-grace", "300ms")
+	cmd.Env = append(os.Environ(), r.env...)
 	g := &gateway{cmd: cmd, done: make(chan struct{}), out: &syncBuffer{}}
 	cmd.Stdout, cmd.Stderr = g.out, g.out
 	if err := cmd.Start(); err != nil {
@@ -273,8 +278,8 @@ func (r *run) torture(kills int) {
 		g := r.start()
 		// kill at a random instant: often within startup recovery
 		wait := time.Duration(r.rng.IntN(300)) * time.Millisecond
-		if r.rng.IntN(4) == 0 {
-			wait = time.Duration(r.rng.IntN(5)) * time.Millisecond
+		if r.rng.IntN(3) == 0 {
+			wait = time.Duration(r.rng.IntN(30)) * time.Millisecond // start-up and recovery
 		}
 		select {
 		case <-time.After(wait):
@@ -308,9 +313,15 @@ func (r *run) awaitGraceful(g *gateway, i int) {
 		code := g.cmd.ProcessState.ExitCode()
 		switch {
 		case code == 0:
-		case g.out.Len() == 0:
-			// The signal came within the Go runtime's own start, before
-			// any corral code ran: nothing was opened, nothing can be lost.
+			if n := r.pending(); n > 0 {
+				r.mu.Lock()
+				r.lastSigterm = append(r.lastSigterm, fmt.Sprintf("kill point %d: a graceful shutdown left %d journal entries pending", i, n))
+				r.mu.Unlock()
+			}
+		case !r.lockedBy(g):
+			// The signal came before the gateway took its home lock, at
+			// the latest within the Go runtime's own start (corral's
+			// handler is subscribed at package init): nothing was opened.
 			r.mu.Lock()
 			r.preInit++
 			r.mu.Unlock()
@@ -326,6 +337,40 @@ func (r *run) awaitGraceful(g *gateway, i int) {
 		g.cmd.Process.Kill()
 		<-g.done
 	}
+}
+
+// lockedBy reports whether a dead gateway had taken the home lock (its
+// pid stays in the lock file when it dies by a signal).
+func (r *run) lockedBy(g *gateway) bool {
+	data, err := os.ReadFile(filepath.Join(r.home, "gateway.lock"))
+	return err == nil && strings.TrimSpace(string(data)) == strconv.Itoa(g.cmd.Process.Pid)
+}
+
+// pending counts the journal entries left pending in the store of a
+// stopped gateway.
+func (r *run) pending() int {
+	st, err := sqlite.Open(context.Background(), filepath.Join(r.home, "corral.db"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer st.Close()
+	list, err := st.ListSandboxes(context.Background())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	n := 0
+	for _, sb := range list {
+		ops, err := st.ListOperations(context.Background(), sb.ID)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for _, op := range ops {
+			if op.State == "pending" {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // check starts a clean gateway and returns every invariant violation.
@@ -464,4 +509,25 @@ func (r *run) objects() map[string]driver.Object {
 		out[o.ID] = o
 	}
 	return out
+}
+
+// TestHarnessCatchesTheFailuresOfDesign re-introduces each failure DESIGN.md
+// was written from (behind the testbug switch) and requires the harness to
+// report a violation for it.
+func TestHarnessCatchesTheFailuresOfDesign(t *testing.T) {
+	for _, bug := range []string{"late-signal-handler", "unawaited-worker", "retained-claim"} {
+		t.Run(bug, func(t *testing.T) {
+			var caught []string
+			for seed := int64(1); seed <= 5 && len(caught) == 0; seed++ {
+				r := newRun(t, seed)
+				r.env = []string{"CORRAL_TEST_REINTRODUCE=" + bug}
+				r.torture(25)
+				caught = r.check()
+			}
+			if len(caught) == 0 {
+				t.Fatalf("the harness did not notice the re-introduced %s failure", bug)
+			}
+			t.Logf("%s caught: %s", bug, caught[0])
+		})
+	}
 }

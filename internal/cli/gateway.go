@@ -14,6 +14,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/earlysignal"
 	"github.com/corral-sandbox/corral/internal/gateway"
+	"github.com/corral-sandbox/corral/internal/testbug"
 )
 
 func newGatewayCmd(g *globals) *cobra.Command {
@@ -31,8 +32,11 @@ HOME/corral.toml when it exists); flags override the file.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Signals first: from here on SIGTERM/SIGINT never meet the
 			// default disposition, whatever the gateway is doing.
-			sigs := earlysignal.Signals() // subscribed at package init
-			defer signal.Stop(sigs)
+			var sigs chan os.Signal
+			if !testbug.On("late-signal-handler") {
+				sigs = earlysignal.Signals() // subscribed at package init
+				defer signal.Stop(sigs)
+			}
 
 			home := g.home
 			if home == "" {

@@ -11,12 +11,14 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/corral-sandbox/corral/internal/testbug"
 )
 
 var early chan os.Signal
 
 func init() {
-	if runsGateway(os.Args[1:]) {
+	if runsGateway(os.Args[1:]) && !testbug.On("late-signal-handler") {
 		early = make(chan os.Signal, 2)
 		signal.Notify(early, syscall.SIGTERM, syscall.SIGINT)
 	}

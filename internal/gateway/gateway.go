@@ -13,7 +13,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -47,11 +49,21 @@ func Run(opts Options) error {
 	cfg := opts.Config
 	stopping := make(chan struct{}) // closed at the first signal
 	hurry := make(chan struct{})    // closed at the second
+	signals := opts.Signals
+	late := make(chan struct{}) // closed once a late signal handler is installed
+	if signals == nil {         // testbug late-signal-handler: installed after recovery
+		ch := make(chan os.Signal, 2)
+		signals = ch
+		go func() {
+			<-late
+			signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+		}()
+	}
 	go func() {
-		sig := <-opts.Signals
+		sig := <-signals
 		log.Info("signal received; shutting down", "signal", sig.String(), "budget", cfg.ShutdownTimeout)
 		close(stopping)
-		sig = <-opts.Signals
+		sig = <-signals
 		log.Warn("second signal; cutting the shutdown budget short", "signal", sig.String())
 		close(hurry)
 	}()
@@ -102,6 +114,7 @@ func Run(opts Options) error {
 		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, nil)
 	}
 	cancelRecover()
+	close(late)
 	mgr.WatchDriver()
 
 	srv, err := serve(opts.Home, mgr, log)

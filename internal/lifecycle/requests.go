@@ -8,6 +8,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
+	"github.com/corral-sandbox/corral/internal/testbug"
 )
 
 // errNoChange rolls back a mutation that would not change the intent.
@@ -172,6 +173,11 @@ func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbo
 	if err != nil {
 		return nil, err
 	}
+	if testbug.On("retained-claim") {
+		if err := m.claimPending(ctx, cur); err != nil {
+			return nil, err
+		}
+	}
 	sb, err := m.mutate(cur.ID, func(sb *sandbox.Sandbox) (store.Mutation, error) {
 		if err := change(sb); err != nil {
 			return store.Mutation{}, err
@@ -202,6 +208,22 @@ func validateLabelKey(k string) error {
 	}
 	if len(k) >= 7 && k[:7] == "corral." {
 		return errdefs.InvalidArgument("invalid label key %q: the corral. prefix is reserved", k)
+	}
+	return nil
+}
+
+// claimPending is the retained-claim failure of DESIGN.md, re-introduced
+// for the torture harness only: a pending driver call of another instance
+// blocks every request.
+func (m *Manager) claimPending(ctx context.Context, sb *sandbox.Sandbox) error {
+	ops, err := m.cfg.Store.ListOperations(ctx, sb.ID)
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		if !op.Kind.IsRequest() && op.State == sandbox.OpPending && op.Owner != m.cfg.Instance {
+			return errdefs.FailedPrecondition("sandbox %q: previous driver operation is still pending", sb.Name)
+		}
 	}
 	return nil
 }
