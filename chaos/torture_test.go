@@ -92,7 +92,7 @@ type run struct {
 	kills int
 	log   bytes.Buffer // every gateway's output, shown on failure
 
-	env  []string // extra environment of the gateway children
+	env []string // extra environment of the gateway children
 
 	mu             sync.Mutex
 	created        map[string]bool // acknowledged creates
