@@ -734,7 +734,12 @@ type DeleteSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// force skips the graceful stop and cancels any driver call in flight.
-	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	Force bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	// assume_gone (with force) removes the record without the driver's
+	// confirmation that no compute object is left; it is journaled with who
+	// asked and why. A compute object that is left is an orphan then.
+	AssumeGone    bool   `protobuf:"varint,3,opt,name=assume_gone,json=assumeGone,proto3" json:"assume_gone,omitempty"`
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -781,6 +786,20 @@ func (x *DeleteSandboxRequest) GetForce() bool {
 		return x.Force
 	}
 	return false
+}
+
+func (x *DeleteSandboxRequest) GetAssumeGone() bool {
+	if x != nil {
+		return x.AssumeGone
+	}
+	return false
+}
+
+func (x *DeleteSandboxRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type DeleteSandboxResponse struct {
@@ -1469,6 +1488,148 @@ func (x *LogChunk) GetStderr() []byte {
 	return nil
 }
 
+type DoctorRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DoctorRequest) Reset() {
+	*x = DoctorRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoctorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoctorRequest) ProtoMessage() {}
+
+func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoctorRequest.ProtoReflect.Descriptor instead.
+func (*DoctorRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{22}
+}
+
+type DoctorFinding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the name (or, for an object without a record, the id).
+	Sandbox string `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	Problem string `protobuf:"bytes,2,opt,name=problem,proto3" json:"problem,omitempty"`
+	// action is what the gateway does about it, or what an operator can do.
+	Action        string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DoctorFinding) Reset() {
+	*x = DoctorFinding{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoctorFinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoctorFinding) ProtoMessage() {}
+
+func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoctorFinding.ProtoReflect.Descriptor instead.
+func (*DoctorFinding) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DoctorFinding) GetSandbox() string {
+	if x != nil {
+		return x.Sandbox
+	}
+	return ""
+}
+
+func (x *DoctorFinding) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
+func (x *DoctorFinding) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+type DoctorReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Findings      []*DoctorFinding       `protobuf:"bytes,1,rep,name=findings,proto3" json:"findings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DoctorReport) Reset() {
+	*x = DoctorReport{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoctorReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoctorReport) ProtoMessage() {}
+
+func (x *DoctorReport) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoctorReport.ProtoReflect.Descriptor instead.
+func (*DoctorReport) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DoctorReport) GetFindings() []*DoctorFinding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
 var File_corral_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_corral_v1_sandbox_proto_rawDesc = "" +
@@ -1541,10 +1702,13 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x12StopSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\")\n" +
 	"\x13StartSandboxRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"@\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"y\n" +
 	"\x14DeleteSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"E\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12\x1f\n" +
+	"\vassume_gone\x18\x03 \x01(\bR\n" +
+	"assumeGone\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"E\n" +
 	"\x15DeleteSandboxResponse\x12,\n" +
 	"\asandbox\x18\x01 \x01(\v2\x12.corral.v1.SandboxR\asandbox\"+\n" +
 	"\x15WatchSandboxesRequest\x12\x12\n" +
@@ -1585,7 +1749,14 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x04tail\x18\x03 \x01(\x05R\x04tail\":\n" +
 	"\bLogChunk\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
-	"\x06stderr\x18\x02 \x01(\fR\x06stderr2\x81\x06\n" +
+	"\x06stderr\x18\x02 \x01(\fR\x06stderr\"\x0f\n" +
+	"\rDoctorRequest\"[\n" +
+	"\rDoctorFinding\x12\x18\n" +
+	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x18\n" +
+	"\aproblem\x18\x02 \x01(\tR\aproblem\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\"D\n" +
+	"\fDoctorReport\x124\n" +
+	"\bfindings\x18\x01 \x03(\v2\x18.corral.v1.DoctorFindingR\bfindings2\xbe\x06\n" +
 	"\x0eSandboxService\x12R\n" +
 	"\rCreateSandbox\x12\x1f.corral.v1.CreateSandboxRequest\x1a .corral.v1.CreateSandboxResponse\x12>\n" +
 	"\n" +
@@ -1597,7 +1768,8 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x0eWatchSandboxes\x12 .corral.v1.WatchSandboxesRequest\x1a\x17.corral.v1.SandboxEvent0\x01\x12U\n" +
 	"\x0eListOperations\x12 .corral.v1.ListOperationsRequest\x1a!.corral.v1.ListOperationsResponse\x12B\n" +
 	"\vExecSandbox\x12\x16.corral.v1.ExecRequest\x1a\x17.corral.v1.ExecResponse(\x010\x01\x12C\n" +
-	"\vSandboxLogs\x12\x1d.corral.v1.SandboxLogsRequest\x1a\x13.corral.v1.LogChunk0\x01B8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
+	"\vSandboxLogs\x12\x1d.corral.v1.SandboxLogsRequest\x1a\x13.corral.v1.LogChunk0\x01\x12;\n" +
+	"\x06Doctor\x12\x18.corral.v1.DoctorRequest\x1a\x17.corral.v1.DoctorReportB8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
 
 var (
 	file_corral_v1_sandbox_proto_rawDescOnce sync.Once
@@ -1611,7 +1783,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),            // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                // 1: corral.v1.Sandbox
@@ -1635,19 +1807,22 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*ExecResponse)(nil),           // 19: corral.v1.ExecResponse
 	(*SandboxLogsRequest)(nil),     // 20: corral.v1.SandboxLogsRequest
 	(*LogChunk)(nil),               // 21: corral.v1.LogChunk
-	nil,                            // 22: corral.v1.SandboxSpec.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 23: google.protobuf.Timestamp
+	(*DoctorRequest)(nil),          // 22: corral.v1.DoctorRequest
+	(*DoctorFinding)(nil),          // 23: corral.v1.DoctorFinding
+	(*DoctorReport)(nil),           // 24: corral.v1.DoctorReport
+	nil,                            // 25: corral.v1.SandboxSpec.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	22, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	25, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	23, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	23, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	23, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	26, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	26, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	26, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	23, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	23, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	23, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	26, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	26, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	26, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 11: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
@@ -1657,31 +1832,34 @@ var file_corral_v1_sandbox_proto_depIdxs = []int32{
 	16, // 15: corral.v1.ExecStart.size:type_name -> corral.v1.TerminalSize
 	17, // 16: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
 	16, // 17: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
-	3,  // 18: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
-	5,  // 19: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
-	6,  // 20: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
-	8,  // 21: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
-	9,  // 22: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 23: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	12, // 24: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	14, // 25: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	18, // 26: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	20, // 27: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	4,  // 28: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 29: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 30: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 31: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 32: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	11, // 33: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	13, // 34: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	15, // 35: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	19, // 36: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	21, // 37: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	28, // [28:38] is the sub-list for method output_type
-	18, // [18:28] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	23, // 18: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
+	3,  // 19: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
+	5,  // 20: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
+	6,  // 21: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
+	8,  // 22: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
+	9,  // 23: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
+	10, // 24: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	12, // 25: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	14, // 26: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	18, // 27: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	20, // 28: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	22, // 29: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	4,  // 30: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 31: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 32: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 33: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 34: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	11, // 35: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	13, // 36: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	15, // 37: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	19, // 38: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	21, // 39: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	24, // 40: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	30, // [30:41] is the sub-list for method output_type
+	19, // [19:30] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_sandbox_proto_init() }
@@ -1707,7 +1885,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	SandboxService_ListOperations_FullMethodName = "/corral.v1.SandboxService/ListOperations"
 	SandboxService_ExecSandbox_FullMethodName    = "/corral.v1.SandboxService/ExecSandbox"
 	SandboxService_SandboxLogs_FullMethodName    = "/corral.v1.SandboxService/SandboxLogs"
+	SandboxService_Doctor_FullMethodName         = "/corral.v1.SandboxService/Doctor"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -56,6 +57,9 @@ type SandboxServiceClient interface {
 	ExecSandbox(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error)
 	// SandboxLogs streams what the main process printed.
 	SandboxLogs(ctx context.Context, in *SandboxLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogChunk], error)
+	// Doctor lists what is inconsistent between records, journal and driver,
+	// and what the gateway does (or the operator can do) about each.
+	Doctor(ctx context.Context, in *DoctorRequest, opts ...grpc.CallOption) (*DoctorReport, error)
 }
 
 type sandboxServiceClient struct {
@@ -187,6 +191,16 @@ func (c *sandboxServiceClient) SandboxLogs(ctx context.Context, in *SandboxLogsR
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_SandboxLogsClient = grpc.ServerStreamingClient[LogChunk]
 
+func (c *sandboxServiceClient) Doctor(ctx context.Context, in *DoctorRequest, opts ...grpc.CallOption) (*DoctorReport, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DoctorReport)
+	err := c.cc.Invoke(ctx, SandboxService_Doctor_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -212,6 +226,9 @@ type SandboxServiceServer interface {
 	ExecSandbox(grpc.BidiStreamingServer[ExecRequest, ExecResponse]) error
 	// SandboxLogs streams what the main process printed.
 	SandboxLogs(*SandboxLogsRequest, grpc.ServerStreamingServer[LogChunk]) error
+	// Doctor lists what is inconsistent between records, journal and driver,
+	// and what the gateway does (or the operator can do) about each.
+	Doctor(context.Context, *DoctorRequest) (*DoctorReport, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -251,6 +268,9 @@ func (UnimplementedSandboxServiceServer) ExecSandbox(grpc.BidiStreamingServer[Ex
 }
 func (UnimplementedSandboxServiceServer) SandboxLogs(*SandboxLogsRequest, grpc.ServerStreamingServer[LogChunk]) error {
 	return status.Error(codes.Unimplemented, "method SandboxLogs not implemented")
+}
+func (UnimplementedSandboxServiceServer) Doctor(context.Context, *DoctorRequest) (*DoctorReport, error) {
+	return nil, status.Error(codes.Unimplemented, "method Doctor not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -428,6 +448,24 @@ func _SandboxService_SandboxLogs_Handler(srv interface{}, stream grpc.ServerStre
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_SandboxLogsServer = grpc.ServerStreamingServer[LogChunk]
 
+func _SandboxService_Doctor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DoctorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).Doctor(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_Doctor_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).Doctor(ctx, req.(*DoctorRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -462,6 +500,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListOperations",
 			Handler:    _SandboxService_ListOperations_Handler,
+		},
+		{
+			MethodName: "Doctor",
+			Handler:    _SandboxService_Doctor_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

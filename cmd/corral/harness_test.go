@@ -228,6 +228,15 @@ func openStore(t *testing.T, home string) *sqlite.Store {
 	return st
 }
 
+// openStoreLive opens the store of a running gateway, read-mostly (WAL
+// lets a reader in beside the gateway's writer).
+func openStoreLive(t *testing.T, home string) *sqlite.Store {
+	t.Helper()
+	st := openStore(t, home)
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // journal reads the journal of a stopped gateway's store directly.
 func journal(t *testing.T, home string) []*sandbox.Operation {
 	t.Helper()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"database/sql"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/corral-sandbox/corral/internal/driver/fake"
 )
 
 func fileHash(t *testing.T, path string) [32]byte {
@@ -186,5 +189,44 @@ func TestSocketIsPrivate(t *testing.T) {
 	}
 	if perm := fi.Mode().Perm(); perm != 0o600 {
 		t.Fatalf("socket mode %o, want 600", perm)
+	}
+}
+
+func TestAssumeGoneAndDoctorForADriverThatCannotAnswer(t *testing.T) {
+	home := t.TempDir()
+	startGateway(t, home, "--orphan-grace", "1h")
+	id := strings.TrimSpace(mustCorral(t, home, "sandbox", "create", "--name", "stuck"))
+	setFaults(t, home, fake.Rule{Op: "inspect", Action: "fail", Error: "host unreachable"},
+		fake.Rule{Op: "delete", Action: "fail", Error: "host unreachable"})
+	mustCorral(t, home, "sandbox", "delete", "stuck", "--detach")
+	waitReason(t, home, "stuck", "host unreachable")
+	if _, errOut, code := corral(t, home, "sandbox", "delete", "stuck", "--force", "--assume-gone"); code != 1 || !strings.Contains(errOut, "--reason") {
+		t.Fatalf("--assume-gone without a reason: exit %d %q", code, errOut)
+	}
+	if _, errOut, code := corral(t, home, "sandbox", "delete", "stuck", "--assume-gone", "--reason", "x"); code != 1 || !strings.Contains(errOut, "--force") {
+		t.Fatalf("--assume-gone without --force: exit %d %q", code, errOut)
+	}
+	mustCorral(t, home, "sandbox", "delete", "stuck", "--force", "--assume-gone", "--reason", "the host burned down")
+	if _, errOut, code := corral(t, home, "sandbox", "get", "stuck"); code != 1 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("record still there: %q", errOut)
+	}
+	setFaults(t, home, fake.Rule{Op: "delete", Action: "fail", Error: "host unreachable"})
+	out := mustCorral(t, home, "gateway", "doctor")
+	if !strings.Contains(out, id) || !strings.Contains(out, "without a record") {
+		t.Fatalf("doctor did not report the object left behind:\n%s", out)
+	}
+	st := openStoreLive(t, home)
+	evs, err := st.ListGatewayEvents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range evs {
+		if ev.Kind == "assumed_gone" && ev.Subject == id && strings.Contains(ev.Detail, "local socket user") && strings.Contains(ev.Detail, "the host burned down") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no assumed_gone entry with who and why in %+v", evs)
 	}
 }

@@ -15,17 +15,24 @@ import (
 type intentCmd struct {
 	use, short, long string
 	// call sends the request for one sandbox and returns its record.
-	call func(ctx context.Context, c *client, name string, force bool) (*corralv1.Sandbox, error)
+	call func(ctx context.Context, c *client, name string, f intentFlags) (*corralv1.Sandbox, error)
 	// wait is the goal the command waits for unless --detach.
 	wait        goal
 	wantDeleted bool
 	canForce    bool // --force and --all are offered
 }
 
+// intentFlags are the flags an intent command passes to its call.
+type intentFlags struct {
+	force, assumeGone bool
+	reason            string
+}
+
 func newIntentCmd(g *globals, ic intentCmd) *cobra.Command {
 	var (
-		detach, force, all bool
-		timeout            time.Duration
+		detach, all bool
+		flags       intentFlags
+		timeout     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   ic.use,
@@ -58,7 +65,7 @@ func newIntentCmd(g *globals, ic intentCmd) *cobra.Command {
 				targets []*corralv1.Sandbox
 			)
 			for _, name := range names {
-				sb, err := ic.call(ctx, c, name, force)
+				sb, err := ic.call(ctx, c, name, flags)
 				if err != nil {
 					errs = append(errs, errors.New(message(c.explain(err))))
 					continue
@@ -81,7 +88,9 @@ func newIntentCmd(g *globals, ic intentCmd) *cobra.Command {
 	f.BoolVarP(&detach, "detach", "d", false, "return once the request is recorded, without waiting")
 	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: until done or error)")
 	if ic.canForce {
-		f.BoolVar(&force, "force", false, "skip the graceful stop and cancel any driver call in flight")
+		f.BoolVar(&flags.force, "force", false, "skip the graceful stop and cancel any driver call in flight")
+		f.BoolVar(&flags.assumeGone, "assume-gone", false, "with --force: remove the record without the driver's confirmation (journaled; needs --reason)")
+		f.StringVar(&flags.reason, "reason", "", "why the compute is known to be gone (for --assume-gone)")
 		f.BoolVar(&all, "all", false, "act on every sandbox")
 	}
 	return cmd
@@ -90,7 +99,7 @@ func newIntentCmd(g *globals, ic intentCmd) *cobra.Command {
 func newStopCmd(g *globals) *cobra.Command {
 	return newIntentCmd(g, intentCmd{
 		use: "stop NAME...", short: "Stop sandboxes and wait until they are stopped",
-		call: func(ctx context.Context, c *client, name string, _ bool) (*corralv1.Sandbox, error) {
+		call: func(ctx context.Context, c *client, name string, _ intentFlags) (*corralv1.Sandbox, error) {
 			return c.StopSandbox(ctx, &corralv1.StopSandboxRequest{Name: name})
 		},
 		wait: reached("stopped"),
@@ -100,7 +109,7 @@ func newStopCmd(g *globals) *cobra.Command {
 func newStartCmd(g *globals) *cobra.Command {
 	return newIntentCmd(g, intentCmd{
 		use: "start NAME...", short: "Start stopped sandboxes and wait until they are ready",
-		call: func(ctx context.Context, c *client, name string, _ bool) (*corralv1.Sandbox, error) {
+		call: func(ctx context.Context, c *client, name string, _ intentFlags) (*corralv1.Sandbox, error) {
 			return c.StartSandbox(ctx, &corralv1.StartSandboxRequest{Name: name})
 		},
 		wait: running,
@@ -114,9 +123,11 @@ func newDeleteCmd(g *globals) *cobra.Command {
 The compute object is stopped gracefully and removed, then the record. With
 --force the graceful stop is skipped. When the driver cannot confirm the
 removal the sandbox stays visible as deleting, with the reason, and the
-gateway keeps trying.`,
-		call: func(ctx context.Context, c *client, name string, force bool) (*corralv1.Sandbox, error) {
-			resp, err := c.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: name, Force: force})
+gateway keeps trying; for a driver that will not answer again,
+--force --assume-gone --reason WHY removes the record anyway (journaled with
+who and why; a compute object that is left is removed as an orphan).`,
+		call: func(ctx context.Context, c *client, name string, f intentFlags) (*corralv1.Sandbox, error) {
+			resp, err := c.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: name, Force: f.force, AssumeGone: f.assumeGone, Reason: f.reason})
 			return resp.GetSandbox(), err
 		},
 		wait: func(sb *corralv1.Sandbox, since int64) (bool, error) {

@@ -29,7 +29,8 @@ func runsGateway(args []string) bool {
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
 		case a == "gateway":
-			return true
+			// not its subcommands (doctor, client-cert, revoke)
+			return i+1 == len(args) || strings.HasPrefix(args[i+1], "-")
 		case a == "--home" || a == "--gateway" || a == "--context":
 			i++ // the flag's value
 		case !strings.HasPrefix(a, "-"):

@@ -14,6 +14,8 @@ func TestRunsGateway(t *testing.T) {
 		{[]string{"--home", "gateway", "sandbox"}, false}, // a home named gateway
 		{[]string{"sandbox", "create", "--name", "gateway"}, false},
 		{nil, false},
+		{[]string{"gateway", "doctor"}, false},
+		{[]string{"--home", "/x", "gateway", "client-cert", "alice"}, false},
 	} {
 		if got := runsGateway(tc.args); got != tc.want {
 			t.Errorf("runsGateway(%q) = %v, want %v", tc.args, got, tc.want)

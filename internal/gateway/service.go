@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
@@ -63,11 +65,44 @@ func (s *service) StartSandbox(ctx context.Context, req *corralv1.StartSandboxRe
 }
 
 func (s *service) DeleteSandbox(ctx context.Context, req *corralv1.DeleteSandboxRequest) (*corralv1.DeleteSandboxResponse, error) {
+	if req.GetAssumeGone() {
+		if !req.GetForce() {
+			return nil, status.Error(codes.InvalidArgument, "--assume-gone needs --force")
+		}
+		sb, err := s.m.AssumeGone(ctx, req.GetName(), caller(ctx), req.GetReason())
+		if err != nil {
+			return nil, errdefs.ToGRPC(err)
+		}
+		return &corralv1.DeleteSandboxResponse{Sandbox: toProto(sb)}, nil
+	}
 	sb, err := s.m.Delete(ctx, req.GetName(), req.GetForce())
 	if err != nil {
 		return nil, errdefs.ToGRPC(err)
 	}
 	return &corralv1.DeleteSandboxResponse{Sandbox: toProto(sb)}, nil
+}
+
+func (s *service) Doctor(ctx context.Context, _ *corralv1.DoctorRequest) (*corralv1.DoctorReport, error) {
+	findings, err := s.m.Doctor(ctx)
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
+	report := &corralv1.DoctorReport{}
+	for _, f := range findings {
+		report.Findings = append(report.Findings, &corralv1.DoctorFinding{Sandbox: f.Sandbox, Problem: f.Problem, Action: f.Action})
+	}
+	return report, nil
+}
+
+// caller names who made a request: the client certificate's name over
+// mutual TLS, else the local socket.
+func caller(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			return "client certificate " + ti.State.PeerCertificates[0].Subject.CommonName
+		}
+	}
+	return "a local socket user"
 }
 
 func (s *service) ListOperations(ctx context.Context, req *corralv1.ListOperationsRequest) (*corralv1.ListOperationsResponse, error) {

@@ -1,0 +1,105 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store"
+)
+
+// Finding is one inconsistency the doctor found.
+type Finding struct {
+	Sandbox, Problem, Action string
+}
+
+// Doctor compares records, journal and driver, and says what is wrong and
+// what is done about it. It changes nothing.
+func (m *Manager) Doctor(ctx context.Context) ([]Finding, error) {
+	var out []Finding
+	lctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	objs, listErr := m.cfg.Driver.List(lctx)
+	cancel()
+	if listErr != nil {
+		out = append(out, Finding{"-", fmt.Sprintf("the %s driver does not answer: %v", m.cfg.Driver.Name(), listErr),
+			"sandboxes wait for it with backoff; nothing is lost meanwhile"})
+	}
+	records, err := m.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string]driver.Object{}
+	for _, o := range objs {
+		byID[o.ID] = o
+	}
+	now := m.now()
+	for _, sb := range records {
+		o, found := byID[sb.ID]
+		delete(byID, sb.ID)
+		switch {
+		case sb.Phase == sandbox.PhaseError:
+			out = append(out, Finding{sb.Name, "not " + string(sb.Desired) + " by its deadline: " + sb.Reason,
+				"the reconciler keeps trying with backoff; stop, start or delete it to change the intent"})
+		case sb.Desired == sandbox.DesiredDeleted && now.After(sb.Deadline):
+			out = append(out, Finding{sb.Name, "deleting for longer than its deadline: " + sb.Reason,
+				"retried with backoff; if its compute is really gone: corral sandbox delete --force --assume-gone " + sb.Name})
+		case listErr == nil && sb.Phase == sandbox.PhaseReady && (!found || o.State != driver.StateRunning):
+			out = append(out, Finding{sb.Name, "recorded ready, but the driver shows no running compute",
+				"the next reconcile (at most a resync interval away) starts it again"})
+		case listErr == nil && sb.Phase == sandbox.PhaseStopped && found && o.State == driver.StateRunning:
+			out = append(out, Finding{sb.Name, "recorded stopped, but its compute runs",
+				"the next reconcile stops it"})
+		}
+		ops, err := m.cfg.Store.ListOperations(ctx, sb.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, op := range ops {
+			if op.State == sandbox.OpPending && now.After(op.Deadline) {
+				out = append(out, Finding{sb.Name, fmt.Sprintf("journal entry %d (%s) pending past its deadline %s", op.ID, op.Kind, op.Deadline.Format(time.RFC3339)),
+					"settled as interrupted when its owner's gateway instance is gone; it blocks nothing"})
+			}
+		}
+	}
+	for id, o := range byID {
+		m.mu.Lock()
+		first, seen := m.orphans[id]
+		m.mu.Unlock()
+		action := "reported, and removed once it has had no record for " + m.cfg.OrphanGrace.String()
+		if seen {
+			action = "removed at " + first.Add(m.cfg.OrphanGrace).Format(time.RFC3339) + " or soon after"
+		}
+		out = append(out, Finding{id, fmt.Sprintf("compute object (%q, generation %d, %s) without a record", o.Labels[driver.LabelName], o.Generation, o.State), action})
+	}
+	return out, nil
+}
+
+// AssumeGone removes a sandbox's record without the driver's confirmation
+// that no compute object is left, for a driver that cannot answer. It is
+// journaled in the gateway's journal with who asked and why; an object that
+// is left becomes an orphan, removed after the grace period.
+func (m *Manager) AssumeGone(ctx context.Context, nameOrID, who, why string) (*sandbox.Sandbox, error) {
+	if err := m.refuseWhileClosing(); err != nil {
+		return nil, err
+	}
+	if why == "" {
+		return nil, errdefs.InvalidArgument("--assume-gone needs --reason: say why the compute is known to be gone")
+	}
+	sb, err := m.Get(ctx, nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	m.preempt(sb.ID, true)
+	if err := m.cfg.Store.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return nil, err
+	}
+	m.journal(store.GatewayEvent{At: m.now(), Kind: "assumed_gone", Subject: sb.ID,
+		Detail: fmt.Sprintf("record of %q removed without driver confirmation by %s: %s", sb.Name, who, why)})
+	m.log.Warn("record removed without driver confirmation", "sandbox", sb.Name, "by", who, "reason", why)
+	m.events.publish(Event{Type: EventDeleted, Sandbox: sb})
+	return sb, nil
+}
