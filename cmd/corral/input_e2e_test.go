@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -228,5 +230,30 @@ func TestAssumeGoneAndDoctorForADriverThatCannotAnswer(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no assumed_gone entry with who and why in %+v", evs)
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	home := t.TempDir()
+	addr := freePort(t)
+	startGateway(t, home, "--metrics-listen", addr)
+	mustCorral(t, home, "sandbox", "create", "--name", "counted")
+	mustCorral(t, home, "sandbox", "stop", "counted")
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`corral_operations_total{kind="driver.create",state="succeeded"} 1`,
+		`corral_operations_total{kind="driver.stop",state="succeeded"} 1`,
+		`corral_driver_call_seconds_count{kind="driver.start"} 1`,
+		`corral_reconcile_lag_seconds_count 2`,
+		`corral_interrupted_operations_total 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }

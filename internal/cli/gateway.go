@@ -62,6 +62,7 @@ HOME/corral.toml when it exists); flags override the file.`,
 	f.DurationVar(&flags.StopTimeout, "stop-timeout", flags.StopTimeout, "grace between SIGTERM and SIGKILL when stopping a sandbox")
 	f.DurationVar(&flags.ResyncInterval, "resync-interval", flags.ResyncInterval, "how often every sandbox is compared with the driver")
 	f.StringVar(&flags.Listen, "listen", "", "also serve the API on HOST:PORT over TCP with mutual TLS 1.3")
+	f.StringVar(&flags.MetricsListen, "metrics-listen", "", "serve Prometheus metrics on HOST:PORT at /metrics")
 	f.StringArrayVar(&flags.TLS.ServerNames, "tls-server-name", nil, "extra name or IP for the server certificate (repeatable)")
 	f.DurationVar(&flags.OrphanGrace, "orphan-grace", flags.OrphanGrace, "how long a compute object without a record is kept before it is removed")
 	f.StringVar(&flags.LogLevel, "log-level", flags.LogLevel, "debug, info, warn or error")
@@ -106,6 +107,7 @@ func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Confi
 	setDur("resync-interval", &cfg.ResyncInterval, flags.ResyncInterval)
 	setDur("orphan-grace", &cfg.OrphanGrace, flags.OrphanGrace)
 	set("listen", &cfg.Listen, flags.Listen)
+	set("metrics-listen", &cfg.MetricsListen, flags.MetricsListen)
 	if cmd.Flags().Changed("tls-server-name") {
 		cfg.TLS.ServerNames = flags.TLS.ServerNames
 	}

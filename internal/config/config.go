@@ -33,9 +33,12 @@ type Config struct {
 	LogLevel    string        `toml:"log_level"`
 	// Listen, when set (HOST:PORT), also serves the API over TCP with
 	// mutual TLS 1.3.
-	Listen  string  `toml:"listen"`
-	TLS     TLS     `toml:"tls"`
-	Drivers Drivers `toml:"drivers"`
+	Listen string `toml:"listen"`
+	// MetricsListen, when set (HOST:PORT), serves Prometheus metrics at
+	// /metrics over plain HTTP.
+	MetricsListen string  `toml:"metrics_listen"`
+	TLS           TLS     `toml:"tls"`
+	Drivers       Drivers `toml:"drivers"`
 }
 
 // TLS is the [tls] table. Without cert_file and key_file the gateway makes

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
+	"github.com/corral-sandbox/corral/internal/metrics"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
 	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
@@ -128,6 +130,13 @@ func Run(opts Options) error {
 			return shutdown(log, mgr, servers, cfg.ShutdownTimeout, hurry, err)
 		}
 		servers = append(servers, tcp)
+	}
+	if cfg.MetricsListen != "" {
+		msrv, err := serveMetrics(cfg.MetricsListen, log)
+		if err != nil {
+			return shutdown(log, mgr, servers, cfg.ShutdownTimeout, hurry, err)
+		}
+		defer msrv.Close()
 	}
 	log.Info("gateway ready", "socket", config.SocketPath(opts.Home))
 
@@ -243,6 +252,24 @@ func serveTLS(cfg config.Config, home string, mgr *lifecycle.Manager, log *slog.
 		}
 	}()
 	log.Info("serving the API with mutual TLS", "address", lis.Addr().String(), "ca", filepath.Join(home, "tls", "ca.crt"))
+	return srv, nil
+}
+
+// serveMetrics serves Prometheus metrics at /metrics on addr.
+func serveMetrics(addr string, log *slog.Logger) (*http.Server, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	log.Info("serving metrics", "address", "http://"+lis.Addr().String()+"/metrics")
 	return srv, nil
 }
 

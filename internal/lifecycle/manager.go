@@ -14,6 +14,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/metrics"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
 	"github.com/corral-sandbox/corral/internal/testbug"
@@ -129,6 +130,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	if n > 0 {
+		metrics.Interrupted(n)
 		m.log.Info("settled operations of earlier gateway instances as interrupted", "count", n)
 	}
 	list, err := m.cfg.Store.ListSandboxes(ctx)
@@ -249,6 +251,7 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 	n, err := m.cfg.Store.SettlePending(sctx, store.Owners{Is: m.cfg.Instance}, sandbox.OpInterrupted, m.now(),
 		"interrupted: the gateway shut down before it finished")
 	if n > 0 {
+		metrics.Interrupted(n)
 		m.log.Info("settled pending operations as interrupted", "count", n)
 	}
 	return err

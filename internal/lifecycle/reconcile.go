@@ -8,6 +8,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/metrics"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
 )
@@ -161,6 +162,9 @@ func (m *Manager) converge(a *actor, sb *sandbox.Sandbox) {
 		m.log.Error("record convergence", "sandbox", sb.Name, "err", err)
 	}
 	if err == nil {
+		if pending {
+			metrics.Converged(string(sb.LastRequest.Kind), sb.LastRequest.StartedAt)
+		}
 		m.log.Info("sandbox converged", "sandbox", sb.Name, "phase", phase, "generation", sb.Generation)
 	}
 }
@@ -265,6 +269,7 @@ func (m *Manager) failed(a *actor, sb *sandbox.Sandbox, kind string, cause error
 		return false, 0 // shutting down: the journal says what happened
 	}
 	a.failures++
+	metrics.Retry(kind)
 	wait := m.backoff(a.failures)
 	now := m.now()
 	reason := fmt.Sprintf("%s failed (attempt %d): %v; retrying in %s", kind, a.failures, cause, wait.Round(time.Millisecond))
@@ -321,6 +326,7 @@ func (m *Manager) attempt(a *actor, sb *sandbox.Sandbox, act action) error {
 	m.mu.Unlock()
 
 	err = act.call(ctx)
+	metrics.DriverCall(string(act.kind), m.now().Sub(now))
 
 	m.mu.Lock()
 	preempted := a.preempted && err != nil
@@ -350,6 +356,7 @@ func (m *Manager) settle(op *sandbox.Operation, state sandbox.OpState, err error
 	if err != nil {
 		op.Error = err.Error()
 	}
+	metrics.Settled(string(op.Kind), string(state))
 	sctx, cancel := storeCtx()
 	defer cancel()
 	if err := m.cfg.Store.PutOperation(sctx, op); err != nil {

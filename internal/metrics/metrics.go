@@ -1,0 +1,73 @@
+// Package metrics holds the gateway's Prometheus metrics, served on the
+// opt-in metrics listen address at /metrics.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+var (
+	registry = prometheus.NewRegistry()
+
+	operations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_operations_total",
+		Help: "Journaled operations by kind (a request, or a driver.* call) and the state they settled in.",
+	}, []string{"kind", "state"})
+	callSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "corral_driver_call_seconds",
+		Help:    "Duration of driver calls by kind.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	}, []string{"kind"})
+	retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_retries_total",
+		Help: "Failed steps that the reconciler retries with backoff, by the call that failed.",
+	}, []string{"kind"})
+	interrupted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "corral_interrupted_operations_total",
+		Help: "Journal entries settled as interrupted (their gateway instance ended, or the shutdown budget ran out).",
+	})
+	reconcileLag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "corral_reconcile_lag_seconds",
+		Help:    "Time from a request to the sandbox reaching its intent.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+	})
+)
+
+func init() {
+	registry.MustRegister(operations, callSeconds, retries, interrupted, reconcileLag,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+}
+
+// Settled counts a journal entry that settled in state.
+func Settled(kind, state string) {
+	operations.WithLabelValues(kind, state).Inc()
+	if state == "interrupted" {
+		interrupted.Inc()
+	}
+}
+
+// DriverCall records how long a driver call took.
+func DriverCall(kind string, d time.Duration) { callSeconds.WithLabelValues(kind).Observe(d.Seconds()) }
+
+// Retry counts a failed step that will be retried.
+func Retry(kind string) { retries.WithLabelValues(kind).Inc() }
+
+// Interrupted counts n entries settled as interrupted in bulk.
+func Interrupted(n int) {
+	interrupted.Add(float64(n))
+	operations.WithLabelValues("any", "interrupted").Add(float64(n))
+}
+
+// Converged records the lag from a request to its intent being reached.
+func Converged(kind string, since time.Time) {
+	reconcileLag.Observe(time.Since(since).Seconds())
+	operations.WithLabelValues(kind, "succeeded").Inc()
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func Handler() http.Handler { return promhttp.HandlerFor(registry, promhttp.HandlerOpts{}) }
