@@ -3,7 +3,6 @@ package chaos
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -25,15 +24,15 @@ import (
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
-	"github.com/corral-sandbox/corral/internal/driver/fake"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 var (
-	seedFlag  = flag.Int64("seed", -1, "run only this seed")
-	seedsFlag = flag.Int("seeds", 3, "how many seeds to run (from 1)")
-	killsFlag = flag.Int("kills", 12, "kill points per seed")
+	seedFlag   = flag.Int64("seed", -1, "run only this seed")
+	seedsFlag  = flag.Int("seeds", 3, "how many seeds to run (from 1)")
+	driverFlag = flag.String("driver", "fake", "the driver to torture: fake or docker")
+	killsFlag  = flag.Int("kills", 12, "kill points per seed")
 )
 
 var bin string
@@ -54,8 +53,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-const label = "corral.chaos"
-
 func TestTorture(t *testing.T) {
 	seeds := []int64{}
 	if *seedFlag >= 0 {
@@ -68,9 +65,16 @@ func TestTorture(t *testing.T) {
 	total := 0
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			r := newRun(t, seed)
+			if *driverFlag == "docker" {
+				testenv.RequireDocker(t)
+			}
+			r := newRunOn(t, seed, *driverFlag)
 			r.torture(*killsFlag)
 			total += r.kills
+			if len(r.created) == 0 {
+				t.Errorf("seed %d: no create was acknowledged in %d kill points: the run tested nothing", seed, r.kills)
+			}
+			t.Logf("seed %d: %d kill points, %d sandboxes created, %d at the final check", seed, r.kills, len(r.created), r.checked)
 			if r.preInit > 0 {
 				t.Logf("seed %d: %d SIGTERMs arrived before the gateway took its home lock", seed, r.preInit)
 			}
@@ -92,19 +96,33 @@ type run struct {
 	kills int
 	log   bytes.Buffer // every gateway's output, shown on failure
 
-	env []string // extra environment of the gateway children
+	env     []string // extra environment of the gateway children
+	label   string   // the gateway's sandbox label
+	backend backend
 
 	mu             sync.Mutex
 	created        map[string]bool // acknowledged creates
 	deleteAsked    map[string]bool // deletes sent, answered or not
 	lastSigterm    []string        // SIGTERM'd gateways that did not exit 0
 	preInit        int             // SIGTERMs that came before any corral code ran
+	checked        int             // records the final check found
 	clientFailures []string        // answers no request should get
 }
 
 func newRun(t *testing.T, seed int64) *run {
+	return newRunOn(t, seed, "fake")
+}
+
+func newRunOn(t *testing.T, seed int64, driverName string) *run {
 	r := &run{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 42)), home: t.TempDir(),
 		created: map[string]bool{}, deleteAsked: map[string]bool{}}
+	r.label = fmt.Sprintf("corral.chaos.%d.%d", seed, time.Now().UnixNano())
+	switch driverName {
+	case "docker":
+		r.backend = newDockerBackend(t, r.label)
+	default:
+		r.backend = &fakeBackend{t: t, dir: filepath.Join(r.home, "fake"), label: r.label}
+	}
 	for i := range 6 {
 		r.names = append(r.names, fmt.Sprintf("s%d", i))
 	}
@@ -142,9 +160,10 @@ func (s *syncBuffer) Len() int {
 }
 
 func (r *run) start() *gateway {
-	cmd := exec.Command(bin, "--home", r.home, "gateway", "--driver", "fake", "--sandbox-label", label,
+	args := append([]string{"--home", r.home, "gateway", "--sandbox-label", r.label,
 		"--shutdown-timeout", "1s", "--provisioning-timeout", "2s", "--stop-timeout", "1s",
-		"--resync-interval", "200ms", "--orphan-grace", "300ms")
+		"--resync-interval", "200ms", "--orphan-grace", "300ms"}, r.backend.args()...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), r.env...)
 	g := &gateway{cmd: cmd, done: make(chan struct{}), out: &syncBuffer{}}
 	cmd.Stdout, cmd.Stderr = g.out, g.out
@@ -167,27 +186,6 @@ func (r *run) client() (corralv1.SandboxServiceClient, func()) {
 		r.t.Fatal(err)
 	}
 	return corralv1.NewSandboxServiceClient(conn), func() { conn.Close() }
-}
-
-// faults sets a random fault rule set on the fake driver.
-func (r *run) faults() {
-	var rules []fake.Rule
-	ops := []string{"create", "start", "stop", "delete", "inspect"}
-	for range r.rng.IntN(3) {
-		rule := fake.Rule{Op: ops[r.rng.IntN(len(ops))], After: r.rng.IntN(3) == 0}
-		switch r.rng.IntN(3) {
-		case 0:
-			rule.Action = "hold"
-		case 1:
-			rule.Action, rule.Delay = "delay", fmt.Sprintf("%dms", 1+r.rng.IntN(200))
-		default:
-			rule.Action, rule.Error = "fail", "chaos"
-		}
-		rules = append(rules, rule)
-	}
-	if err := fake.SetFaults(filepath.Join(r.home, "fake"), rules...); err != nil {
-		r.t.Fatal(err)
-	}
 }
 
 // clients sends random requests until stop is closed; some give up early.
@@ -274,10 +272,10 @@ func (r *run) torture(kills int) {
 	stop := make(chan struct{})
 	wg := r.clients(stop, uint64(r.seed))
 	for i := range kills {
-		r.faults()
+		r.backend.faults(r.rng)
 		g := r.start()
 		// kill at a random instant: often within startup recovery
-		wait := time.Duration(r.rng.IntN(300)) * time.Millisecond
+		wait := time.Duration(r.rng.Int64N(int64(r.backend.lifetime())))
 		if r.rng.IntN(3) == 0 {
 			wait = time.Duration(r.rng.IntN(30)) * time.Millisecond // start-up and recovery
 		}
@@ -378,9 +376,7 @@ func (r *run) check() []string {
 	var v []string
 	v = append(v, r.lastSigterm...)
 	v = append(v, r.clientFailures...)
-	if err := fake.SetFaults(filepath.Join(r.home, "fake")); err != nil {
-		r.t.Fatal(err)
-	}
+	r.backend.clear()
 	g := r.start()
 	defer func() {
 		g.cmd.Process.Signal(syscall.SIGTERM)
@@ -407,6 +403,7 @@ func (r *run) check() []string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	r.checked = len(list)
 	// 2. nothing created and never deleted is lost
 	names := map[string]*corralv1.Sandbox{}
 	for _, sb := range list {
@@ -421,7 +418,7 @@ func (r *run) check() []string {
 	r.mu.Unlock()
 	// 3. the driver agrees with the records; orphans do not outlive the grace
 	time.Sleep(time.Second) // orphan grace 300ms + resync 200ms, twice
-	objs := r.objects()
+	objs := r.backend.objects()
 	for _, sb := range list {
 		o, ok := objs[sb.Id]
 		running := ok && o.State == driver.StateRunning
@@ -458,11 +455,11 @@ func (r *run) check() []string {
 	limit = time.Now().Add(30 * time.Second)
 	for {
 		resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
-		if err == nil && len(resp.Sandboxes) == 0 && len(r.objects()) == 0 {
+		if err == nil && len(resp.Sandboxes) == 0 && len(r.backend.objects()) == 0 {
 			break
 		}
 		if time.Now().After(limit) {
-			v = append(v, fmt.Sprintf("not everything could be deleted: records %v, objects %d", resp.GetSandboxes(), len(r.objects())))
+			v = append(v, fmt.Sprintf("not everything could be deleted: records %v, objects %d", resp.GetSandboxes(), len(r.backend.objects())))
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -490,23 +487,6 @@ func unconverged(list []*corralv1.Sandbox) []string {
 		if !ok {
 			out = append(out, fmt.Sprintf("%s:%s/%s(%s)", sb.Name, sb.DesiredState, sb.Phase, sb.Reason))
 		}
-	}
-	return out
-}
-
-// objects is the fake driver's own view, from its state file.
-func (r *run) objects() map[string]driver.Object {
-	d, err := fake.New(driver.Config{Label: label, StateDir: filepath.Join(r.home, "fake")})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	list, err := d.List(context.Background())
-	if err != nil && !errors.Is(err, context.Canceled) {
-		r.t.Fatal(err)
-	}
-	out := map[string]driver.Object{}
-	for _, o := range list {
-		out[o.ID] = o
 	}
 	return out
 }

@@ -250,6 +250,15 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 	defer cancel()
 	n, err := m.cfg.Store.SettlePending(sctx, store.Owners{Is: m.cfg.Instance}, sandbox.OpInterrupted, m.now(),
 		"interrupted: the gateway shut down before it finished")
+	if err == nil && !testbug.On("retained-claim") {
+		// A shutdown during recovery may come before the entries of dead
+		// instances were settled; with the home lock held, every other
+		// owner is dead, so settle them too.
+		var more int
+		more, err = m.cfg.Store.SettlePending(sctx, store.Owners{IsNot: m.cfg.Instance}, sandbox.OpInterrupted, m.now(),
+			"interrupted: the gateway instance that owned it ended before it finished")
+		n += more
+	}
 	if n > 0 {
 		metrics.Interrupted(n)
 		m.log.Info("settled pending operations as interrupted", "count", n)

@@ -1,0 +1,158 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// backend is what the harness needs of a driver: how the gateway uses it,
+// how to inject faults into it, and the driver's own view of its objects.
+type backend interface {
+	args() []string
+	faults(rng *rand.Rand)
+	clear()
+	objects() map[string]driver.Object
+	// lifetime bounds how long a gateway lives before it is killed.
+	lifetime() time.Duration
+}
+
+func (b *fakeBackend) lifetime() time.Duration   { return 300 * time.Millisecond }
+func (b *dockerBackend) lifetime() time.Duration { return 2 * time.Second }
+
+// fakeBackend injects faults through the fake driver's rules file.
+type fakeBackend struct {
+	t     *testing.T
+	dir   string
+	label string
+}
+
+func (b *fakeBackend) args() []string { return []string{"--driver", "fake"} }
+
+func (b *fakeBackend) faults(rng *rand.Rand) {
+	var rules []fake.Rule
+	ops := []string{"create", "start", "stop", "delete", "inspect"}
+	for range rng.IntN(3) {
+		rule := fake.Rule{Op: ops[rng.IntN(len(ops))], After: rng.IntN(3) == 0}
+		switch rng.IntN(3) {
+		case 0:
+			rule.Action = "hold"
+		case 1:
+			rule.Action, rule.Delay = "delay", fmt.Sprintf("%dms", 1+rng.IntN(200))
+		default:
+			rule.Action, rule.Error = "fail", "chaos"
+		}
+		rules = append(rules, rule)
+	}
+	if err := fake.SetFaults(b.dir, rules...); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func (b *fakeBackend) clear() {
+	if err := fake.SetFaults(b.dir); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func (b *fakeBackend) objects() map[string]driver.Object {
+	d, err := fake.New(driver.Config{Label: b.label, StateDir: b.dir})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	list, err := d.List(context.Background())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	out := map[string]driver.Object{}
+	for _, o := range list {
+		out[o.ID] = o
+	}
+	return out
+}
+
+// dockerBackend drives a real engine through a relay that holds chosen
+// Engine API requests or goes away altogether.
+type dockerBackend struct {
+	t     *testing.T
+	label string
+	relay *testenv.Relay
+	api   *client.Client
+}
+
+func newDockerBackend(t *testing.T, label string) *dockerBackend {
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &dockerBackend{t: t, label: label, relay: testenv.NewRelay(t, "/var/run/docker.sock"), api: api}
+	t.Cleanup(func() { b.removeAll(); api.Close() })
+	return b
+}
+
+func (b *dockerBackend) args() []string {
+	return []string{"--driver", "docker", "--docker-host", "unix://" + b.relay.Path, "--default-image", testenv.TestImage,
+		"--image-pull-policy", "never"}
+}
+
+func (b *dockerBackend) faults(rng *rand.Rand) {
+	b.relay.Release()
+	b.relay.Up()
+	switch rng.IntN(4) {
+	case 0:
+		patterns := []string{`/containers/create$`, `/containers/[0-9a-f]+/start$`, `/containers/[0-9a-f]+/stop$`, `DELETE /`, `/containers/json$`}
+		b.relay.Hold(`^[A-Z]+ .*` + patterns[rng.IntN(len(patterns))])
+	case 1:
+		b.relay.Down()
+	}
+}
+
+func (b *dockerBackend) clear() {
+	b.relay.Release()
+	b.relay.Up()
+}
+
+func (b *dockerBackend) objects() map[string]driver.Object {
+	res, err := b.api.ContainerList(context.Background(), client.ContainerListOptions{All: true,
+		Filters: client.Filters{}.Add("label", b.label+"=true")})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	out := map[string]driver.Object{}
+	for _, c := range res.Items {
+		id := c.Labels[driver.LabelSandboxID]
+		gen, _ := strconv.ParseInt(c.Labels[driver.LabelGeneration], 10, 64)
+		if cur, ok := out[id]; ok && cur.Generation > gen {
+			continue
+		}
+		state := driver.StateStopped
+		switch c.State {
+		case "running", "paused", "restarting":
+			state = driver.StateRunning
+		case "created":
+			state = driver.StateCreated
+		}
+		out[id] = driver.Object{ID: id, Generation: gen, State: state}
+	}
+	return out
+}
+
+func (b *dockerBackend) removeAll() {
+	ctx := context.Background()
+	res, err := b.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", b.label+"=true")})
+	if err != nil {
+		return
+	}
+	for _, c := range res.Items {
+		b.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	}
+}
