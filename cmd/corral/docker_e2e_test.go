@@ -130,25 +130,8 @@ func TestDockerRapidStopStart(t *testing.T) {
 	home, label := t.TempDir(), newLabel(t)
 	dockerGateway(t, home, label)
 	id := strings.TrimSpace(mustCorral(t, home, "sandbox", "create", "--name", "flip", "--", "sleep", "1000"))
-	watchCtx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stream, err := api(t, home).WatchSandboxes(watchCtx, &corralv1.WatchSandboxesRequest{Name: "flip"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deleted := make(chan bool, 1)
-	go func() {
-		for {
-			ev, err := stream.Recv()
-			if err != nil {
-				return
-			}
-			if ev.Type == "DELETED" {
-				deleted <- true
-				return
-			}
-		}
-	}()
+	deleted := watchDeletes(t, home, "flip")
+
 	cycles := 200
 	if testing.Short() {
 		cycles = 20

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,27 +21,38 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver/fake"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
+	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 // bin is the corral binary under test, built once by TestMain.
 var bin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "corral-e2e-")
+func TestMain(m *testing.M) { testenv.MainWithCorral(m, &bin) }
+
+// watchDeletes reports on the returned channel if the named sandbox is
+// ever deleted while the test runs.
+func watchDeletes(t *testing.T, home, name string) <-chan bool {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := api(t, home).WatchSandboxes(ctx, &corralv1.WatchSandboxesRequest{Name: name})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		t.Fatal(err)
 	}
-	bin = filepath.Join(dir, "corral")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build corral: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	deleted := make(chan bool, 1)
+	go func() {
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			if ev.Type == "DELETED" {
+				deleted <- true
+				return
+			}
+		}
+	}()
+	return deleted
 }
 
 // syncBuffer is a bytes.Buffer safe for a child's output and a test reader.

@@ -83,25 +83,8 @@ func TestStopStartStormNeverDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := resp.Sandbox.Id
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	stream, err := c.WatchSandboxes(watchCtx, &corralv1.WatchSandboxesRequest{Name: "storm"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deleted := make(chan string, 1)
-	go func() {
-		for {
-			ev, err := stream.Recv()
-			if err != nil {
-				return
-			}
-			if ev.Type == "DELETED" {
-				deleted <- "DELETED event during the storm"
-				return
-			}
-		}
-	}()
+	deleted := watchDeletes(t, home, "storm")
+
 	send := func(i int) error {
 		var err error
 		if i%2 == 0 {
@@ -142,8 +125,8 @@ func TestStopStartStormNeverDeletes(t *testing.T) {
 		t.Fatalf("final record %v", sb)
 	}
 	select {
-	case msg := <-deleted:
-		t.Fatal(msg)
+	case <-deleted:
+		t.Fatal("the sandbox was deleted during the storm")
 	default:
 	}
 	ops, err := c.ListOperations(ctx, &corralv1.ListOperationsRequest{Name: "storm"})

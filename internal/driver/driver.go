@@ -7,6 +7,7 @@ package driver
 import (
 	"context"
 	"io"
+	"strconv"
 	"time"
 )
 
@@ -141,4 +142,18 @@ type LogReader interface {
 type LogOptions struct {
 	Follow bool
 	Tail   int // lines from the end; 0 means all
+}
+
+// ObjectLabels are the labels of a compute object for spec: the spec's own,
+// the gateway's label, the sandbox id, name and generation.
+func ObjectLabels(spec Spec, gatewayLabel string) map[string]string {
+	labels := make(map[string]string, len(spec.Labels)+4)
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	labels[gatewayLabel] = "true"
+	labels[LabelSandboxID] = spec.ID
+	labels[LabelName] = spec.Name
+	labels[LabelGeneration] = strconv.FormatInt(spec.Generation, 10)
+	return labels
 }

@@ -75,3 +75,20 @@ func BuildCorral(dir string) (string, error) {
 	}
 	return bin, nil
 }
+
+// MainWithCorral is a TestMain that builds corral into a temporary
+// directory, sets *bin to it, runs the tests and cleans up.
+func MainWithCorral(m *testing.M, bin *string) {
+	dir, err := os.MkdirTemp("", "corral-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if *bin, err = BuildCorral(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}

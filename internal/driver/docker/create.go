@@ -3,10 +3,8 @@ package docker
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -45,14 +43,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	}
 	_ = os.Remove(filepath.Join(dir, "ready"))
 
-	labels := maps.Clone(spec.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[d.cfg.Label] = "true"
-	labels[driver.LabelSandboxID] = spec.ID
-	labels[driver.LabelName] = spec.Name
-	labels[driver.LabelGeneration] = strconv.FormatInt(spec.Generation, 10)
+	labels := driver.ObjectLabels(spec, d.cfg.Label)
 	_, err = d.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.Name, spec.ID),
 		Config: &container.Config{

@@ -1,8 +1,6 @@
 package docker
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -14,18 +12,7 @@ import (
 var supervisor string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "corral-docker-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if supervisor, err = testenv.BuildCorral(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testenv.MainWithCorral(m, &supervisor)
 }
 
 func newTestDriver(t *testing.T, label string) *Driver {

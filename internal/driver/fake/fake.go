@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"syscall"
 
@@ -147,14 +146,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 					return errdefs.FailedPrecondition("fake object for sandbox %s runs generation %d", spec.ID, o.Generation)
 				}
 			}
-			labels := maps.Clone(spec.Labels)
-			if labels == nil {
-				labels = map[string]string{}
-			}
-			labels[d.cfg.Label] = "true"
-			labels[driver.LabelSandboxID] = spec.ID
-			labels[driver.LabelName] = spec.Name
-			labels[driver.LabelGeneration] = strconv.FormatInt(spec.Generation, 10)
+			labels := driver.ObjectLabels(spec, d.cfg.Label)
 			starts := 0
 			if o := objs[spec.ID]; o != nil {
 				starts = o.Starts
