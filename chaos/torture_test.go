@@ -60,6 +60,7 @@ func TestTorture(t *testing.T) {
 			r := newRunOn(t, seed, *driverFlag)
 			r.torture(*killsFlag)
 			total += r.kills
+			violations := r.check()
 			if len(r.created) == 0 {
 				t.Errorf("seed %d: no create was acknowledged in %d kill points: the run tested nothing", seed, r.kills)
 			}
@@ -67,7 +68,7 @@ func TestTorture(t *testing.T) {
 			if r.preInit > 0 {
 				t.Logf("seed %d: %d SIGTERMs arrived before the gateway took its home lock", seed, r.preInit)
 			}
-			for _, v := range r.check() {
+			for _, v := range violations {
 				t.Errorf("seed %d: invariant violated: %s (replay: go test ./chaos -run Torture -seed %d -v)", seed, v, seed)
 			}
 		})
