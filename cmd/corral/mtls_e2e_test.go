@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
@@ -87,6 +89,26 @@ func TestCLIOverMutualTLS(t *testing.T) {
 	hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "corral.v1.SandboxService"})
 	if err != nil || hc.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", hc, err)
+	}
+
+	// and so does server reflection (grpcurl lists the API)
+	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := refl.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var services []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		services = append(services, s.Name)
+	}
+	if !slices.Contains(services, "corral.v1.SandboxService") || !slices.Contains(services, "grpc.health.v1.Health") {
+		t.Fatalf("reflection lists %v", services)
 	}
 
 	// revocation: refused at the next handshake, with a clear message
