@@ -83,9 +83,11 @@ func (m *Manager) Doctor(ctx context.Context) ([]Finding, error) {
 // journaled in the gateway's journal with who asked and why; an object that
 // is left becomes an orphan, removed after the grace period.
 func (m *Manager) AssumeGone(ctx context.Context, nameOrID, who, why string) (*sandbox.Sandbox, error) {
-	if err := m.refuseWhileClosing(); err != nil {
+	done, err := m.admit()
+	if err != nil {
 		return nil, err
 	}
+	defer done()
 	if why == "" {
 		return nil, errdefs.InvalidArgument("--assume-gone needs --reason: say why the compute is known to be gone")
 	}

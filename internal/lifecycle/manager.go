@@ -83,11 +83,12 @@ type Manager struct {
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 
-	mu      sync.Mutex
-	orphans map[string]time.Time // sandbox id -> when first seen without a record
-	actors  map[string]*actor
-	closing bool
-	wg      sync.WaitGroup // one count per running actor goroutine
+	mu       sync.Mutex
+	orphans  map[string]time.Time // sandbox id -> when first seen without a record
+	actors   map[string]*actor
+	closing  bool
+	wg       sync.WaitGroup // one count per running actor goroutine
+	requests sync.WaitGroup // one count per admitted request
 }
 
 // New returns a Manager; call Recover before serving requests.
@@ -245,6 +246,7 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 		}
 	}
 	m.cancelCall()
+	m.requests.Wait() // store-only and short: their entries must precede the settling
 	m.events.closeAll()
 	sctx, cancel := storeCtx()
 	defer cancel()

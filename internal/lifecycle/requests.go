@@ -14,13 +14,18 @@ import (
 // errNoChange rolls back a mutation that would not change the intent.
 var errNoChange = errors.New("no change")
 
-func (m *Manager) refuseWhileClosing() error {
+// admit lets a request that writes to the store in, unless the gateway is
+// shutting down; the caller calls done when its writes are over. Shutdown
+// waits for admitted requests before it settles the journal, so no request
+// entry is written after the settling.
+func (m *Manager) admit() (done func(), err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closing {
-		return errdefs.Unavailable("the gateway is shutting down; retry when it is back")
+		return nil, errdefs.Unavailable("the gateway is shutting down; retry when it is back")
 	}
-	return nil
+	m.requests.Add(1)
+	return m.requests.Done, nil
 }
 
 // request is a new pending request entry of the journal.
@@ -35,9 +40,11 @@ func (m *Manager) request(sb *sandbox.Sandbox, kind sandbox.OpKind) *sandbox.Ope
 // create with the requestID of an earlier one returns that sandbox with
 // created=false.
 func (m *Manager) Create(ctx context.Context, name, requestID string, spec sandbox.Spec) (*sandbox.Sandbox, bool, error) {
-	if err := m.refuseWhileClosing(); err != nil {
+	done, err := m.admit()
+	if err != nil {
 		return nil, false, err
 	}
+	defer done()
 	if err := sandbox.ValidateName(name); err != nil {
 		return nil, false, err
 	}
@@ -166,9 +173,11 @@ func (m *Manager) Delete(ctx context.Context, nameOrID string, force bool) (*san
 // not reached. A change that changes nothing writes nothing but
 // still wakes the actor, so a repeated request retries at once.
 func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbox.OpKind, detail string, change func(*sandbox.Sandbox) error) (*sandbox.Sandbox, error) {
-	if err := m.refuseWhileClosing(); err != nil {
+	done, err := m.admit()
+	if err != nil {
 		return nil, err
 	}
+	defer done()
 	cur, err := m.Get(ctx, nameOrID)
 	if err != nil {
 		return nil, err
