@@ -294,7 +294,7 @@ func (r *run) torture(kills int) {
 }
 
 // awaitGraceful waits for a SIGTERM'd gateway: it must exit 0 within its
-// budget (1s) plus the driver's cancellation grace (2s) and a second.
+// budget (1s) plus the cancellation grace (0.5s) and a second.
 func (r *run) awaitGraceful(g *gateway, i int) {
 	select {
 	case <-g.done:
@@ -318,9 +318,9 @@ func (r *run) awaitGraceful(g *gateway, i int) {
 			r.lastSigterm = append(r.lastSigterm, fmt.Sprintf("kill point %d: SIGTERM gave exit code %d", i, code))
 			r.mu.Unlock()
 		}
-	case <-time.After(4 * time.Second):
+	case <-time.After(2500 * time.Millisecond):
 		r.mu.Lock()
-		r.lastSigterm = append(r.lastSigterm, fmt.Sprintf("kill point %d: no exit within 4s of SIGTERM", i))
+		r.lastSigterm = append(r.lastSigterm, fmt.Sprintf("kill point %d: no exit within 2.5s of SIGTERM", i))
 		r.mu.Unlock()
 		g.cmd.Process.Kill()
 		<-g.done

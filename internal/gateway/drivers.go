@@ -18,13 +18,13 @@ import (
 
 // openDriver builds the configured compute driver. "auto" picks docker when
 // an engine answers, else the best other driver this build has.
-func openDriver(cfg config.Config, home string, log *slog.Logger) (driver.Driver, error) {
+func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (driver.Driver, error) {
 	name := cfg.ComputeDriver
 	if name == "auto" {
 		d, err := newDocker(cfg, home)
 		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			err = d.Ping(ctx)
+			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			err = d.Ping(pctx)
 			cancel()
 			if err == nil {
 				log.Info("compute driver: docker (an engine answers)")
@@ -47,9 +47,9 @@ func openDriver(cfg config.Config, home string, log *slog.Logger) (driver.Driver
 		if err != nil {
 			return nil, err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		if err := d.Ping(ctx); err != nil {
+		if err := d.Ping(pctx); err != nil {
 			// Not fatal: records stay visible with the reason, and the
 			// gateway converges once the engine answers.
 			log.Error("the Docker engine does not answer yet; sandboxes wait for it", "err", err)

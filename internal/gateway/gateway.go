@@ -81,16 +81,34 @@ func Run(opts Options) error {
 
 	instance := newInstanceID()
 	log = log.With("instance", instance)
-	st, err := sqlite.Open(context.Background(), filepath.Join(opts.Home, "corral.db"))
+	// startCtx ends at the first signal: a start-up step that waits (for a
+	// Docker engine to answer, say) gives up, and nothing more is started.
+	startCtx, cancelStart := context.WithCancel(context.Background())
+	defer cancelStart()
+	go func() {
+		select {
+		case <-stopping:
+			cancelStart()
+		case <-startCtx.Done():
+		}
+	}()
+	st, err := sqlite.Open(startCtx, filepath.Join(opts.Home, "corral.db"))
 	if err != nil {
+		if startCtx.Err() != nil {
+			return nil // stopped before anything ran
+		}
 		return err
 	}
 	defer st.Close()
-	drv, err := openDriver(cfg, opts.Home, log)
+	drv, err := openDriver(startCtx, cfg, opts.Home, log)
 	if err != nil {
 		return err
 	}
 	defer drv.Close()
+	if startCtx.Err() != nil {
+		log.Info("stopped during start-up, before recovery")
+		return nil
+	}
 
 	mgr := lifecycle.New(lifecycle.Config{
 		Store: st, Driver: drv, Instance: instance, Logger: log,
@@ -147,15 +165,21 @@ func Run(opts Options) error {
 		case <-stopping:
 			return shutdown(log, mgr, servers, cfg.ShutdownTimeout, hurry, nil)
 		case <-resync.C:
-			if err := mgr.Resync(context.Background()); err != nil {
+			// startCtx ends at the first signal, so that this never holds
+			// up a shutdown
+			if err := mgr.Resync(startCtx); err != nil && startCtx.Err() == nil {
 				log.Error("resync", "err", err)
 			}
-			if err := mgr.CollectOrphans(context.Background()); err != nil {
+			if err := mgr.CollectOrphans(startCtx); err != nil && startCtx.Err() == nil {
 				log.Error("collect orphans", "err", err)
 			}
 		}
 	}
 }
+
+// cancelGrace is how long shutdown waits, once its budget is spent and the
+// driver calls in flight are cancelled, for those calls to return.
+const cancelGrace = 500 * time.Millisecond
 
 // shutdown stops accepting requests, drains the driver calls in flight
 // within budget and settles the journal. It returns cause, or the error of
@@ -174,7 +198,7 @@ func shutdown(log *slog.Logger, mgr *lifecycle.Manager, servers []*grpc.Server, 
 		case <-ctx.Done():
 		}
 	}()
-	err := mgr.Shutdown(ctx, 2*time.Second)
+	err := mgr.Shutdown(ctx, cancelGrace)
 	for _, srv := range servers {
 		srv.Stop() // ends watch streams and anything GracefulStop still waits for
 	}

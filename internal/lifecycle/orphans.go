@@ -31,6 +31,9 @@ func (m *Manager) CollectOrphans(ctx context.Context) error {
 	now := m.now()
 	present := map[string]bool{}
 	for _, o := range objs {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if known[o.ID] {
 			continue
 		}
