@@ -105,10 +105,6 @@ func Run(opts Options) error {
 		return err
 	}
 	defer drv.Close()
-	if startCtx.Err() != nil {
-		log.Info("stopped during start-up, before recovery")
-		return nil
-	}
 
 	mgr := lifecycle.New(lifecycle.Config{
 		Store: st, Driver: drv, Instance: instance, Logger: log,
@@ -116,6 +112,10 @@ func Run(opts Options) error {
 		DefaultImage: cfg.DefaultImage, OrphanGrace: cfg.OrphanGrace,
 	})
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "pid", os.Getpid())
+	if startCtx.Err() != nil {
+		log.Info("stopped during start-up, before recovery")
+		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, nil) // settles what dead instances left
+	}
 
 	// Recovery runs while signals are watched: a signal during it cancels
 	// it and leads to the same graceful shutdown as at any other time.
