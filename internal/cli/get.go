@@ -1,10 +1,34 @@
 package cli
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 )
+
+// query runs a read-only command: it checks -o, dials the gateway, fetches
+// with fetch, and prints the result's view as JSON/YAML or its table.
+func query(g *globals, cmd *cobra.Command, format string,
+	fetch func(ctx context.Context, c *client) (view any, table func() error, err error)) error {
+	if err := checkFormat(format); err != nil {
+		return err
+	}
+	c, err := g.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	view, table, err := fetch(cmd.Context(), c)
+	if err != nil {
+		return c.explain(err)
+	}
+	if ok, err := printStructured(g.stdout, format, view); ok || err != nil {
+		return err
+	}
+	return table()
+}
 
 func newGetCmd(g *globals) *cobra.Command {
 	var format string
@@ -13,22 +37,13 @@ func newGetCmd(g *globals) *cobra.Command {
 		Short: "Show one sandbox",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			sb, err := c.GetSandbox(cmd.Context(), &corralv1.GetSandboxRequest{Name: args[0]})
-			if err != nil {
-				return c.explain(err)
-			}
-			if ok, err := printStructured(g.stdout, format, viewOf(sb)); ok || err != nil {
-				return err
-			}
-			return printSandboxes(g.stdout, []*corralv1.Sandbox{sb})
+			return query(g, cmd, format, func(ctx context.Context, c *client) (any, func() error, error) {
+				sb, err := c.GetSandbox(ctx, &corralv1.GetSandboxRequest{Name: args[0]})
+				if err != nil {
+					return nil, nil, err
+				}
+				return viewOf(sb), func() error { return printSandboxes(g.stdout, []*corralv1.Sandbox{sb}) }, nil
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&format, "output", "o", "table", "output: table, json or yaml")
@@ -43,26 +58,17 @@ func newListCmd(g *globals) *cobra.Command {
 		Short:   "List sandboxes",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := c.ListSandboxes(cmd.Context(), &corralv1.ListSandboxesRequest{})
-			if err != nil {
-				return c.explain(err)
-			}
-			views := make([]sandboxView, 0, len(resp.Sandboxes))
-			for _, sb := range resp.Sandboxes {
-				views = append(views, viewOf(sb))
-			}
-			if ok, err := printStructured(g.stdout, format, views); ok || err != nil {
-				return err
-			}
-			return printSandboxes(g.stdout, resp.Sandboxes)
+			return query(g, cmd, format, func(ctx context.Context, c *client) (any, func() error, error) {
+				resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+				if err != nil {
+					return nil, nil, err
+				}
+				views := make([]sandboxView, 0, len(resp.Sandboxes))
+				for _, sb := range resp.Sandboxes {
+					views = append(views, viewOf(sb))
+				}
+				return views, func() error { return printSandboxes(g.stdout, resp.Sandboxes) }, nil
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&format, "output", "o", "table", "output: table, json or yaml")
@@ -76,26 +82,17 @@ func newHistoryCmd(g *globals) *cobra.Command {
 		Short: "Show the operation journal of a sandbox, oldest first",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := c.ListOperations(cmd.Context(), &corralv1.ListOperationsRequest{Name: args[0]})
-			if err != nil {
-				return c.explain(err)
-			}
-			views := make([]*operationView, 0, len(resp.Operations))
-			for _, op := range resp.Operations {
-				views = append(views, opViewOf(op))
-			}
-			if ok, err := printStructured(g.stdout, format, views); ok || err != nil {
-				return err
-			}
-			return printOperations(g.stdout, resp.Operations)
+			return query(g, cmd, format, func(ctx context.Context, c *client) (any, func() error, error) {
+				resp, err := c.ListOperations(ctx, &corralv1.ListOperationsRequest{Name: args[0]})
+				if err != nil {
+					return nil, nil, err
+				}
+				views := make([]*operationView, 0, len(resp.Operations))
+				for _, op := range resp.Operations {
+					views = append(views, opViewOf(op))
+				}
+				return views, func() error { return printOperations(g.stdout, resp.Operations) }, nil
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&format, "output", "o", "table", "output: table, json or yaml")
