@@ -92,11 +92,10 @@ func Run(opts Options) error {
 		case <-startCtx.Done():
 		}
 	}()
-	st, err := sqlite.Open(startCtx, filepath.Join(opts.Home, "corral.db"))
+	// The store opens whatever the signals say: a stop during start-up
+	// still settles what dead instances left pending, below.
+	st, err := sqlite.Open(context.Background(), filepath.Join(opts.Home, "corral.db"))
 	if err != nil {
-		if startCtx.Err() != nil {
-			return nil // stopped before anything ran
-		}
 		return err
 	}
 	defer st.Close()
