@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
 // sandboxView is the JSON and YAML form of a sandbox: the field names are
@@ -107,7 +108,7 @@ func printSandboxes(w io.Writer, list []*corralv1.Sandbox) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tPHASE\tDESIRED\tGEN\tAGE\tREASON")
 	for _, sb := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", sb.Name, short(sb.Id), sb.Phase, sb.DesiredState,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", sb.Name, sandbox.ShortID(sb.Id), sb.Phase, sb.DesiredState,
 			sb.Generation, age(sb.CreatedAt), oneLine(sb.Reason))
 	}
 	return tw.Flush()
@@ -125,13 +126,6 @@ func printOperations(w io.Writer, ops []*corralv1.Operation) error {
 			clock(op.StartedAt), clock(op.Deadline), took, oneLine(op.Error))
 	}
 	return tw.Flush()
-}
-
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }
 
 func clock(t *timestamppb.Timestamp) string {
