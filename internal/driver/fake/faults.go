@@ -64,8 +64,15 @@ func (d *Driver) match(op, id, name string, after bool) (Rule, bool, error) {
 	if err != nil {
 		return Rule{}, false, err
 	}
+	looked := name != "" // the name comes from the objects file only when needed, and once
 	for _, r := range rules {
-		if r.Op == op && r.After == after && (r.Sandbox == "" || r.Sandbox == id || (name != "" && r.Sandbox == name) || r.Sandbox == d.nameOf(id)) {
+		if r.Op != op || r.After != after {
+			continue
+		}
+		if r.Sandbox != "" && r.Sandbox != id && !looked {
+			name, looked = d.nameOf(id), true
+		}
+		if r.Sandbox == "" || r.Sandbox == id || (name != "" && r.Sandbox == name) {
 			return r, true, nil
 		}
 	}
