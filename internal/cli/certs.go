@@ -7,17 +7,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
 
-func (g *globals) tlsDir() string {
-	home := g.home
-	if home == "" {
-		home = config.DefaultHome()
-	}
-	return filepath.Join(home, "tls")
-}
+func (g *globals) tlsDir() string { return filepath.Join(g.homeDir(), "tls") }
 
 func newClientCertCmd(g *globals) *cobra.Command {
 	var (

@@ -29,6 +29,14 @@ type client struct {
 	host string      // HOST:PORT over TCP
 }
 
+// homeDir is --home, else the default home (CORRAL_HOME, ...).
+func (g *globals) homeDir() string {
+	if g.home != "" {
+		return g.home
+	}
+	return config.DefaultHome()
+}
+
 // target is where the flags, the environment and the contexts say the
 // gateway is: --gateway, then --context, then an explicit --home or
 // CORRAL_HOME, then the current context, then the default home's socket.
@@ -40,11 +48,7 @@ func (g *globals) target() (*contextEntry, error) {
 		return &contextEntry{Gateway: g.gateway}, nil
 	}
 	local := func() *contextEntry {
-		home := g.home
-		if home == "" {
-			home = config.DefaultHome()
-		}
-		return &contextEntry{Gateway: "unix://" + config.SocketPath(home)}
+		return &contextEntry{Gateway: "unix://" + config.SocketPath(g.homeDir())}
 	}
 	if g.context == "" && (g.home != "" || os.Getenv("CORRAL_HOME") != "") {
 		return local(), nil

@@ -38,10 +38,7 @@ HOME/corral.toml when it exists); flags override the file.`,
 				defer signal.Stop(sigs)
 			}
 
-			home := g.home
-			if home == "" {
-				home = config.DefaultHome()
-			}
+			home := g.homeDir()
 			cfg, err := loadGatewayConfig(cmd, configPath, home, flags)
 			if err != nil {
 				return err
