@@ -129,25 +129,7 @@ func newRunOn(t *testing.T, seed int64, driverName string) *run {
 type gateway struct {
 	cmd  *exec.Cmd
 	done chan struct{}
-	out  *syncBuffer
-}
-
-// syncBuffer collects one child's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Len()
+	out  *testenv.SyncBuffer
 }
 
 func (r *run) start() *gateway {
@@ -156,7 +138,7 @@ func (r *run) start() *gateway {
 		"--resync-interval", "200ms", "--orphan-grace", "300ms"}, r.backend.args()...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), r.env...)
-	g := &gateway{cmd: cmd, done: make(chan struct{}), out: &syncBuffer{}}
+	g := &gateway{cmd: cmd, done: make(chan struct{}), out: &testenv.SyncBuffer{}}
 	cmd.Stdout, cmd.Stderr = g.out, g.out
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)
@@ -164,7 +146,7 @@ func (r *run) start() *gateway {
 	go func() {
 		cmd.Wait()
 		r.mu.Lock()
-		r.log.Write(g.out.b.Bytes())
+		r.log.WriteString(g.out.String())
 		r.mu.Unlock()
 		close(g.done)
 	}()

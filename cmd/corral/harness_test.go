@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -55,30 +54,12 @@ func watchDeletes(t *testing.T, home, name string) <-chan bool {
 	return deleted
 }
 
-// syncBuffer is a bytes.Buffer safe for a child's output and a test reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // gatewayProc is a corral gateway running as a child process.
 type gatewayProc struct {
 	t    *testing.T
 	home string
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *testenv.SyncBuffer
 	done chan struct{}
 	err  error
 }
@@ -86,7 +67,7 @@ type gatewayProc struct {
 // launch starts a gateway on home without waiting for it.
 func launch(t *testing.T, home string, args ...string) *gatewayProc {
 	t.Helper()
-	g := &gatewayProc{t: t, home: home, logs: &syncBuffer{}, done: make(chan struct{})}
+	g := &gatewayProc{t: t, home: home, logs: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	all := []string{"--home", home, "gateway", "--log-level", "debug"}
 	if !slices.Contains(args, "--driver") {
 		all = append(all, "--driver", "fake")
