@@ -221,12 +221,18 @@ func serve(home string, mgr *lifecycle.Manager, log *slog.Logger) (*grpc.Server,
 		return nil, fmt.Errorf("chmod %s: %w", path, err)
 	}
 	srv := newServer(mgr)
+	background(log, "API server", func() error { return srv.Serve(lis) }, grpc.ErrServerStopped)
+	return srv, nil
+}
+
+// background runs a server's serve loop and logs how it ended, unless
+// that was the stop the gateway asked for.
+func background(log *slog.Logger, what string, serve func() error, stopped error) {
 	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			log.Error("API server", "err", err)
+		if err := serve(); err != nil && !errors.Is(err, stopped) {
+			log.Error(what, "err", err)
 		}
 	}()
-	return srv, nil
 }
 
 // newServer is a gRPC server with the API, health checking and reflection.
@@ -269,11 +275,7 @@ func serveTLS(cfg config.Config, home string, mgr *lifecycle.Manager, log *slog.
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	srv := newServer(mgr, grpc.Creds(credentials.NewTLS(tlsCfg)))
-	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			log.Error("API server (TCP)", "err", err)
-		}
-	}()
+	background(log, "API server (TCP)", func() error { return srv.Serve(lis) }, grpc.ErrServerStopped)
 	log.Info("serving the API with mutual TLS", "address", lis.Addr().String(), "ca", filepath.Join(home, "tls", "ca.crt"))
 	return srv, nil
 }
@@ -287,11 +289,7 @@ func serveMetrics(addr string, log *slog.Logger) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server", "err", err)
-		}
-	}()
+	background(log, "metrics server", func() error { return srv.Serve(lis) }, http.ErrServerClosed)
 	log.Info("serving metrics", "address", "http://"+lis.Addr().String()+"/metrics")
 	return srv, nil
 }
