@@ -49,11 +49,11 @@ HOME/corral.toml when it exists); flags override the file.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "TOML config file (default HOME/corral.toml when it exists)")
-	f.StringVar(&flags.ComputeDriver, "driver", flags.ComputeDriver, "compute driver: auto, docker or fake")
+	f.StringVar(&flags.ComputeDriver, "driver", flags.ComputeDriver, "compute driver: auto (docker when an engine answers, else native), docker, native or fake")
 	f.StringVar(&flags.Drivers.Docker.SocketPath, "docker-host", "", "Docker Engine address, unix:///var/run/docker.sock (default $DOCKER_HOST)")
 	f.StringVar(&flags.SandboxLabel, "sandbox-label", flags.SandboxLabel, "label key that marks this gateway's compute objects")
 	f.StringVar(&flags.ImagePullPolicy, "image-pull-policy", flags.ImagePullPolicy, "never, if_not_present or always")
-	f.StringVar(&flags.DefaultImage, "default-image", flags.DefaultImage, "image for sandboxes created without --image")
+	f.StringVar(&flags.DefaultImage, "default-image", flags.DefaultImage, "image for sandboxes created without --image (default: busybox:latest on docker, the host's root on native)")
 	f.DurationVar(&flags.ShutdownTimeout, "shutdown-timeout", flags.ShutdownTimeout, "how long shutdown waits for driver calls in flight")
 	f.DurationVar(&flags.ProvisioningTimeout, "provisioning-timeout", flags.ProvisioningTimeout, "deadline for a sandbox to become ready")
 	f.DurationVar(&flags.StopTimeout, "stop-timeout", flags.StopTimeout, "grace between SIGTERM and SIGKILL when stopping a sandbox")

@@ -27,6 +27,14 @@ func newSuperviseCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", "file written once the main process runs")
 	cmd.AddCommand(&cobra.Command{
+		Use:   "sandbox BUNDLE",
+		Short: "Run as PID 1 of a native sandbox, started by the native driver in new namespaces",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return &exitError{code: supervisor.RunSandbox(args[0])}
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
 		Use:   "exec -- CMD [ARGS...]",
 		Short: "Apply the sandbox's protections and exec CMD",
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -20,8 +20,11 @@ type Config struct {
 	ComputeDriver string `toml:"compute_driver"`
 	// SandboxLabel is the label key that marks this gateway's compute
 	// objects; gateways sharing one engine must use different ones.
-	SandboxLabel        string        `toml:"sandbox_label"`
-	ImagePullPolicy     string        `toml:"image_pull_policy"`
+	SandboxLabel    string `toml:"sandbox_label"`
+	ImagePullPolicy string `toml:"image_pull_policy"`
+	// DefaultImage is the image of sandboxes created without one; empty
+	// means the driver's own default (docker: busybox:latest; native: the
+	// host's root file system, read-only).
 	DefaultImage        string        `toml:"default_image"`
 	ShutdownTimeout     time.Duration `toml:"shutdown_timeout"`
 	ProvisioningTimeout time.Duration `toml:"provisioning_timeout"`
@@ -77,7 +80,6 @@ func Default() Config {
 		ComputeDriver:       "auto",
 		SandboxLabel:        "corral.managed",
 		ImagePullPolicy:     "if_not_present",
-		DefaultImage:        "busybox:latest",
 		ShutdownTimeout:     10 * time.Second,
 		ProvisioningTimeout: 5 * time.Minute,
 		StopTimeout:         10 * time.Second,

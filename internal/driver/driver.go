@@ -71,6 +71,10 @@ const (
 	StateCreated State = "created"
 	StateRunning State = "running"
 	StateStopped State = "stopped" // ran, and its main process has exited
+	// StateFailed: the object broke while it ran (its supervisor was
+	// killed, say) and no exit of its main process was recorded; Message
+	// says what is known.
+	StateFailed State = "failed"
 )
 
 // Object is a driver's view of one compute object.

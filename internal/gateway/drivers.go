@@ -14,6 +14,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/docker"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/native"
 )
 
 // openDriver builds the configured compute driver. "auto" picks docker when
@@ -32,8 +33,13 @@ func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.L
 			}
 			d.Close()
 		}
-		log.Warn("no Docker engine answers and the native driver is not built in yet; using the fake driver, whose sandboxes are simulated", "docker", err)
-		name = "fake"
+		if nerr := native.Supported(); nerr != nil {
+			log.Warn("no Docker engine answers and this host cannot run native sandboxes; using the fake driver, whose sandboxes are simulated", "docker", err, "native", nerr)
+			name = "fake"
+		} else {
+			log.Info("compute driver: native (no Docker engine answers)", "docker", err)
+			name = "native"
+		}
 	}
 	switch name {
 	case "fake":
@@ -42,6 +48,17 @@ func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.L
 			dir = filepath.Join(home, "fake")
 		}
 		return fake.New(driver.Config{Label: cfg.SandboxLabel, StateDir: dir})
+	case "native":
+		if err := native.Supported(); err != nil {
+			return nil, fmt.Errorf("native driver: %w", err)
+		}
+		dir := filepath.Join(home, "native")
+		bin, err := installSupervisor(filepath.Join(dir, "bin"))
+		if err != nil {
+			return nil, err
+		}
+		return native.New(driver.Config{Label: cfg.SandboxLabel, StateDir: dir},
+			native.Options{Supervisor: bin, Hide: []string{home}})
 	case "docker":
 		d, err := newDocker(cfg, home)
 		if err != nil {
@@ -56,7 +73,18 @@ func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.L
 		}
 		return d, nil
 	}
-	return nil, fmt.Errorf("unknown compute driver %q: this build has auto, docker and fake", name)
+	return nil, fmt.Errorf("unknown compute driver %q: this build has auto, docker, native and fake", name)
+}
+
+// defaultImage is the image of sandboxes created without one.
+func defaultImage(cfg config.Config, drv driver.Driver) string {
+	switch {
+	case cfg.DefaultImage != "":
+		return cfg.DefaultImage
+	case drv.Name() == "native":
+		return native.HostImage
+	}
+	return "busybox:latest"
 }
 
 func newDocker(cfg config.Config, home string) (*docker.Driver, error) {

@@ -49,8 +49,14 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 		m.remove(a, sb)
 		return false, 0
 	}
-	if sb.Desired == sandbox.DesiredRunning && found && obs.Generation == sb.Generation && obs.State == driver.StateStopped {
-		return m.exited(a, sb, obs.ExitCode)
+	if sb.Desired == sandbox.DesiredRunning && found && obs.Generation == sb.Generation {
+		switch obs.State {
+		case driver.StateStopped:
+			return m.exited(a, sb, obs.ExitCode)
+		case driver.StateFailed:
+			m.broke(sb, obs.Message)
+			return false, 0
+		}
 	}
 	act, ok := m.decide(a, sb, obs, found)
 	if !ok {
@@ -211,6 +217,27 @@ func (m *Manager) exited(a *actor, sb *sandbox.Sandbox, code int) (bool, time.Du
 	}
 	m.recordExit(sb, code, reason, true)
 	return false, 0
+}
+
+// broke records that a sandbox's compute failed under it (its supervisor
+// was killed, say): the phase is error with the driver's reason until a
+// start (a new incarnation), stop or delete.
+func (m *Manager) broke(sb *sandbox.Sandbox, message string) {
+	reason := "the sandbox's compute failed: " + message + "; start it again or delete it"
+	if sb.Phase == sandbox.PhaseError && sb.Reason == reason {
+		return
+	}
+	_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+		if cur.Generation != sb.Generation || cur.Desired != sandbox.DesiredRunning {
+			return store.Mutation{}, errNoChange
+		}
+		cur.Phase, cur.Reason = sandbox.PhaseError, reason
+		return store.Mutation{SettleRequests: sandbox.OpFailed}, nil
+	})
+	if err != nil && !errors.Is(err, errNoChange) {
+		m.log.Error("record failure", "sandbox", sb.Name, "err", err)
+	}
+	m.log.Warn("sandbox compute failed", "sandbox", sb.Name, "reason", message)
 }
 
 func (m *Manager) recordExit(sb *sandbox.Sandbox, code int, reason string, final bool) {

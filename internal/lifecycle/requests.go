@@ -121,16 +121,16 @@ func (m *Manager) Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, 
 	})
 }
 
-// Start sets a sandbox's intent to running; a stopped or exited sandbox
-// gets a new generation, so nothing of its old incarnation can be mistaken
-// for it.
+// Start sets a sandbox's intent to running; a stopped, exited or failed
+// sandbox gets a new generation, so nothing of its old incarnation can be
+// mistaken for it.
 func (m *Manager) Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
 	return m.changeIntent(ctx, nameOrID, sandbox.OpStart, "", func(sb *sandbox.Sandbox) error {
 		switch sb.Desired {
 		case sandbox.DesiredDeleted:
 			return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be started", sb.Name)
 		case sandbox.DesiredRunning:
-			if sb.Phase != sandbox.PhaseExited {
+			if sb.Phase != sandbox.PhaseExited && sb.Phase != sandbox.PhaseError {
 				return errNoChange
 			}
 		}

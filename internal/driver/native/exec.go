@@ -1,0 +1,239 @@
+package native
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/supervisor"
+)
+
+// running returns the object of a sandbox whose supervisor lives.
+func (d *Driver) running(id string) (*object, error) {
+	o, err := d.load(id)
+	if err != nil {
+		return nil, err
+	}
+	if live, err := alive(d.bundle(id, o.Generation)); err != nil || !live {
+		return nil, errdefs.FailedPrecondition("sandbox %s is not running", id)
+	}
+	return o, nil
+}
+
+// Exec implements driver.Execer: the supervisor starts the command inside
+// the sandbox's namespaces, through its exec stage, on stdio that this
+// call passes it (a pipe each, or a terminal).
+func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (int, error) {
+	o, err := d.running(id)
+	if err != nil {
+		return 0, err
+	}
+	c, err := supervisor.Dial(d.socket(id, o.Generation))
+	if err != nil {
+		return 0, errdefs.FailedPrecondition("sandbox %s is not running: %v", id, err)
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() }) // the command is killed when the caller goes
+	defer stop()
+
+	var (
+		theirs []*os.File // the command's ends, sent to the supervisor
+		copies sync.WaitGroup
+	)
+	defer func() { closeFiles(theirs) }()
+	if opts.TTY {
+		master, slave, err := pty.Open()
+		if err != nil {
+			return 0, fmt.Errorf("exec: open a terminal: %w", err)
+		}
+		defer master.Close()
+		theirs = []*os.File{slave}
+		if opts.Size.Rows > 0 && opts.Size.Cols > 0 {
+			_ = pty.Setsize(master, &pty.Winsize{Rows: uint16(opts.Size.Rows), Cols: uint16(opts.Size.Cols)})
+		}
+		go func() {
+			for s := range opts.Resize {
+				_ = pty.Setsize(master, &pty.Winsize{Rows: uint16(s.Rows), Cols: uint16(s.Cols)})
+			}
+		}()
+		if opts.Stdin != nil {
+			go func() { _, _ = io.Copy(master, opts.Stdin) }()
+		}
+		copies.Add(1)
+		go func() {
+			defer copies.Done()
+			_, _ = io.Copy(opts.Stdout, master) // EIO once every holder of the terminal is gone
+		}()
+	} else {
+		stdin, err := stdinFor(opts.Stdin)
+		if err != nil {
+			return 0, err
+		}
+		theirs = append(theirs, stdin)
+		for _, w := range []io.Writer{opts.Stdout, opts.Stderr} {
+			r, wr, err := os.Pipe()
+			if err != nil {
+				return 0, fmt.Errorf("exec: %w", err)
+			}
+			theirs = append(theirs, wr)
+			copies.Add(1)
+			go func() {
+				defer copies.Done()
+				defer r.Close()
+				_, _ = io.Copy(w, r)
+			}()
+		}
+	}
+	if err := c.Send(supervisor.Request{Op: supervisor.OpExec, Command: opts.Command, TTY: opts.TTY}, theirs...); err != nil {
+		return 0, fmt.Errorf("exec: %w", err)
+	}
+	closeFiles(theirs) // the supervisor has its own copies now
+	theirs = nil
+	r, err := c.Recv()
+	if err == nil && r.Error != "" {
+		return 0, fmt.Errorf("exec %s: %s", opts.Command[0], r.Error)
+	}
+	if err == nil {
+		r, err = c.Recv()
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	if err != nil || r.ExitCode == nil {
+		return 0, fmt.Errorf("sandbox %s stopped while %s ran", id, opts.Command[0])
+	}
+	copies.Wait()
+	return *r.ExitCode, nil
+}
+
+// stdinFor returns the read end of a pipe fed from in, or /dev/null.
+func stdinFor(in io.Reader) (*os.File, error) {
+	if in == nil {
+		return os.Open(os.DevNull)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("exec: %w", err)
+	}
+	go func() {
+		_, _ = io.Copy(w, in)
+		w.Close()
+	}()
+	return r, nil
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// logPoll is how often Logs looks for new output when it follows.
+const logPoll = 100 * time.Millisecond
+
+// Logs implements driver.LogReader with the newest incarnation's output.
+func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, stdout, stderr io.Writer) error {
+	o, err := d.load(id)
+	if err != nil {
+		return err
+	}
+	b := d.bundle(id, o.Generation)
+	streams := []*logStream{{path: b.Path(supervisor.StdoutFile), w: stdout}, {path: b.Path(supervisor.StderrFile), w: stderr}}
+	for _, s := range streams {
+		if err := s.start(opts.Tail); err != nil {
+			return err
+		}
+		defer s.close()
+	}
+	for {
+		live, _ := alive(b)
+		for _, s := range streams {
+			if err := s.copy(); err != nil {
+				return err
+			}
+		}
+		if !opts.Follow || !live {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(logPoll):
+		}
+	}
+}
+
+// logStream is one output file that Logs copies.
+type logStream struct {
+	path string
+	w    io.Writer
+	f    *os.File
+}
+
+// start opens the file at the start of its last tail lines (all for 0).
+func (s *logStream) start(tail int) error {
+	f, err := os.Open(s.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // nothing printed yet
+	}
+	if err != nil {
+		return err
+	}
+	s.f = f
+	if tail <= 0 {
+		return nil
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	_, err = f.Seek(int64(tailOffset(data, tail)), io.SeekStart)
+	return err
+}
+
+// tailOffset is where the last n lines of data begin.
+func tailOffset(data []byte, n int) int {
+	end := len(data)
+	if end > 0 && data[end-1] == '\n' {
+		end--
+	}
+	for ; n > 0; n-- {
+		i := bytes.LastIndexByte(data[:end], '\n')
+		if i < 0 {
+			return 0
+		}
+		end = i
+	}
+	return end + 1
+}
+
+// copy writes what was added to the file since the last copy.
+func (s *logStream) copy() error {
+	if s.f == nil {
+		if err := s.start(0); err != nil || s.f == nil {
+			return err
+		}
+	}
+	_, err := io.Copy(s.w, bufio.NewReader(s.f))
+	if errors.Is(err, syscall.EIO) {
+		return nil
+	}
+	return err
+}
+
+func (s *logStream) close() {
+	if s.f != nil {
+		s.f.Close()
+	}
+}

@@ -1,0 +1,402 @@
+// Package native is the compute driver that needs no daemon: every sandbox
+// incarnation is a detached supervisor process (`corral supervise sandbox`)
+// in its own session and in new mount, PID, UTS, IPC and network
+// namespaces (and a user namespace when the gateway is not root), with
+// memory, CPU and PID limits through cgroups.
+//
+// Its state lives in files under the driver's state directory:
+//
+//	sandboxes/ID/object.json   the object: id, generation, labels, spec
+//	sandboxes/ID/workdir/      mounted read-write at /sandbox
+//	sandboxes/ID/gen-N/        the bundle of incarnation N (supervisor.Bundle)
+//	run/ID-N.sock              the control socket of incarnation N
+//	trash/ID                   a deleted sandbox's files, on their way out
+//
+// A supervisor holds its bundle's lock while it lives, so the driver tells
+// a live incarnation from a gone one without trusting a pid; a new
+// generation has a new bundle and a new socket, so nothing meant for an
+// incarnation that is still shutting down can reach the next one.
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
+	"github.com/corral-sandbox/corral/internal/supervisor"
+)
+
+// Options configure the native driver.
+type Options struct {
+	// Supervisor is the corral binary that supervisors run.
+	Supervisor string
+	// Hide are host directories sandboxes on the host's root must not see
+	// (the gateway's home: its store and keys).
+	Hide []string
+}
+
+// Driver is the native driver.
+type Driver struct {
+	cfg  driver.Config
+	opts Options
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex // one per sandbox id: calls on one id are serialized
+}
+
+var (
+	_ driver.Driver    = (*Driver)(nil)
+	_ driver.Watcher   = (*Driver)(nil)
+	_ driver.Execer    = (*Driver)(nil)
+	_ driver.LogReader = (*Driver)(nil)
+)
+
+// HostImage is the image name of sandboxes on the host's root file system
+// (read-only); so is an empty image.
+const HostImage = "host"
+
+// object is what the driver keeps of a sandbox between incarnations.
+type object struct {
+	ID         string            `json:"id"`
+	Name       string            `json:"name"`
+	Generation int64             `json:"generation"`
+	Labels     map[string]string `json:"labels"`
+	RootFS     string            `json:"rootfs,omitempty"`
+	Command    []string          `json:"command"`
+	Limits     supervisor.Limits `json:"limits"`
+}
+
+// New returns a native driver.
+func New(cfg driver.Config, opts Options) (*Driver, error) {
+	if cfg.Label == "" {
+		return nil, errors.New("native driver: no sandbox label configured")
+	}
+	if opts.Supervisor == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("native driver: find the corral binary: %w", err)
+		}
+		opts.Supervisor = exe
+	}
+	if err := os.RemoveAll(filepath.Join(cfg.StateDir, "trash")); err != nil {
+		return nil, fmt.Errorf("native driver: %w", err)
+	}
+	for _, dir := range []string{"sandboxes", "run", "trash"} {
+		if err := os.MkdirAll(filepath.Join(cfg.StateDir, dir), 0o700); err != nil {
+			return nil, fmt.Errorf("native driver: %w", err)
+		}
+	}
+	return &Driver{cfg: cfg, opts: opts, locks: map[string]*sync.Mutex{}}, nil
+}
+
+// Supported reports why this host cannot run native sandboxes, or nil.
+func Supported() error {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(data)) == "0" {
+		return errors.New("not root, and unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0)")
+	}
+	if data, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(data)) == "0" {
+		return errors.New("not root, and user namespaces are disabled (user.max_user_namespaces=0)")
+	}
+	return nil
+}
+
+// Name implements driver.Driver.
+func (d *Driver) Name() string { return "native" }
+
+// Close implements driver.Driver; supervisors keep running.
+func (d *Driver) Close() error { return nil }
+
+// lock serializes the calls on one sandbox id.
+func (d *Driver) lock(id string) func() {
+	d.mu.Lock()
+	l := d.locks[id]
+	if l == nil {
+		l = &sync.Mutex{}
+		d.locks[id] = l
+	}
+	d.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+func (d *Driver) sandboxDir(id string) string {
+	return filepath.Join(d.cfg.StateDir, "sandboxes", id)
+}
+
+func (d *Driver) bundle(id string, gen int64) supervisor.Bundle {
+	return supervisor.Bundle{Dir: filepath.Join(d.sandboxDir(id), "gen-"+strconv.FormatInt(gen, 10))}
+}
+
+// socket is the control socket of one incarnation, named by id and
+// generation.
+func (d *Driver) socket(id string, gen int64) string {
+	return filepath.Join(d.cfg.StateDir, "run", id+"-"+strconv.FormatInt(gen, 10)+".sock")
+}
+
+// cgroup names the cgroup of a sandbox.
+func cgroup(id string) string { return "corral/" + id }
+
+// load reads the object of id; another gateway's object (another label)
+// is not found.
+func (d *Driver) load(id string) (*object, error) {
+	if !validID(id) {
+		return nil, errdefs.NotFound("no native sandbox %q", id)
+	}
+	data, err := os.ReadFile(filepath.Join(d.sandboxDir(id), "object.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errdefs.NotFound("no native sandbox %s", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("native driver: %w", err)
+	}
+	var o object
+	if err := json.Unmarshal(data, &o); err != nil {
+		return nil, fmt.Errorf("native driver: object of %s: %w", id, err)
+	}
+	if o.Labels[d.cfg.Label] != "true" {
+		return nil, errdefs.NotFound("no native sandbox %s with label %s", id, d.cfg.Label)
+	}
+	return &o, nil
+}
+
+// validID keeps ids from naming paths outside the state directory.
+func validID(id string) bool {
+	return id != "" && !strings.ContainsAny(id, "/\\") && id != "." && id != ".."
+}
+
+func (d *Driver) save(o *object) error {
+	data, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	return supervisor.WriteFileAtomic(filepath.Join(d.sandboxDir(o.ID), "object.json"), data, 0o600)
+}
+
+// generations lists the incarnations that have a bundle, oldest first.
+func (d *Driver) generations(id string) []int64 {
+	entries, _ := os.ReadDir(d.sandboxDir(id))
+	var gens []int64
+	for _, e := range entries {
+		if g, ok := strings.CutPrefix(e.Name(), "gen-"); ok {
+			if n, err := strconv.ParseInt(g, 10, 64); err == nil {
+				gens = append(gens, n)
+			}
+		}
+	}
+	slices.Sort(gens)
+	return gens
+}
+
+// alive reports whether the supervisor of an incarnation lives.
+func alive(b supervisor.Bundle) (bool, error) {
+	return supervisor.Alive(b.Path(supervisor.LockFile))
+}
+
+// observe is the driver's view of an object.
+func (d *Driver) observe(o *object) (driver.Object, error) {
+	obj := driver.Object{ID: o.ID, Generation: o.Generation, Labels: o.Labels, State: driver.StateCreated}
+	b := d.bundle(o.ID, o.Generation)
+	live, err := alive(b)
+	if err != nil {
+		return obj, err
+	}
+	if live {
+		obj.State = driver.StateRunning
+		return obj, nil
+	}
+	if exit, err := b.ReadExit(); err == nil {
+		obj.State, obj.ExitCode = driver.StateStopped, exit.Code
+		return obj, nil
+	}
+	if _, err := os.Stat(b.Path(supervisor.PIDFile)); err == nil {
+		obj.State = driver.StateFailed
+		obj.Message = fmt.Sprintf("the supervisor of generation %d ended without recording its main process's exit (killed?)%s",
+			o.Generation, lastLine(b.Path(supervisor.SupervisorLog)))
+	}
+	return obj, nil
+}
+
+// lastLine returns ": " and the last line of a log file, or nothing.
+func lastLine(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
+		return ": " + last
+	}
+	return ""
+}
+
+// Inspect implements driver.Driver.
+func (d *Driver) Inspect(ctx context.Context, id string) (driver.Object, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Object{}, err
+	}
+	o, err := d.load(id)
+	if err != nil {
+		return driver.Object{}, err
+	}
+	return d.observe(o)
+}
+
+// List implements driver.Driver.
+func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "sandboxes"))
+	if err != nil {
+		return nil, fmt.Errorf("native driver: %w", err)
+	}
+	var objs []driver.Object
+	for _, e := range entries {
+		o, err := d.load(e.Name())
+		if errors.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		obj, err := d.observe(o)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, obj)
+	}
+	return objs, nil
+}
+
+// Create implements driver.Driver.
+func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !validID(spec.ID) {
+		return errdefs.InvalidArgument("invalid sandbox id %q", spec.ID)
+	}
+	rootfs, err := rootFS(spec.Image)
+	if err != nil {
+		return err
+	}
+	if len(spec.Command) == 0 {
+		return errdefs.InvalidArgument("sandbox %s has no command: the native driver needs one after --", spec.Name)
+	}
+	pol, err := policy.Parse(spec.Policy)
+	if err != nil {
+		return errdefs.InvalidArgument("sandbox %s: %v", spec.Name, err)
+	}
+	defer d.lock(spec.ID)()
+
+	old, err := d.load(spec.ID)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		if _, serr := os.Stat(filepath.Join(d.sandboxDir(spec.ID), "object.json")); serr == nil {
+			return errdefs.AlreadyExists("sandbox id %s belongs to another gateway (not label %s)", spec.ID, d.cfg.Label)
+		}
+	case err != nil:
+		return err
+	case old.Generation == spec.Generation:
+		return nil // adopt
+	default:
+		for _, g := range d.generations(spec.ID) {
+			if live, err := alive(d.bundle(spec.ID, g)); err != nil || live {
+				return errdefs.FailedPrecondition("sandbox %s still runs generation %d", spec.ID, g)
+			}
+		}
+		if err := d.removeBundles(spec.ID); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(d.sandboxDir(spec.ID), "workdir"), 0o755); err != nil {
+		return fmt.Errorf("native create: %w", err)
+	}
+	l := pol.Limits
+	return d.save(&object{
+		ID: spec.ID, Name: spec.Name, Generation: spec.Generation, RootFS: rootfs,
+		Labels: driver.ObjectLabels(spec, d.cfg.Label), Command: spec.Command,
+		Limits: supervisor.Limits{MemoryBytes: l.Memory.Bytes(), CPUMillis: l.CPUs.Millis(), Pids: l.Pids},
+	})
+}
+
+// rootFS checks an image name: the host's root, or a root file system
+// directory.
+func rootFS(image string) (string, error) {
+	if image == "" || image == HostImage {
+		return "", nil
+	}
+	if !filepath.IsAbs(image) {
+		return "", errdefs.InvalidArgument("the native driver runs the host's root file system (no image, or %q) or a root file system directory given by its absolute path; %q is neither", HostImage, image)
+	}
+	fi, err := os.Stat(image)
+	if err != nil || !fi.IsDir() {
+		return "", errdefs.InvalidArgument("root file system %s is not a directory", image)
+	}
+	return filepath.Clean(image), nil
+}
+
+// removeBundles removes the bundles and sockets of every (gone)
+// incarnation of id.
+func (d *Driver) removeBundles(id string) error {
+	for _, g := range d.generations(id) {
+		if err := os.RemoveAll(d.bundle(id, g).Dir); err != nil {
+			return fmt.Errorf("native driver: %w", err)
+		}
+		if err := os.Remove(d.socket(id, g)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("native driver: %w", err)
+		}
+	}
+	return nil
+}
+
+// Delete implements driver.Driver: every incarnation is killed, then the
+// sandbox's files and cgroup go.
+func (d *Driver) Delete(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer d.lock(id)()
+	if _, err := d.load(id); errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	for _, g := range d.generations(id) {
+		if err := d.stopIncarnation(ctx, id, g, driver.StopOptions{Force: true}); err != nil {
+			return err
+		}
+	}
+	if err := removeCgroup(ctx, id); err != nil {
+		return err
+	}
+	if err := d.removeBundles(id); err != nil {
+		return err
+	}
+	// One rename makes the object gone; what a crash leaves in the trash
+	// goes at the next start.
+	trash := filepath.Join(d.cfg.StateDir, "trash", id)
+	if err := os.RemoveAll(trash); err != nil {
+		return fmt.Errorf("native delete: %w", err)
+	}
+	if err := os.Rename(d.sandboxDir(id), trash); err != nil {
+		return fmt.Errorf("native delete: %w", err)
+	}
+	if err := os.RemoveAll(trash); err != nil {
+		return fmt.Errorf("native delete: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,343 @@
+package native
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/drivertest"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/supervisor"
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// corral is a freshly built corral, run by the supervisors.
+var corral string
+
+func TestMain(m *testing.M) { testenv.MainWithCorral(m, &corral) }
+
+// stateDirs gives the drivers of one test one state directory, as the
+// conformance suite asks.
+var stateDirs sync.Map // *testing.T -> string
+
+func newTestDriver(t *testing.T, label string) *Driver {
+	t.Helper()
+	testenv.RequireRoot(t)
+	dir, _ := stateDirs.LoadOrStore(t, t.TempDir())
+	d, err := New(driver.Config{Label: label, StateDir: dir.(string)}, Options{Supervisor: corral})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestConformance(t *testing.T) {
+	testenv.RequireRoot(t)
+	drivertest.RunWith(t, func(t *testing.T, label string) driver.Driver { return newTestDriver(t, label) },
+		drivertest.Options{Image: HostImage})
+}
+
+// testSandbox is a running sandbox of a test, deleted when it ends.
+type testSandbox struct {
+	t   *testing.T
+	d   *Driver
+	id  string
+	gen int64
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func startSandbox(t *testing.T, d *Driver, name, policy string, command ...string) *testSandbox {
+	t.Helper()
+	if len(command) == 0 {
+		command = []string{"sleep", "3600"}
+	}
+	s := &testSandbox{t: t, d: d, id: sandbox.NewID(), gen: 1}
+	t.Cleanup(func() {
+		if err := d.Delete(context.Background(), s.id); err != nil {
+			t.Errorf("delete: %v", err)
+		}
+	})
+	spec := driver.Spec{ID: s.id, Name: name, Generation: 1, Image: HostImage, Command: command, Policy: policy}
+	if err := d.Create(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// exec runs a command in the sandbox and returns its exit code and output.
+func (s *testSandbox) exec(command ...string) (int, string, string) {
+	s.t.Helper()
+	var stdout, stderr bytes.Buffer
+	code, err := s.d.Exec(ctx(s.t), s.id, driver.ExecOptions{Command: command, Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		s.t.Fatalf("exec %v: %v", command, err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+func (s *testSandbox) mustExec(command ...string) string {
+	s.t.Helper()
+	code, out, errOut := s.exec(command...)
+	if code != 0 {
+		s.t.Fatalf("exec %v: exit %d, stderr %q", command, code, errOut)
+	}
+	return out
+}
+
+func TestIsolation(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	home := t.TempDir() // stands for the gateway's home, to be hidden
+	if err := os.WriteFile(filepath.Join(home, "secret.key"), []byte("key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.opts.Hide = []string{home}
+	s := startSandbox(t, d, "isolated", "")
+
+	t.Run("processes", func(t *testing.T) {
+		out := s.mustExec("ps", "-e", "-o", "pid=,comm=")
+		var pids []string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			pids = append(pids, strings.Fields(line)[0])
+		}
+		// the supervisor, sleep, ps: nothing of the host
+		if len(pids) != 3 || pids[0] != "1" {
+			t.Errorf("ps in the sandbox shows %q; want only its supervisor (pid 1), its main process and ps", out)
+		}
+	})
+	t.Run("hostname", func(t *testing.T) {
+		if got := strings.TrimSpace(s.mustExec("hostname")); got != "isolated" {
+			t.Errorf("hostname = %q, want the sandbox's name", got)
+		}
+		host, _ := os.Hostname()
+		if host == "isolated" {
+			t.Errorf("the host's hostname changed to the sandbox's")
+		}
+	})
+	t.Run("network", func(t *testing.T) {
+		var ifaces []string
+		for _, line := range strings.Split(s.mustExec("cat", "/proc/net/dev"), "\n")[2:] {
+			if name, _, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+				ifaces = append(ifaces, name)
+			}
+		}
+		if len(ifaces) != 1 || ifaces[0] != "lo" {
+			t.Errorf("interfaces in the sandbox: %v, want only lo", ifaces)
+		}
+	})
+	t.Run("writes", func(t *testing.T) {
+		for _, path := range []string{"/etc/corral-test", "/usr/corral-test", "/corral-test", "/dev/corral-test"} {
+			code, _, errOut := s.exec("sh", "-c", "echo x > "+path)
+			if code == 0 || !strings.Contains(errOut, "Read-only file system") {
+				t.Errorf("writing %s: exit %d, %q; want it refused as a read-only file system", path, code, errOut)
+			}
+		}
+		for _, path := range []string{"/sandbox/f", "/tmp/f"} {
+			s.mustExec("sh", "-c", "echo x > "+path)
+		}
+		if _, err := os.Stat("/tmp/f"); err == nil {
+			t.Errorf("the sandbox's /tmp is the host's")
+		}
+		if data, err := os.ReadFile(filepath.Join(s.d.workdir(s.id), "f")); err != nil || string(data) != "x\n" {
+			t.Errorf("the workdir on the host holds %q, %v; want what the sandbox wrote to /sandbox", data, err)
+		}
+	})
+	t.Run("hidden", func(t *testing.T) {
+		if code, _, _ := s.exec("cat", filepath.Join(home, "secret.key")); code == 0 {
+			t.Errorf("the sandbox reads a file of the gateway's home")
+		}
+	})
+	t.Run("proc", func(t *testing.T) {
+		if code, _, _ := s.exec("sh", "-c", "echo 1 > /proc/sys/kernel/ns_last_pid"); code == 0 {
+			t.Errorf("the sandbox writes to /proc/sys")
+		}
+	})
+}
+
+func TestLimits(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "limited", "version: 1\nlimits: {memory: 64Mi, pids: 20}\n")
+	code, _, errOut := s.exec("sh", "-c", "for i in $(seq 40); do sleep 100 >/dev/null 2>&1 & done")
+	if code == 0 || !strings.Contains(errOut, "fork") {
+		t.Errorf("40 processes under a pids limit of 20: exit %d, %q; want fork to fail", code, errOut)
+	}
+	if code, _, _ := s.exec("dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"); code != 128+int(syscall.SIGKILL) {
+		t.Errorf("allocating 256 MiB under a memory limit of 64 MiB: exit %d, want %d (killed)", code, 128+int(syscall.SIGKILL))
+	}
+	s.mustExec("dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=1")
+}
+
+// supervisors counts the live supervisor processes of a state directory.
+func supervisors(t *testing.T, stateDir string) int {
+	t.Helper()
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 3 && args[0] == "corral-supervise" && strings.HasPrefix(args[3], stateDir+"/") {
+			if stat, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat")); err == nil && !bytes.Contains(stat, []byte(") Z ")) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestRapidStopStart stops and starts one sandbox 500 times without a
+// pause, each start a new generation, as the gateway does.
+func TestRapidStopStart(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "rapid", "")
+	for gen := int64(2); gen <= 501; gen++ {
+		if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: gen - 1}, driver.StopOptions{Timeout: 10 * time.Second}); err != nil {
+			t.Fatalf("stop of generation %d: %v", gen-1, err)
+		}
+		spec := driver.Spec{ID: s.id, Name: "rapid", Generation: gen, Image: HostImage, Command: []string{"sleep", "3600"}}
+		if err := d.Create(ctx(t), spec); err != nil {
+			t.Fatalf("create of generation %d: %v", gen, err)
+		}
+		if err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: gen}); err != nil {
+			t.Fatalf("start of generation %d: %v", gen, err)
+		}
+	}
+	obj, err := d.Inspect(ctx(t), s.id)
+	if err != nil || obj.State != driver.StateRunning || obj.Generation != 501 {
+		t.Fatalf("after 500 stop/start: %+v, %v; want generation 501 running", obj, err)
+	}
+	if n := supervisors(t, d.cfg.StateDir); n != 1 {
+		t.Errorf("%d supervisor processes run after 500 stop/start; want 1", n)
+	}
+	if gens := d.generations(s.id); len(gens) != 1 || gens[0] != 501 {
+		t.Errorf("bundles left: generations %v, want only 501", gens)
+	}
+}
+
+func TestSupervisorKilled(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "killed", "")
+	pid, err := readPID(d.bundle(s.id, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !waitGone(ctx(t), d.bundle(s.id, 1), time.Now().Add(10*time.Second)) {
+		t.Fatal("the killed supervisor still holds its lock")
+	}
+	obj, err := d.Inspect(ctx(t), s.id)
+	if err != nil || obj.State != driver.StateFailed || !strings.Contains(obj.Message, "killed") {
+		t.Fatalf("after SIGKILL of the supervisor: %+v, %v; want state failed with a reason", obj, err)
+	}
+	if n := supervisors(t, d.cfg.StateDir); n != 0 {
+		t.Errorf("%d supervisors run after the only one was killed", n)
+	}
+	// A new incarnation starts.
+	if err := d.Create(ctx(t), driver.Spec{ID: s.id, Name: "killed", Generation: 2, Image: HostImage, Command: []string{"sleep", "3600"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	s.mustExec("true")
+}
+
+func TestMainProcessExit(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "exits", "", "sh", "-c", "echo out; echo err >&2; exit 3")
+	if !waitGone(ctx(t), d.bundle(s.id, 1), time.Now().Add(10*time.Second)) {
+		t.Fatal("the supervisor did not exit after its main process")
+	}
+	obj, err := d.Inspect(ctx(t), s.id)
+	if err != nil || obj.State != driver.StateStopped || obj.ExitCode != 3 {
+		t.Fatalf("after the main process exited with 3: %+v, %v", obj, err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := d.Logs(ctx(t), s.id, driver.LogOptions{}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if stdout.String() != "out\n" || stderr.String() != "err\n" {
+		t.Errorf("logs: stdout %q, stderr %q", stdout.String(), stderr.String())
+	}
+	if _, err := d.Exec(ctx(t), s.id, driver.ExecOptions{Command: []string{"true"}, Stdout: &stdout, Stderr: &stderr}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("exec into a stopped sandbox = %v, want errdefs.ErrFailedPrecondition", err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	for _, tc := range []struct {
+		spec driver.Spec
+		want string
+	}{
+		{driver.Spec{Image: "busybox:latest", Command: []string{"true"}}, "neither"},
+		{driver.Spec{Image: "/does/not/exist", Command: []string{"true"}}, "not a directory"},
+		{driver.Spec{Image: HostImage}, "no command"},
+		{driver.Spec{Image: HostImage, Command: []string{"true"}, Policy: "version: 1\nlimits: {memory: lots}\n"}, "line 2"},
+	} {
+		tc.spec.ID, tc.spec.Name, tc.spec.Generation = sandbox.NewID(), "bad", 1
+		err := d.Create(ctx(t), tc.spec)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Create(%+v) = %v; want an invalid argument that says %q", tc.spec, err, tc.want)
+		}
+		if _, err := d.Inspect(ctx(t), tc.spec.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("a refused create left an object: %v", err)
+		}
+	}
+	// A command that does not exist: the start fails and says why.
+	s := &testSandbox{t: t, d: d, id: sandbox.NewID()}
+	t.Cleanup(func() { _ = d.Delete(context.Background(), s.id) })
+	if err := d.Create(ctx(t), driver.Spec{ID: s.id, Name: "nocmd", Generation: 1, Image: HostImage, Command: []string{"/no/such/command"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: 1}); err != nil {
+		t.Fatal(err) // the main process starts (the exec stage), then exits 127
+	}
+	waitGone(ctx(t), d.bundle(s.id, 1), time.Now().Add(10*time.Second))
+	if obj, _ := d.Inspect(ctx(t), s.id); obj.State != driver.StateStopped || obj.ExitCode != 127 {
+		t.Errorf("a missing command: %+v, want stopped with exit code 127", obj)
+	}
+}
+
+func TestControlSocketPathTooLongForSockaddr(t *testing.T) {
+	testenv.RequireRoot(t)
+	deep := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60))
+	d, err := New(driver.Config{Label: "corral.test", StateDir: deep}, Options{Supervisor: corral})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startSandbox(t, d, "deep", "")
+	if len(d.socket(s.id, 1)) <= 108 {
+		t.Fatalf("socket path %d bytes long: the test needs one longer than a sockaddr_un holds", len(d.socket(s.id, 1)))
+	}
+	s.mustExec("true")
+	if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: 1}, driver.StopOptions{Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if live, _ := supervisor.Alive(d.bundle(s.id, 1).Path(supervisor.LockFile)); live {
+		t.Errorf("the supervisor lives after Stop")
+	}
+}

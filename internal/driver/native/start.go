@@ -1,0 +1,265 @@
+package native
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/supervisor"
+)
+
+// namespaces are the namespaces every supervisor starts in.
+const namespaces = unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET
+
+// killGrace is how long a supervisor gets past its stop timeout before the
+// driver kills it.
+const killGrace = 5 * time.Second
+
+// pollInterval is how often the driver looks whether a supervisor is gone.
+const pollInterval = time.Millisecond
+
+// Start implements driver.Driver. It returns once the supervisor reports
+// that the main process runs.
+func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer d.lock(ref.ID)()
+	o, err := d.load(ref.ID)
+	if err != nil {
+		return err
+	}
+	if o.Generation != ref.Generation {
+		return errdefs.FailedPrecondition("sandbox %s is at generation %d, not %d", ref.ID, o.Generation, ref.Generation)
+	}
+	b := d.bundle(o.ID, o.Generation)
+	live, err := alive(b)
+	if err != nil {
+		return err
+	}
+	if live {
+		state, err := d.status(o.ID, o.Generation)
+		if err == nil && state == supervisor.StateRunning {
+			return nil
+		}
+		// Shutting down (or not answering): let it go, then start afresh.
+		if err := d.stopIncarnation(ctx, o.ID, o.Generation, driver.StopOptions{Timeout: killGrace}); err != nil {
+			return err
+		}
+	}
+	return d.spawn(ctx, o, b)
+}
+
+// status asks a supervisor for its state.
+func (d *Driver) status(id string, gen int64) (string, error) {
+	c, err := supervisor.Dial(d.socket(id, gen))
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if err := c.Send(supervisor.Request{Op: supervisor.OpStatus}); err != nil {
+		return "", err
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	r, err := c.Recv()
+	return r.State, err
+}
+
+// spawn starts the supervisor of an incarnation, detached from the gateway
+// (its own session and namespaces), and waits for it to report readiness.
+func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) error {
+	for _, f := range []string{supervisor.ExitFile, supervisor.PIDFile, supervisor.LockFile, supervisor.StdoutFile, supervisor.StderrFile, supervisor.SupervisorLog} {
+		if err := os.Remove(b.Path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("native start: %w", err)
+		}
+	}
+	if err := os.MkdirAll(b.Dir, 0o700); err != nil {
+		return fmt.Errorf("native start: %w", err)
+	}
+	if err := removeCgroup(ctx, o.ID); err != nil { // a killed supervisor's
+		return err
+	}
+	cfg := supervisor.SandboxConfig{
+		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
+		Env:    []string{supervisor.DefaultPath, "HOME=/sandbox", "HOSTNAME=" + hostname(o.Name)},
+		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide,
+		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID), Limits: o.Limits,
+	}
+	if err := b.WriteConfig(cfg); err != nil {
+		return fmt.Errorf("native start: %w", err)
+	}
+	log, err := os.OpenFile(b.Path(supervisor.SupervisorLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("native start: %w", err)
+	}
+	defer log.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("native start: %w", err)
+	}
+	defer readyR.Close()
+
+	cmd := exec.Command(d.opts.Supervisor, "supervise", "sandbox", b.Dir)
+	cmd.Args[0] = "corral-supervise"
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.ExtraFiles = []*os.File{readyW} // fd 3, supervisor.ReadyFD
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: namespaces}
+	if os.Geteuid() != 0 {
+		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWUSER
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+	}
+	err = cmd.Start()
+	readyW.Close()
+	if err != nil {
+		return fmt.Errorf("native start: run the supervisor: %w", err)
+	}
+	// Reap it while this gateway lives; after that, init does.
+	go func() { _ = cmd.Wait() }()
+
+	answer := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(readyR).ReadString('\n')
+		answer <- strings.TrimSpace(line)
+	}()
+	select {
+	case line := <-answer:
+		if line == "ok" {
+			return nil
+		}
+		if reason, ok := strings.CutPrefix(line, "error: "); ok {
+			return fmt.Errorf("the sandbox did not start: %s", reason)
+		}
+		return fmt.Errorf("the supervisor exited before the main process started%s", lastLine(b.Path(supervisor.SupervisorLog)))
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the main process to start: %w", ctx.Err())
+	}
+}
+
+func (d *Driver) workdir(id string) string {
+	return d.sandboxDir(id) + "/workdir"
+}
+
+// hostname is a sandbox name cut to what a hostname holds.
+func hostname(name string) string {
+	if len(name) > 63 {
+		return name[:63]
+	}
+	return name
+}
+
+// Stop implements driver.Driver: every live incarnation of the sandbox
+// stops, and Stop returns once their supervisors are gone.
+func (d *Driver) Stop(ctx context.Context, ref driver.Ref, opts driver.StopOptions) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer d.lock(ref.ID)()
+	if _, err := d.load(ref.ID); errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	for _, g := range d.generations(ref.ID) {
+		if err := d.stopIncarnation(ctx, ref.ID, g, opts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopIncarnation asks the supervisor of one incarnation to stop, and
+// waits until it is gone: it is killed when it outlives the stop timeout by
+// killGrace, or does not answer.
+func (d *Driver) stopIncarnation(ctx context.Context, id string, gen int64, opts driver.StopOptions) error {
+	b := d.bundle(id, gen)
+	live, err := alive(b)
+	if err != nil || !live {
+		return err
+	}
+	deadline := time.Now().Add(opts.Timeout + killGrace)
+	if opts.Force {
+		deadline = time.Now().Add(killGrace)
+	}
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl.Add(-100 * time.Millisecond) // leave time to kill it
+	}
+	if c, err := supervisor.Dial(d.socket(id, gen)); err == nil {
+		err = c.Send(supervisor.Request{Op: supervisor.OpStop, TimeoutMillis: opts.Timeout.Milliseconds(), Force: opts.Force})
+		if err == nil {
+			_ = c.SetDeadline(deadline)
+			for err == nil {
+				_, err = c.Recv() // the stream ends when the supervisor exits
+			}
+		}
+		c.Close()
+		if errors.Is(err, io.EOF) {
+			deadline = time.Now().Add(killGrace) // closing; it is gone in a moment
+		}
+	}
+	if waitGone(ctx, b, deadline) {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("waiting for sandbox %s generation %d to stop: %w", id, gen, err)
+	}
+	// It did not stop in time, or does not answer: kill it. Its pid is
+	// trusted only while its lock says it lives.
+	if pid, err := readPID(b); err == nil {
+		if live, _ := alive(b); live {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	if waitGone(ctx, b, time.Now().Add(killGrace)) {
+		return nil
+	}
+	return fmt.Errorf("the supervisor of sandbox %s generation %d does not go away", id, gen)
+}
+
+// waitGone polls until the supervisor of b is gone, ctx ends or the
+// deadline passes; it reports whether it is gone.
+func waitGone(ctx context.Context, b supervisor.Bundle, deadline time.Time) bool {
+	for {
+		if live, err := alive(b); err == nil && !live {
+			return true
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+func readPID(b supervisor.Bundle) (int, error) {
+	data, err := os.ReadFile(b.Path(supervisor.PIDFile))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(data)))
+}
+
+// removeCgroup removes a sandbox's cgroup, waiting briefly for the kernel
+// to let go of processes that just died.
+func removeCgroup(ctx context.Context, id string) error {
+	var err error
+	for range 100 {
+		if err = cgroups.Remove(cgroup(id)); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return err
+}

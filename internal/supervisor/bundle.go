@@ -1,0 +1,129 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Bundle is what the native driver hands a sandbox supervisor: one
+// directory per incarnation (sandbox id and generation) holding the
+// supervisor's configuration, and the files it leaves for the gateway.
+type Bundle struct {
+	// Dir is the incarnation's directory on the host.
+	Dir string
+}
+
+// SandboxConfig is the configuration of one native incarnation, written by
+// the gateway to the bundle before the supervisor starts.
+type SandboxConfig struct {
+	ID         string   `json:"id"`
+	Generation int64    `json:"generation"`
+	Hostname   string   `json:"hostname"`
+	Command    []string `json:"command"`
+	Env        []string `json:"env,omitempty"`
+	// RootFS is a root filesystem directory; empty means the host's root,
+	// mounted read-only.
+	RootFS string `json:"rootfs,omitempty"`
+	// Workdir is the host directory mounted read-write at /sandbox.
+	Workdir string `json:"workdir"`
+	// Hide are host directories covered by an empty read-only directory
+	// (the gateway's home, with its keys and store).
+	Hide []string `json:"hide,omitempty"`
+	// Socket is the control socket's path on the host.
+	Socket string `json:"socket"`
+	// Cgroup names the sandbox's cgroup; Limits are applied to it.
+	Cgroup string `json:"cgroup"`
+	Limits Limits `json:"limits"`
+}
+
+// Limits are the resource limits of a sandbox; zero means unlimited.
+type Limits struct {
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// CPUMillis is the CPU time per second of wall time, in thousandths of
+	// a CPU (1500 is 1.5 CPUs).
+	CPUMillis int64 `json:"cpu_millis,omitempty"`
+	Pids      int64 `json:"pids,omitempty"`
+}
+
+// Exit is what a supervisor records when its main process has ended.
+type Exit struct {
+	Code int `json:"code"`
+	// Stopped is set when the main process ended because of a stop
+	// request rather than on its own.
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// The files of a bundle.
+const (
+	ConfigFile     = "config.json"
+	LockFile       = "lock"   // locked by the supervisor while it lives
+	PIDFile        = "pid"    // the supervisor's pid on the host, written at start
+	ExitFile       = "exit"   // an Exit, written before the supervisor exits
+	StdoutFile     = "stdout" // the main process's output
+	StderrFile     = "stderr" // its error output
+	SupervisorLog  = "supervisor.log"
+	ConfigFileMode = 0o600
+)
+
+// Path returns the path of a bundle file.
+func (b Bundle) Path(name string) string { return filepath.Join(b.Dir, name) }
+
+// WriteConfig stores cfg in the bundle.
+func (b Bundle) WriteConfig(cfg SandboxConfig) error {
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(b.Path(ConfigFile), data, ConfigFileMode)
+}
+
+// ReadConfig loads the bundle's configuration.
+func (b Bundle) ReadConfig() (SandboxConfig, error) {
+	var cfg SandboxConfig
+	data, err := os.ReadFile(b.Path(ConfigFile))
+	if err != nil {
+		return cfg, err
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return cfg, fmt.Errorf("%s: %w", b.Path(ConfigFile), err)
+	}
+	return cfg, nil
+}
+
+// ReadExit returns the recorded exit, or an error wrapping os.ErrNotExist
+// when the supervisor recorded none.
+func (b Bundle) ReadExit() (Exit, error) {
+	var e Exit
+	data, err := os.ReadFile(b.Path(ExitFile))
+	if err != nil {
+		return e, err
+	}
+	if err := json.Unmarshal(data, &e); err != nil {
+		return e, fmt.Errorf("%s: %w", b.Path(ExitFile), err)
+	}
+	return e, nil
+}
+
+// WriteFileAtomic writes data to path through a temporary file and a
+// rename, so that readers see the old or the new content, never a part.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

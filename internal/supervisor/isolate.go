@@ -1,0 +1,280 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// These run inside the new namespaces the native driver starts a
+// supervisor in, before the main process starts.
+
+// setHostname names the sandbox in its own UTS namespace.
+func setHostname(name string) error {
+	if err := unix.Sethostname([]byte(name)); err != nil {
+		return fmt.Errorf("set hostname %q: %w", name, err)
+	}
+	return nil
+}
+
+// loopbackUp brings up lo, the only interface of a new network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring up loopback: %w", err)
+	}
+	return nil
+}
+
+// provided are the top-level directories the sandbox gets fresh, whatever
+// its source root holds.
+var provided = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp": true, "sandbox": true}
+
+// devices are the host device nodes bound into the sandbox's /dev.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// procReadOnly are the parts of /proc a sandbox may read but not write;
+// procMasked are those it may not even read (they leak the host's state).
+var (
+	procReadOnly = []string{"sys", "sysrq-trigger", "irq", "bus", "fs"}
+	procMasked   = []string{"kcore", "keys", "timer_list", "sched_debug"}
+)
+
+// enterRoot builds the sandbox's root file system on newRoot and pivots the
+// mount namespace into it: the source root (cfg.RootFS, or the host's /)
+// read-only, fresh /proc, /dev and /tmp, and the workdir at /sandbox. The
+// directories of cfg.Hide are covered by empty ones.
+func enterRoot(cfg SandboxConfig, newRoot string) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := mount("corral", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755"); err != nil {
+		return err
+	}
+	src := cfg.RootFS
+	if src == "" {
+		src = "/"
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return fmt.Errorf("read root %s: %w", src, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if provided[name] {
+			continue
+		}
+		from, to := filepath.Join(src, name), filepath.Join(newRoot, name)
+		switch {
+		case e.Type()&os.ModeSymlink != 0:
+			link, err := os.Readlink(from)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(link, to); err != nil {
+				return err
+			}
+		case e.IsDir():
+			if err := bindReadOnly(from, to); err != nil {
+				return err
+			}
+		}
+	}
+	if cfg.RootFS == "" {
+		for _, dir := range cfg.Hide {
+			if err := hide(filepath.Join(newRoot, dir)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := mountProc(filepath.Join(newRoot, "proc")); err != nil {
+		return err
+	}
+	if err := mountDev(filepath.Join(newRoot, "dev")); err != nil {
+		return err
+	}
+	if err := mountSys(filepath.Join(newRoot, "sys")); err != nil {
+		return err
+	}
+	if err := mkdirMount("tmpfs", filepath.Join(newRoot, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return err
+	}
+	if err := mkdirMount(cfg.Workdir, filepath.Join(newRoot, "sandbox"), "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("make the root read-only: %w", err)
+	}
+	return pivot(newRoot)
+}
+
+func mount(source, target, fstype string, flags uintptr, data string) error {
+	if err := unix.Mount(source, target, fstype, flags, data); err != nil {
+		what := fstype
+		if what == "" {
+			what = source
+		}
+		return fmt.Errorf("mount %s on %s: %w", what, target, err)
+	}
+	return nil
+}
+
+func mkdirMount(source, target, fstype string, flags uintptr, data string) error {
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	return mount(source, target, fstype, flags, data)
+}
+
+// bindReadOnly binds the tree at from onto to, read-only, without setuid
+// and device files, all the way down.
+func bindReadOnly(from, to string) error {
+	if err := mkdirMount(from, to, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	return readOnly(to)
+}
+
+func readOnly(path string) error {
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	err := unix.MountSetattr(unix.AT_FDCWD, path, unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW, attr)
+	if errors.Is(err, unix.ENOSYS) {
+		// Kernels before 5.12: the top mount only.
+		err = unix.Mount("", path, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+	}
+	if err != nil {
+		return fmt.Errorf("make %s read-only: %w", path, err)
+	}
+	return nil
+}
+
+// hide covers dir, when it exists, with an empty read-only directory.
+func hide(dir string) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil
+	}
+	return mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=755")
+}
+
+func mountProc(dir string) error {
+	if err := mkdirMount("proc", dir, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	for _, name := range procReadOnly {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if err := mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return err
+		}
+		if err := readOnly(p); err != nil {
+			return err
+		}
+	}
+	for _, name := range procMasked {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err == nil {
+			if err := mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func mountDev(dir string) error {
+	if err := mkdirMount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755"); err != nil {
+		return err
+	}
+	for _, name := range devices {
+		p := filepath.Join(dir, name)
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o666)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := mount("/dev/"+name, p, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+	}
+	if err := mkdirMount("devpts", filepath.Join(dir, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return err
+	}
+	if err := mkdirMount("shm", filepath.Join(dir, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777"); err != nil {
+		return err
+	}
+	for link, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			return err
+		}
+	}
+	return readOnlyTop(dir)
+}
+
+// readOnlyTop makes the mount at dir read-only without touching the mounts
+// below it.
+func readOnlyTop(dir string) error {
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID, ""); err != nil {
+		return fmt.Errorf("make %s read-only: %w", dir, err)
+	}
+	return nil
+}
+
+func mountSys(dir string) error {
+	err := mkdirMount("sysfs", dir, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	if err == nil {
+		return nil
+	}
+	// Without the right to mount sysfs (a user namespace), the host's.
+	if err := bindReadOnly("/sys", dir); err != nil {
+		return fmt.Errorf("sysfs: %w", err)
+	}
+	return nil
+}
+
+// pivot makes newRoot the root of the mount namespace and detaches the old
+// root, so nothing outside newRoot is reachable by path.
+func pivot(newRoot string) error {
+	if err := unix.Chdir(newRoot); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root to %s: %w", newRoot, err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// hostPID is this process's pid as the host sees it, read before /proc is
+// the sandbox's own.
+func hostPID() (int, error) {
+	link, err := os.Readlink("/proc/self")
+	if err != nil {
+		return 0, err
+	}
+	var pid int
+	_, err = fmt.Sscanf(strings.TrimSpace(link), "%d", &pid)
+	return pid, err
+}

@@ -1,0 +1,376 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/cgroups"
+)
+
+// DefaultStopTimeout is how long the main process gets between SIGTERM and
+// SIGKILL when the supervisor itself is sent SIGTERM.
+const DefaultStopTimeout = 10 * time.Second
+
+// ReadyFD is the descriptor a native supervisor reports readiness on: "ok"
+// once the main process runs, else "error: " and the reason.
+const ReadyFD = 3
+
+// DefaultPath is the PATH of processes in a native sandbox.
+const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// RunSandbox is PID 1 of a native sandbox: started by the native driver in
+// new namespaces with the bundle directory, it joins the sandbox's cgroup,
+// builds the root file system, starts the main process, serves the control
+// socket and exits when the main process has ended, after recording how.
+func RunSandbox(dir string) int {
+	ready := os.NewFile(ReadyFD, "ready")
+	s, err := setUp(Bundle{Dir: dir})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "corral supervise: %v\n", err)
+		fmt.Fprintf(ready, "error: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(ready, "ok")
+	ready.Close()
+	return s.run()
+}
+
+// sandboxSupervisor is the state of a running native supervisor.
+type sandboxSupervisor struct {
+	cfg      SandboxConfig
+	lock     *os.File // held while the supervisor lives
+	bundle   *os.File // the bundle directory, for the exit file after the pivot
+	sigs     chan os.Signal
+	stops    chan Request
+	children children
+	main     int
+	mainDone <-chan int
+
+	mu       sync.Mutex
+	stopping bool
+}
+
+func setUp(b Bundle) (*sandboxSupervisor, error) {
+	cfg, err := b.ReadConfig()
+	if err != nil {
+		return nil, err
+	}
+	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan Request, 4)}
+	s.children.waiters = map[int]chan int{}
+	signal.Notify(s.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
+	if s.lock, err = holdLock(b.Path(LockFile)); err != nil {
+		return nil, err
+	}
+	if pid, err := hostPID(); err == nil {
+		_ = WriteFileAtomic(b.Path(PIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+	}
+	if err := s.joinCgroup(); err != nil {
+		return nil, err
+	}
+	if s.bundle, err = os.Open(b.Dir); err != nil {
+		return nil, err
+	}
+	stdout, err := os.OpenFile(b.Path(StdoutFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := os.OpenFile(b.Path(StderrFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := Listen(cfg.Socket)
+	if err != nil {
+		return nil, err
+	}
+	if err := setHostname(cfg.Hostname); err != nil {
+		return nil, err
+	}
+	if err := loopbackUp(); err != nil {
+		return nil, err
+	}
+	root := b.Path("root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	if err := enterRoot(cfg, root); err != nil {
+		return nil, err
+	}
+	pid, done, err := s.children.start(cfg.Command, cfg.Env, []*os.File{null, stdout, stderr}, false)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", cfg.Command[0], err)
+	}
+	s.main, s.mainDone = pid, done
+	for _, f := range []*os.File{null, stdout, stderr} {
+		f.Close()
+	}
+	go s.serve(ln)
+	return s, nil
+}
+
+// holdLock takes the incarnation's lock for the supervisor's lifetime: the
+// gateway tells a live supervisor from a gone one by it, whatever became of
+// its pid. An open file description lock goes with the last descriptor.
+func holdLock(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another supervisor of this incarnation runs (%s is locked): %w", path, err)
+	}
+	return f, nil
+}
+
+// Alive reports whether a supervisor holds the lock at path.
+func Alive(path string) (bool, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
+		return false, fmt.Errorf("test lock %s: %w", path, err)
+	}
+	return lk.Type != unix.F_UNLCK, nil
+}
+
+func (s *sandboxSupervisor) joinCgroup() error {
+	if s.cfg.Cgroup == "" {
+		return nil
+	}
+	l := s.cfg.Limits
+	err := cgroups.Join(s.cfg.Cgroup, cgroups.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: l.Pids})
+	if err != nil && l == (Limits{}) {
+		// No limits asked for: a cgroup is a convenience, not a promise.
+		fmt.Fprintf(os.Stderr, "corral supervise: no cgroup of its own (%v)\n", err)
+		return nil
+	}
+	return err
+}
+
+// run waits for the main process, handling stop requests and signals, and
+// records its end.
+func (s *sandboxSupervisor) run() int {
+	var (
+		kill    <-chan time.Time
+		stopped bool
+	)
+	for {
+		select {
+		case code := <-s.mainDone:
+			s.finish(Exit{Code: code, Stopped: stopped})
+			return 0
+		case req := <-s.stops:
+			stopped = true
+			if req.Force {
+				s.killAll()
+				continue
+			}
+			if kill == nil {
+				_ = unix.Kill(s.main, unix.SIGTERM)
+				kill = time.After(time.Duration(req.TimeoutMillis) * time.Millisecond)
+			}
+		case <-kill:
+			s.killAll()
+		case sig := <-s.sigs:
+			if sig == syscall.SIGCHLD {
+				s.children.reap()
+				continue
+			}
+			s.requestStop(Request{Op: OpStop, TimeoutMillis: DefaultStopTimeout.Milliseconds()})
+		}
+	}
+}
+
+// requestStop marks the supervisor as stopping and hands the request to run.
+func (s *sandboxSupervisor) requestStop(req Request) {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	select {
+	case s.stops <- req:
+	default: // a stop is already on its way
+	}
+}
+
+func (s *sandboxSupervisor) isStopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopping
+}
+
+// killAll kills every process of the sandbox but the supervisor.
+func (s *sandboxSupervisor) killAll() { _ = unix.Kill(-1, unix.SIGKILL) }
+
+// finish records the main process's end in the bundle. The processes left
+// in the sandbox die with the supervisor, PID 1 of their namespace.
+func (s *sandboxSupervisor) finish(e Exit) {
+	s.killAll()
+	data, _ := json.Marshal(e) // an int and a bool always marshal
+	dir := int(s.bundle.Fd())
+	fd, err := unix.Openat(dir, ExitFile+".tmp", unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+	if err == nil {
+		_, err = unix.Write(fd, data)
+		if err == nil {
+			err = unix.Fsync(fd)
+		}
+		unix.Close(fd)
+	}
+	if err == nil {
+		err = unix.Renameat(dir, ExitFile+".tmp", dir, ExitFile)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "corral supervise: record the exit: %v\n", err)
+	}
+}
+
+// serve answers control requests until the supervisor exits.
+func (s *sandboxSupervisor) serve(ln *net.UnixListener) {
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		go s.handle(c)
+	}
+}
+
+func (s *sandboxSupervisor) handle(c *net.UnixConn) {
+	defer c.Close()
+	req, files, err := readRequest(c)
+	if err != nil {
+		return
+	}
+	defer closeAll(files)
+	switch req.Op {
+	case OpStatus:
+		state := StateRunning
+		if s.isStopping() {
+			state = StateStopping
+		}
+		_ = writeReply(c, Reply{State: state, MainPID: s.main})
+		return
+	case OpStop:
+		s.requestStop(req)
+		_ = writeReply(c, Reply{State: StateStopping})
+	case OpExec:
+		s.exec(c, req, files)
+		return
+	case OpWait:
+	default:
+		_ = writeReply(c, Reply{Error: fmt.Sprintf("unknown request %q", req.Op)})
+		return
+	}
+	_, _ = io.Copy(io.Discard, c) // held open until the supervisor exits
+}
+
+// exec runs a command in the sandbox with the caller's stdio; the command
+// is killed if the caller goes away before it ends.
+func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File) {
+	if s.isStopping() {
+		_ = writeReply(c, Reply{Error: "the sandbox is stopping"})
+		return
+	}
+	stdio := files
+	if req.TTY && len(files) == 1 {
+		stdio = []*os.File{files[0], files[0], files[0]}
+	}
+	if len(req.Command) == 0 || len(stdio) != 3 {
+		_ = writeReply(c, Reply{Error: "exec needs a command and its stdio"})
+		return
+	}
+	env := append(append([]string{}, s.cfg.Env...), req.Env...)
+	pid, done, err := s.children.start(req.Command, env, stdio, req.TTY)
+	if err != nil {
+		_ = writeReply(c, Reply{Error: err.Error()})
+		return
+	}
+	closeAll(files)
+	_ = writeReply(c, Reply{PID: pid})
+	gone := make(chan struct{})
+	go func() { // the caller closes the connection: kill the command
+		_, _ = io.Copy(io.Discard, c)
+		close(gone)
+	}()
+	select {
+	case code := <-done:
+		_ = writeReply(c, Reply{ExitCode: &code})
+	case <-gone:
+		_ = unix.Kill(-pid, unix.SIGKILL)
+		<-done
+	}
+}
+
+// children starts processes through the exec stage and hands their exit
+// statuses to whoever started them; the supervisor reaps every process.
+type children struct {
+	mu      sync.Mutex
+	waiters map[int]chan int
+}
+
+// start runs command through the exec stage in its own session, with the
+// working directory /sandbox.
+func (c *children) start(command, env []string, stdio []*os.File, tty bool) (int, <-chan int, error) {
+	argv := append([]string{"corral", "supervise", "exec", "--"}, command...)
+	attr := &os.ProcAttr{Dir: "/sandbox", Env: env, Files: stdio,
+		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty, Ctty: 0}}
+	c.mu.Lock()
+	defer c.mu.Unlock() // held until registered: the reaper waits for it
+	p, err := os.StartProcess("/proc/self/exe", argv, attr)
+	if err != nil {
+		return 0, nil, err
+	}
+	done := make(chan int, 1)
+	c.waiters[p.Pid] = done
+	_ = p.Release()
+	return p.Pid, done, nil
+}
+
+// reap collects every exited child.
+func (c *children) reap() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+		c.mu.Lock()
+		done := c.waiters[pid]
+		delete(c.waiters, pid)
+		c.mu.Unlock()
+		if done != nil {
+			done <- exitStatus(ws)
+		}
+	}
+}
+
+func exitStatus(ws unix.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
