@@ -1,6 +1,6 @@
-// Package cgroups puts a process into a cgroup of its own with memory, CPU
-// and PID limits, on cgroup v2 or, where the host has only that, on the v1
-// memory, cpu and pids hierarchies.
+// Package cgroups makes cgroups with memory, CPU and PID limits and moves
+// processes into them, on cgroup v2 or, where the host has only that, on
+// the v1 memory, cpu and pids hierarchies.
 package cgroups
 
 import (
@@ -25,45 +25,54 @@ type Limits struct {
 // cpuPeriod is the CFS period that CPU quotas are expressed in (100 ms).
 const cpuPeriod = 100000
 
+// controllers are the controllers a group uses.
+var controllers = []string{"memory", "cpu", "pids"}
+
 // Unified reports whether the host runs cgroup v2 alone.
 func Unified() bool {
 	_, err := os.Stat(filepath.Join(Root, "cgroup.controllers"))
 	return err == nil
 }
 
-// v1Controllers are the v1 hierarchies a group is made in.
-var v1Controllers = []string{"memory", "cpu", "pids"}
-
 // dirs returns the directories of group name (a relative path such as
-// "corral/ID"), one per hierarchy.
+// "corral/ID/sandbox"), one per hierarchy.
 func dirs(name string) []string {
 	if Unified() {
 		return []string{filepath.Join(Root, name)}
 	}
-	out := make([]string, 0, len(v1Controllers))
-	for _, c := range v1Controllers {
-		out = append(out, filepath.Join(Root, c, name))
+	var out []string
+	for _, c := range controllers {
+		if _, err := os.Stat(filepath.Join(Root, c)); err == nil {
+			out = append(out, filepath.Join(Root, c, name))
+		}
 	}
 	return out
 }
 
-// Join makes group name, applies the limits and moves the calling process
-// into it, so that every process it starts afterwards is limited too.
-func Join(name string, l Limits) error {
+// Create makes group name, and its parents, with the limits.
+func Create(name string, l Limits) error {
 	if Unified() {
-		return joinV2(filepath.Join(Root, name), l)
+		if err := makeV2(name); err != nil {
+			return err
+		}
+	} else {
+		if err := makeV1(name, l); err != nil {
+			return err
+		}
 	}
-	return joinV1(name, l)
+	for _, s := range settings(l) {
+		if err := write(filepath.Join(pathOf(name, s.controller), s.file), s.value); err != nil && !s.optional {
+			return err
+		}
+	}
+	return nil
 }
 
-func joinV2(dir string, l Limits) error {
-	// Every ancestor delegates the controllers to its children.
-	rel, err := filepath.Rel(Root, dir)
-	if err != nil {
-		return err
-	}
+// makeV2 makes the group's directories, each ancestor delegating the
+// controllers to its children.
+func makeV2(name string) error {
 	p := Root
-	for _, part := range strings.Split(rel, "/") {
+	for _, part := range strings.Split(name, "/") {
 		if err := enableControllers(p); err != nil {
 			return err
 		}
@@ -72,23 +81,7 @@ func joinV2(dir string, l Limits) error {
 			return err
 		}
 	}
-	if l.MemoryBytes > 0 {
-		if err := write(dir, "memory.max", strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
-			return err
-		}
-		_ = write(dir, "memory.swap.max", "0") // absent without swap accounting
-	}
-	if l.CPUMillis > 0 {
-		if err := write(dir, "cpu.max", fmt.Sprintf("%d %d", l.CPUMillis*cpuPeriod/1000, cpuPeriod)); err != nil {
-			return err
-		}
-	}
-	if l.Pids > 0 {
-		if err := write(dir, "pids.max", strconv.FormatInt(l.Pids, 10)); err != nil {
-			return err
-		}
-	}
-	return write(dir, "cgroup.procs", "0")
+	return nil
 }
 
 func enableControllers(dir string) error {
@@ -97,7 +90,7 @@ func enableControllers(dir string) error {
 		return err
 	}
 	var want []string
-	for _, c := range []string{"memory", "cpu", "pids"} {
+	for _, c := range controllers {
 		if strings.Contains(" "+strings.TrimSpace(string(have))+" ", " "+c+" ") {
 			want = append(want, "+"+c)
 		}
@@ -105,74 +98,119 @@ func enableControllers(dir string) error {
 	if len(want) == 0 {
 		return nil
 	}
-	return write(dir, "cgroup.subtree_control", strings.Join(want, " "))
+	return write(filepath.Join(dir, "cgroup.subtree_control"), strings.Join(want, " "))
 }
 
-func joinV1(name string, l Limits) error {
-	settings := map[string][][2]string{
-		"memory": nil, "cpu": nil, "pids": nil,
+func makeV1(name string, l Limits) error {
+	for _, s := range settings(l) {
+		if _, err := os.Stat(filepath.Join(Root, s.controller)); err != nil && !s.optional {
+			return fmt.Errorf("cgroup: the %s controller is not mounted at %s", s.controller, filepath.Join(Root, s.controller))
+		}
 	}
+	for _, dir := range dirs(name) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	return nil
+}
+
+// setting is one limit file of a group.
+type setting struct {
+	controller, file, value string
+	optional                bool // absent on some hosts (swap accounting)
+}
+
+func settings(l Limits) []setting {
+	var s []setting
+	v2 := Unified()
 	if l.MemoryBytes > 0 {
 		v := strconv.FormatInt(l.MemoryBytes, 10)
-		settings["memory"] = [][2]string{{"memory.limit_in_bytes", v}, {"memory.memsw.limit_in_bytes", v}}
+		if v2 {
+			s = append(s, setting{"memory", "memory.max", v, false}, setting{"memory", "memory.swap.max", "0", true})
+		} else {
+			s = append(s, setting{"memory", "memory.limit_in_bytes", v, false}, setting{"memory", "memory.memsw.limit_in_bytes", v, true})
+		}
 	}
 	if l.CPUMillis > 0 {
-		settings["cpu"] = [][2]string{{"cpu.cfs_period_us", strconv.Itoa(cpuPeriod)}, {"cpu.cfs_quota_us", strconv.FormatInt(l.CPUMillis*cpuPeriod/1000, 10)}}
+		quota := strconv.FormatInt(l.CPUMillis*cpuPeriod/1000, 10)
+		if v2 {
+			s = append(s, setting{"cpu", "cpu.max", quota + " " + strconv.Itoa(cpuPeriod), false})
+		} else {
+			s = append(s, setting{"cpu", "cpu.cfs_period_us", strconv.Itoa(cpuPeriod), false}, setting{"cpu", "cpu.cfs_quota_us", quota, false})
+		}
 	}
 	if l.Pids > 0 {
-		settings["pids"] = [][2]string{{"pids.max", strconv.FormatInt(l.Pids, 10)}}
+		s = append(s, setting{"pids", "pids.max", strconv.FormatInt(l.Pids, 10), false})
 	}
-	for _, c := range v1Controllers {
-		dir := filepath.Join(Root, c, name)
-		if _, err := os.Stat(filepath.Join(Root, c)); err != nil {
-			if len(settings[c]) > 0 {
-				return fmt.Errorf("the %s controller is not mounted at %s", c, filepath.Join(Root, c))
-			}
-			continue
+	return s
+}
+
+func pathOf(name, controller string) string {
+	if Unified() {
+		return filepath.Join(Root, name)
+	}
+	return filepath.Join(Root, controller, name)
+}
+
+func write(path, value string) error {
+	if err := os.WriteFile(path, []byte(value), 0); err != nil {
+		return fmt.Errorf("cgroup: set %s to %s: %w", path, value, err)
+	}
+	return nil
+}
+
+// Procs are the open cgroup.procs files of a group, one per hierarchy:
+// they add processes to the group even after the caller's root changed.
+type Procs []*os.File
+
+// OpenProcs opens the cgroup.procs files of group name.
+func OpenProcs(name string) (Procs, error) {
+	var p Procs
+	for _, dir := range dirs(name) {
+		f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("cgroup: %w", err)
 		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		for _, kv := range settings[c] {
-			err := write(dir, kv[0], kv[1])
-			if err != nil && kv[0] == "memory.memsw.limit_in_bytes" && errors.Is(err, os.ErrNotExist) {
-				continue // no swap accounting on this host
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if err := write(dir, "cgroup.procs", "0"); err != nil {
-			return err
+		p = append(p, f)
+	}
+	return p, nil
+}
+
+// Add moves process pid (0: the caller) into the group.
+func (p Procs) Add(pid int) error {
+	for _, f := range p {
+		if _, err := f.WriteString(strconv.Itoa(pid)); err != nil {
+			return fmt.Errorf("cgroup: add process %d to %s: %w", pid, f.Name(), err)
 		}
 	}
 	return nil
 }
 
-func write(dir, file, value string) error {
-	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
-		return fmt.Errorf("cgroup: set %s to %s: %w", filepath.Join(dir, file), value, err)
+// Close closes the files.
+func (p Procs) Close() {
+	for _, f := range p {
+		f.Close()
 	}
-	return nil
 }
 
-// Remove removes group name from every hierarchy; a missing group is no
-// error. It fails while processes are still in it.
+// Remove removes group name and the groups under it from every hierarchy;
+// a missing group is no error. It fails while processes are still in it.
 func Remove(name string) error {
 	var errs []error
 	for _, dir := range dirs(name) {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if e.IsDir() {
+				if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, fmt.Errorf("cgroup: remove %s: %w", filepath.Join(dir, e.Name()), err))
+				}
+			}
+		}
 		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("cgroup: remove %s: %w", dir, err))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Path returns the group's directory in the hierarchy of controller (the
-// one directory of a v2 host whatever the controller).
-func Path(name, controller string) string {
-	if Unified() {
-		return filepath.Join(Root, name)
-	}
-	return filepath.Join(Root, controller, name)
 }

@@ -34,11 +34,12 @@ func newSuperviseCmd() *cobra.Command {
 			return &exitError{code: supervisor.RunSandbox(args[0])}
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
-		Use:   "exec -- CMD [ARGS...]",
+	var waitFD int
+	execCmd := &cobra.Command{
+		Use:   "exec [--wait-fd N] -- CMD [ARGS...]",
 		Short: "Apply the sandbox's protections and exec CMD",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			err := supervisor.Exec(args)
+			err := supervisor.Exec(args, waitFD)
 			if errors.Is(err, os.ErrNotExist) || isNotFound(err) {
 				fmt.Fprintf(os.Stderr, "corral: exec %s: %v\n", args[0], err)
 				return &exitError{code: 127}
@@ -46,7 +47,9 @@ func newSuperviseCmd() *cobra.Command {
 			fmt.Fprintf(os.Stderr, "corral: exec %v: %v\n", args, err)
 			return &exitError{code: 126}
 		},
-	})
+	}
+	execCmd.Flags().IntVar(&waitFD, "wait-fd", 0, "wait for the end of this descriptor before anything else")
+	cmd.AddCommand(execCmd)
 	return cmd
 }
 

@@ -75,7 +75,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if pid, err := hostPID(); err == nil {
 		_ = WriteFileAtomic(b.Path(PIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o644)
 	}
-	if err := s.joinCgroup(); err != nil {
+	if err := s.cgroups(); err != nil {
 		return nil, err
 	}
 	if s.bundle, err = os.Open(b.Dir); err != nil {
@@ -155,18 +155,39 @@ func Alive(path string) (bool, error) {
 	return lk.Type != unix.F_UNLCK, nil
 }
 
-func (s *sandboxSupervisor) joinCgroup() error {
+// cgroups puts the supervisor into a cgroup of its own and makes the
+// sandbox's, with the limits, for the processes it starts: a workload that
+// exhausts its limits cannot starve the supervisor.
+func (s *sandboxSupervisor) cgroups() error {
 	if s.cfg.Cgroup == "" {
 		return nil
 	}
 	l := s.cfg.Limits
-	err := cgroups.Join(s.cfg.Cgroup, cgroups.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: l.Pids})
+	err := joinCgroup(s.cfg.Cgroup + "/supervisor")
+	if err == nil {
+		err = cgroups.Create(s.cfg.Cgroup+"/sandbox", cgroups.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: l.Pids})
+	}
+	if err == nil {
+		s.children.procs, err = cgroups.OpenProcs(s.cfg.Cgroup + "/sandbox")
+	}
 	if err != nil && l == (Limits{}) {
 		// No limits asked for: a cgroup is a convenience, not a promise.
 		fmt.Fprintf(os.Stderr, "corral supervise: no cgroup of its own (%v)\n", err)
 		return nil
 	}
 	return err
+}
+
+func joinCgroup(name string) error {
+	if err := cgroups.Create(name, cgroups.Limits{}); err != nil {
+		return err
+	}
+	procs, err := cgroups.OpenProcs(name)
+	if err != nil {
+		return err
+	}
+	defer procs.Close()
+	return procs.Add(0)
 }
 
 // run waits for the main process, handling stop requests and signals, and
@@ -325,15 +346,23 @@ func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File)
 // children starts processes through the exec stage and hands their exit
 // statuses to whoever started them; the supervisor reaps every process.
 type children struct {
+	procs   cgroups.Procs // the sandbox's cgroup, when it has one
 	mu      sync.Mutex
 	waiters map[int]chan int
 }
 
 // start runs command through the exec stage in its own session, with the
-// working directory /sandbox.
+// working directory /sandbox. The exec stage waits until the process is in
+// the sandbox's cgroup before it runs the command.
 func (c *children) start(command, env []string, stdio []*os.File, tty bool) (int, <-chan int, error) {
-	argv := append([]string{"corral", "supervise", "exec", "--"}, command...)
-	attr := &os.ProcAttr{Dir: "/sandbox", Env: env, Files: stdio,
+	gate, open, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer gate.Close()
+	defer open.Close()
+	argv := append([]string{"corral", "supervise", "exec", "--wait-fd", strconv.Itoa(len(stdio)), "--"}, command...)
+	attr := &os.ProcAttr{Dir: "/sandbox", Env: env, Files: append(stdio[:len(stdio):len(stdio)], gate),
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty, Ctty: 0}}
 	c.mu.Lock()
 	defer c.mu.Unlock() // held until registered: the reaper waits for it
@@ -341,10 +370,15 @@ func (c *children) start(command, env []string, stdio []*os.File, tty bool) (int
 	if err != nil {
 		return 0, nil, err
 	}
+	pid := p.Pid
+	_ = p.Release() // the reaper waits for it, not os
 	done := make(chan int, 1)
-	c.waiters[p.Pid] = done
-	_ = p.Release()
-	return p.Pid, done, nil
+	c.waiters[pid] = done
+	if err := c.procs.Add(pid); err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return 0, nil, err
+	}
+	return pid, done, nil
 }
 
 // reap collects every exited child.

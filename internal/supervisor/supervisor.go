@@ -7,6 +7,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -110,10 +111,17 @@ func writeReady(path string, pid int) error {
 
 // Exec is the exec stage: it runs in the process that becomes the main
 // process (or an exec'd one), applies the sandbox's protections to itself
-// and replaces itself with the command. It returns only on failure.
-func Exec(command []string) error {
+// and replaces itself with the command. With waitFD > 0 it first waits for
+// the end of that descriptor (its supervisor's go-ahead). It returns only
+// on failure.
+func Exec(command []string, waitFD int) error {
 	if len(command) == 0 {
 		return errors.New("no command to run")
+	}
+	if waitFD > 0 {
+		gate := os.NewFile(uintptr(waitFD), "gate")
+		_, _ = io.Copy(io.Discard, gate)
+		gate.Close()
 	}
 	// The policy issue applies Landlock, seccomp, no_new_privs, the user
 	// switch and limits here, before the command runs.

@@ -173,14 +173,21 @@ func TestIsolation(t *testing.T) {
 func TestLimits(t *testing.T) {
 	d := newTestDriver(t, "corral.test")
 	s := startSandbox(t, d, "limited", "version: 1\nlimits: {memory: 64Mi, pids: 20}\n")
+	s.mustExec("dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=1")
+	if code, _, _ := s.exec("dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"); code != 128+int(syscall.SIGKILL) {
+		t.Errorf("allocating 256 MiB under a memory limit of 64 MiB: exit %d, want %d (killed)", code, 128+int(syscall.SIGKILL))
+	}
 	code, _, errOut := s.exec("sh", "-c", "for i in $(seq 40); do sleep 100 >/dev/null 2>&1 & done")
 	if code == 0 || !strings.Contains(errOut, "fork") {
 		t.Errorf("40 processes under a pids limit of 20: exit %d, %q; want fork to fail", code, errOut)
 	}
-	if code, _, _ := s.exec("dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"); code != 128+int(syscall.SIGKILL) {
-		t.Errorf("allocating 256 MiB under a memory limit of 64 MiB: exit %d, want %d (killed)", code, 128+int(syscall.SIGKILL))
+	// The supervisor is outside the sandbox's limits: it still stops it.
+	if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: 1}, driver.StopOptions{Timeout: 5 * time.Second}); err != nil {
+		t.Fatal(err)
 	}
-	s.mustExec("dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=1")
+	if obj, err := d.Inspect(ctx(t), s.id); err != nil || obj.State != driver.StateStopped {
+		t.Errorf("after a stop with its pids exhausted: %+v, %v; want stopped", obj, err)
+	}
 }
 
 // supervisors counts the live supervisor processes of a state directory.
