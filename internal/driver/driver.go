@@ -135,6 +135,14 @@ type ExecOptions struct {
 // TerminalSize is a terminal's size in characters.
 type TerminalSize struct{ Rows, Cols uint }
 
+// Validator is a driver that can tell a spec it will never run (an image
+// it cannot use, say) before a sandbox is recorded.
+type Validator interface {
+	// Validate returns an errdefs.ErrInvalidArgument error naming what is
+	// wrong, or nil. It does not look at the id or generation.
+	Validate(spec Spec) error
+}
+
 // LogReader is a driver that keeps what a sandbox's main process printed.
 type LogReader interface {
 	// Logs copies the output, following new output until ctx ends when

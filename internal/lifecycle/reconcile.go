@@ -302,10 +302,16 @@ func (m *Manager) failed(a *actor, sb *sandbox.Sandbox, kind string, cause error
 	reason := fmt.Sprintf("%s failed (attempt %d): %v; retrying in %s", kind, a.failures, cause, wait.Round(time.Millisecond))
 	_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
 		cur.Reason = reason
-		if !now.Before(cur.Deadline) {
+		switch {
+		case !now.Before(cur.Deadline):
 			cur.Phase = sandbox.PhaseError
 			cur.Reason = fmt.Sprintf("not %s by its deadline %s: %s", cur.Desired, cur.Deadline.Format(time.RFC3339), reason)
 			return store.Mutation{SettleRequests: sandbox.OpTimedOut}, nil
+		case errors.Is(cause, errdefs.ErrInvalidArgument):
+			// Retrying will not mend the spec: say so now, and retry
+			// anyway in case the cause was outside it.
+			cur.Phase = sandbox.PhaseError
+			return store.Mutation{SettleRequests: sandbox.OpFailed}, nil
 		}
 		return store.Mutation{}, nil
 	})

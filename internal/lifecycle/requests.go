@@ -5,7 +5,9 @@ import (
 	"errors"
 	"maps"
 
+	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
 	"github.com/corral-sandbox/corral/internal/testbug"
@@ -58,6 +60,14 @@ func (m *Manager) Create(ctx context.Context, name, requestID string, spec sandb
 	}
 	if spec.Image == "" {
 		spec.Image = m.cfg.DefaultImage
+	}
+	if _, err := policy.Parse(spec.Policy); err != nil {
+		return nil, false, errdefs.InvalidArgument("sandbox %q: %v", name, err)
+	}
+	if v, ok := m.cfg.Driver.(driver.Validator); ok {
+		if err := v.Validate(driver.Spec{Name: name, Image: spec.Image, Command: spec.Command, Policy: spec.Policy}); err != nil {
+			return nil, false, err
+		}
 	}
 	spec.Labels = maps.Clone(spec.Labels)
 	now := m.now()

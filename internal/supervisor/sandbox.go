@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,8 +24,19 @@ import (
 const DefaultStopTimeout = 10 * time.Second
 
 // ReadyFD is the descriptor a native supervisor reports readiness on: "ok"
-// once the main process runs, else "error: " and the reason.
+// once the main process runs; else ReadyCommandFailed or ReadyFailed and
+// the reason.
 const ReadyFD = 3
+
+// The prefixes of a failure on ReadyFD: the main command cannot run (a
+// missing or non-executable file), or anything else failed.
+const (
+	ReadyCommandFailed = "command: "
+	ReadyFailed        = "error: "
+)
+
+// commandError is a main command that the exec stage could not run.
+type commandError struct{ error }
 
 // DefaultPath is the PATH of processes in a native sandbox.
 const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -38,7 +50,17 @@ func RunSandbox(dir string) int {
 	s, err := setUp(Bundle{Dir: dir})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "corral supervise: %v\n", err)
-		fmt.Fprintf(ready, "error: %v\n", err)
+		// Never started: the incarnation is still just created.
+		if s != nil && s.bundle != nil {
+			_ = unix.Unlinkat(int(s.bundle.Fd()), PIDFile, 0)
+		} else {
+			_ = os.Remove(Bundle{Dir: dir}.Path(PIDFile))
+		}
+		prefix := ReadyFailed
+		if errors.As(err, new(commandError)) {
+			prefix = ReadyCommandFailed
+		}
+		fmt.Fprintf(ready, "%s%s\n", prefix, strings.ReplaceAll(err.Error(), "\n", " "))
 		return 1
 	}
 	fmt.Fprintln(ready, "ok")
@@ -61,6 +83,9 @@ type sandboxSupervisor struct {
 	stopping bool
 }
 
+// setUp prepares the sandbox and starts its main process. On failure it
+// returns what it set up so far (nil before the bundle is open), so that
+// the caller can undo what marks the incarnation as started.
 func setUp(b Bundle) (*sandboxSupervisor, error) {
 	cfg, err := b.ReadConfig()
 	if err != nil {
@@ -72,47 +97,50 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if s.lock, err = holdLock(b.Path(LockFile)); err != nil {
 		return nil, err
 	}
+	if s.bundle, err = os.Open(b.Dir); err != nil {
+		return nil, err
+	}
 	if pid, err := hostPID(); err == nil {
 		_ = WriteFileAtomic(b.Path(PIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o644)
 	}
 	if err := s.cgroups(); err != nil {
-		return nil, err
-	}
-	if s.bundle, err = os.Open(b.Dir); err != nil {
-		return nil, err
+		return s, err
 	}
 	stdout, err := os.OpenFile(b.Path(StdoutFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	stderr, err := os.OpenFile(b.Path(StderrFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	null, err := os.Open(os.DevNull)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	ln, err := Listen(cfg.Socket)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	if err := setHostname(cfg.Hostname); err != nil {
-		return nil, err
+		return s, err
 	}
 	if err := loopbackUp(); err != nil {
-		return nil, err
+		return s, err
 	}
 	root := b.Path("root")
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, err
+		return s, err
 	}
 	if err := enterRoot(cfg, root); err != nil {
-		return nil, err
+		return s, err
 	}
-	pid, done, err := s.children.start(cfg.Command, cfg.Env, []*os.File{null, stdout, stderr}, false)
+	pid, done, failed, err := s.children.start(cfg.Command, cfg.Env, []*os.File{null, stdout, stderr}, false)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", cfg.Command[0], err)
+		return s, fmt.Errorf("start %s: %w", cfg.Command[0], err)
+	}
+	if failed != nil {
+		return s, commandError{failed}
 	}
 	s.main, s.mainDone = pid, done
 	for _, f := range []*os.File{null, stdout, stderr} {
@@ -322,7 +350,7 @@ func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File)
 		return
 	}
 	env := append(append([]string{}, s.cfg.Env...), req.Env...)
-	pid, done, err := s.children.start(req.Command, env, stdio, req.TTY)
+	pid, done, _, err := s.children.start(req.Command, env, stdio, req.TTY) // a command that cannot run exits 126 or 127
 	if err != nil {
 		_ = writeReply(c, Reply{Error: err.Error()})
 		return
@@ -353,17 +381,38 @@ type children struct {
 
 // start runs command through the exec stage in its own session, with the
 // working directory /sandbox. The exec stage waits until the process is in
-// the sandbox's cgroup before it runs the command.
-func (c *children) start(command, env []string, stdio []*os.File, tty bool) (int, <-chan int, error) {
-	gate, open, err := os.Pipe()
+// the sandbox's cgroup before it runs the command, and start waits until
+// the command runs: failed reports why the exec stage could not run it
+// (the process then exits 126 or 127).
+func (c *children) start(command, env []string, stdio []*os.File, tty bool) (pid int, done <-chan int, failed, err error) {
+	gate, release, err := os.Pipe()
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer gate.Close()
-	defer open.Close()
-	argv := append([]string{"corral", "supervise", "exec", "--wait-fd", strconv.Itoa(len(stdio)), "--"}, command...)
-	attr := &os.ProcAttr{Dir: "/sandbox", Env: env, Files: append(stdio[:len(stdio):len(stdio)], gate),
+	defer release.Close()
+	report, reported, err := os.Pipe()
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer report.Close()
+	defer reported.Close()
+	n := len(stdio)
+	argv := append([]string{"corral", "supervise", "exec", "--wait-fd", strconv.Itoa(n), "--report-fd", strconv.Itoa(n + 1), "--"}, command...)
+	attr := &os.ProcAttr{Dir: "/sandbox", Env: env, Files: append(stdio[:n:n], gate, reported),
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty, Ctty: 0}}
+	if pid, done, err = c.startLocked(argv, attr); err != nil {
+		return 0, nil, nil, err
+	}
+	release.Close() // go ahead
+	reported.Close()
+	if msg, _ := io.ReadAll(report); len(msg) > 0 { // nothing: the command runs
+		failed = errors.New(string(msg))
+	}
+	return pid, done, failed, nil
+}
+
+func (c *children) startLocked(argv []string, attr *os.ProcAttr) (int, <-chan int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock() // held until registered: the reaper waits for it
 	p, err := os.StartProcess("/proc/self/exe", argv, attr)

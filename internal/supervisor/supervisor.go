@@ -112,9 +112,16 @@ func writeReady(path string, pid int) error {
 // Exec is the exec stage: it runs in the process that becomes the main
 // process (or an exec'd one), applies the sandbox's protections to itself
 // and replaces itself with the command. With waitFD > 0 it first waits for
-// the end of that descriptor (its supervisor's go-ahead). It returns only
-// on failure.
-func Exec(command []string, waitFD int) error {
+// the end of that descriptor (its supervisor's go-ahead). With reportFD >
+// 0 it writes why it failed there; the descriptor closes on a successful
+// exec, so its reader learns that the command runs. It returns only on
+// failure.
+func Exec(command []string, waitFD, reportFD int) (err error) {
+	if reportFD > 0 {
+		unix.CloseOnExec(reportFD)
+		report := os.NewFile(uintptr(reportFD), "report")
+		defer func() { fmt.Fprint(report, err) }()
+	}
 	if len(command) == 0 {
 		return errors.New("no command to run")
 	}

@@ -59,6 +59,7 @@ var (
 	_ driver.Watcher   = (*Driver)(nil)
 	_ driver.Execer    = (*Driver)(nil)
 	_ driver.LogReader = (*Driver)(nil)
+	_ driver.Validator = (*Driver)(nil)
 )
 
 // HostImage is the image name of sandboxes on the host's root file system
@@ -281,6 +282,28 @@ func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
 	return objs, nil
 }
 
+// Validate implements driver.Validator.
+func (d *Driver) Validate(spec driver.Spec) error {
+	_, _, err := d.check(spec)
+	return err
+}
+
+// check validates a spec and returns its root file system and policy.
+func (d *Driver) check(spec driver.Spec) (string, policy.Policy, error) {
+	rootfs, err := rootFS(spec.Image)
+	if err != nil {
+		return "", policy.Policy{}, err
+	}
+	if len(spec.Command) == 0 {
+		return "", policy.Policy{}, errdefs.InvalidArgument("sandbox %s has no command: the native driver needs one after --", spec.Name)
+	}
+	pol, err := policy.Parse(spec.Policy)
+	if err != nil {
+		return "", policy.Policy{}, errdefs.InvalidArgument("sandbox %s: %v", spec.Name, err)
+	}
+	return rootfs, pol, nil
+}
+
 // Create implements driver.Driver.
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err := ctx.Err(); err != nil {
@@ -289,16 +312,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if !validID(spec.ID) {
 		return errdefs.InvalidArgument("invalid sandbox id %q", spec.ID)
 	}
-	rootfs, err := rootFS(spec.Image)
+	rootfs, pol, err := d.check(spec)
 	if err != nil {
 		return err
-	}
-	if len(spec.Command) == 0 {
-		return errdefs.InvalidArgument("sandbox %s has no command: the native driver needs one after --", spec.Name)
-	}
-	pol, err := policy.Parse(spec.Policy)
-	if err != nil {
-		return errdefs.InvalidArgument("sandbox %s: %v", spec.Name, err)
 	}
 	defer d.lock(spec.ID)()
 

@@ -193,24 +193,11 @@ func TestLimits(t *testing.T) {
 // supervisors counts the live supervisor processes of a state directory.
 func supervisors(t *testing.T, stateDir string) int {
 	t.Helper()
-	procs, err := os.ReadDir("/proc")
+	pids, err := testenv.Supervisors(stateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, p := range procs {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 3 && args[0] == "corral-supervise" && strings.HasPrefix(args[3], stateDir+"/") {
-			if stat, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat")); err == nil && !bytes.Contains(stat, []byte(") Z ")) {
-				n++
-			}
-		}
-	}
-	return n
+	return len(pids)
 }
 
 // TestRapidStopStart stops and starts one sandbox 500 times without a
@@ -314,18 +301,19 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("a refused create left an object: %v", err)
 		}
 	}
-	// A command that does not exist: the start fails and says why.
+	// A command that does not exist: the start fails and says why, and
+	// the incarnation stays created.
 	s := &testSandbox{t: t, d: d, id: sandbox.NewID()}
 	t.Cleanup(func() { _ = d.Delete(context.Background(), s.id) })
 	if err := d.Create(ctx(t), driver.Spec{ID: s.id, Name: "nocmd", Generation: 1, Image: HostImage, Command: []string{"/no/such/command"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: 1}); err != nil {
-		t.Fatal(err) // the main process starts (the exec stage), then exits 127
+	err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: 1})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "/no/such/command") {
+		t.Errorf("start of a missing command = %v; want an invalid argument that names it", err)
 	}
-	waitGone(ctx(t), d.bundle(s.id, 1), time.Now().Add(10*time.Second))
-	if obj, _ := d.Inspect(ctx(t), s.id); obj.State != driver.StateStopped || obj.ExitCode != 127 {
-		t.Errorf("a missing command: %+v, want stopped with exit code 127", obj)
+	if obj, _ := d.Inspect(ctx(t), s.id); obj.State != driver.StateCreated {
+		t.Errorf("after a failed start: %+v, want created", obj)
 	}
 }
 

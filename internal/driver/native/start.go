@@ -140,7 +140,15 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 		if line == "ok" {
 			return nil
 		}
-		if reason, ok := strings.CutPrefix(line, "error: "); ok {
+		// The supervisor exits after its report: a start that failed
+		// returns once it is gone, leaving the incarnation created.
+		if err := d.stopIncarnation(ctx, o.ID, o.Generation, driver.StopOptions{Force: true}); err != nil {
+			return err
+		}
+		if reason, ok := strings.CutPrefix(line, supervisor.ReadyCommandFailed); ok {
+			return errdefs.InvalidArgument("the sandbox's command cannot run: %s", reason)
+		}
+		if reason, ok := strings.CutPrefix(line, supervisor.ReadyFailed); ok {
 			return fmt.Errorf("the sandbox did not start: %s", reason)
 		}
 		return fmt.Errorf("the supervisor exited before the main process started%s", lastLine(b.Path(supervisor.SupervisorLog)))

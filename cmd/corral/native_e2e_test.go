@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// nativeGateway starts a gateway on the native driver.
+func nativeGateway(t *testing.T, home string, args ...string) *gatewayProc {
+	t.Helper()
+	testenv.RequireRoot(t)
+	return startGateway(t, home, append([]string{"--driver", "native"}, args...)...)
+}
+
+// supervisorPids returns the live supervisors of a home's native sandboxes.
+func supervisorPids(t *testing.T, home string) []int {
+	t.Helper()
+	pids, err := testenv.Supervisors(filepath.Join(home, "native"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pids
+}
+
+func TestNativeSandboxThroughCLI(t *testing.T) {
+	home := t.TempDir()
+	nativeGateway(t, home)
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("version: 1\nlimits: {memory: 128Mi, cpus: 0.5, pids: 64}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustCorral(t, home, "sandbox", "create", "--name", "box", "--policy", policy, "--", "sh", "-c", "echo hello from main; exec sleep 1000")
+	out, errOut, code := corral(t, home, "sandbox", "exec", "box", "--", "sh", "-c", "echo out; echo err >&2; hostname; echo kept > /sandbox/file; exit 3")
+	if code != 3 || out != "out\nbox\n" || errOut != "err\n" {
+		t.Fatalf("exec: code %d stdout %q stderr %q", code, out, errOut)
+	}
+	if out, _, code := corral(t, home, "sandbox", "exec", "box", "--", "sh", "-c", "echo no > /etc/corral-test"); code == 0 {
+		t.Fatalf("a write to /etc succeeded in the sandbox: %q", out)
+	}
+	if logs := mustCorral(t, home, "sandbox", "logs", "box"); !strings.Contains(logs, "hello from main") {
+		t.Fatalf("logs = %q", logs)
+	}
+	if n := len(supervisorPids(t, home)); n != 1 {
+		t.Fatalf("%d supervisors run, want 1", n)
+	}
+	mustCorral(t, home, "sandbox", "stop", "box")
+	if n := len(supervisorPids(t, home)); n != 0 {
+		t.Fatalf("%d supervisors run after stop, want none", n)
+	}
+	mustCorral(t, home, "sandbox", "start", "box")
+	if v := getJSON(t, home, "box"); v["phase"] != "ready" || v["generation"] != 2.0 {
+		t.Fatalf("after start: %v", v)
+	}
+	if out := mustCorral(t, home, "sandbox", "exec", "box", "--", "cat", "/sandbox/file"); out != "kept\n" {
+		t.Fatalf("the workdir did not survive stop/start: %q", out)
+	}
+	mustCorral(t, home, "sandbox", "delete", "box")
+	if n := len(supervisorPids(t, home)); n != 0 {
+		t.Fatalf("%d supervisors run after delete, want none", n)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(home, "native", "sandboxes")); len(entries) != 0 {
+		t.Fatalf("files left after delete: %v", entries)
+	}
+}
+
+// Must hold 2 of the native issue: 500 stops and starts with no pause.
+func TestNativeRapidStopStart(t *testing.T) {
+	home := t.TempDir()
+	nativeGateway(t, home)
+	c := api(t, home)
+	id := strings.TrimSpace(mustCorral(t, home, "sandbox", "create", "--name", "flip", "--", "sleep", "1000"))
+	deleted := watchDeletes(t, home, "flip")
+
+	ctx := context.Background()
+	for i := range 500 {
+		if _, err := c.StopSandbox(ctx, &corralv1.StopSandboxRequest{Name: "flip"}); err != nil {
+			t.Fatalf("cycle %d: stop: %v", i, err)
+		}
+		if _, err := c.StartSandbox(ctx, &corralv1.StartSandboxRequest{Name: "flip"}); err != nil {
+			t.Fatalf("cycle %d: start: %v", i, err)
+		}
+	}
+	sb := waitPhase(t, c, "flip", "ready")
+	if sb.Id != id || sb.Generation != 501 {
+		t.Fatalf("after 500 cycles: %v; want generation 501 of %s", sb, id)
+	}
+	select {
+	case <-deleted:
+		t.Fatal("the sandbox was deleted during the cycles")
+	default:
+	}
+	if pids := supervisorPids(t, home); len(pids) != 1 {
+		t.Fatalf("supervisors after 500 cycles: %v, want exactly one", pids)
+	}
+	if out := mustCorral(t, home, "sandbox", "exec", "flip", "--", "cat", "/proc/1/cmdline"); !strings.Contains(out, "gen-501") {
+		t.Fatalf("the sandbox's PID 1 is not the supervisor of generation 501: %q", out)
+	}
+	mustCorral(t, home, "sandbox", "delete", "flip")
+	if pids := supervisorPids(t, home); len(pids) != 0 {
+		t.Fatalf("supervisors after delete: %v", pids)
+	}
+}
+
+// Must hold 3 of the native issue: sandboxes outlive a SIGKILLed gateway
+// and are reconnected by the next one.
+func TestNativeSandboxesOutliveGatewaySIGKILL(t *testing.T) {
+	home := t.TempDir()
+	g := nativeGateway(t, home)
+	const n = 20
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mustCorral(t, home, "sandbox", "create", "--name", fmt.Sprintf("s%02d", i), "--", "sleep", "1000")
+		}()
+	}
+	wg.Wait()
+	before := supervisorPids(t, home)
+	if len(before) != n {
+		t.Fatalf("%d supervisors for %d sandboxes", len(before), n)
+	}
+	g.signal(syscall.SIGKILL)
+	g.exitCode(10 * time.Second)
+	time.Sleep(200 * time.Millisecond)
+	if after := supervisorPids(t, home); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("supervisors while the gateway is down: %v, before: %v", after, before)
+	}
+
+	nativeGateway(t, home)
+	c := api(t, home)
+	for i := range n {
+		name := fmt.Sprintf("s%02d", i)
+		if sb := waitPhase(t, c, name, "ready"); sb.Generation != 1 {
+			t.Fatalf("%s came back as generation %d: restarted instead of reconnected", name, sb.Generation)
+		}
+		if out := mustCorral(t, home, "sandbox", "exec", name, "--", "hostname"); out != name+"\n" {
+			t.Fatalf("exec in %s: %q", name, out)
+		}
+	}
+	if after := supervisorPids(t, home); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("supervisors after the restart: %v, before: %v (replaced, not reconnected)", after, before)
+	}
+	for i := range n / 2 {
+		mustCorral(t, home, "sandbox", "stop", fmt.Sprintf("s%02d", i))
+	}
+	if left := supervisorPids(t, home); len(left) != n/2 {
+		t.Fatalf("%d supervisors after stopping %d of %d", len(left), n/2, n)
+	}
+	emptyThroughAPI(t, c)
+	if left := supervisorPids(t, home); len(left) != 0 {
+		t.Fatalf("supervisors after deleting every sandbox: %v", left)
+	}
+}
+
+// Must hold 3, second half: a killed supervisor is noticed and reported.
+func TestNativeSupervisorSIGKILL(t *testing.T) {
+	home := t.TempDir()
+	nativeGateway(t, home)
+	c := api(t, home)
+	mustCorral(t, home, "sandbox", "create", "--name", "victim", "--", "sleep", "1000")
+	pids := supervisorPids(t, home)
+	if len(pids) != 1 {
+		t.Fatalf("supervisors: %v", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	sb := waitPhase(t, c, "victim", "error")
+	if !strings.Contains(sb.Reason, "supervisor") || !strings.Contains(sb.Reason, "killed") {
+		t.Fatalf("reason %q does not say the supervisor was killed", sb.Reason)
+	}
+	if v := getJSON(t, home, "victim"); v["phase"] != "error" {
+		t.Fatalf("get: %v", v)
+	}
+	mustCorral(t, home, "sandbox", "start", "victim")
+	if sb := waitPhase(t, c, "victim", "ready"); sb.Generation != 2 {
+		t.Fatalf("after start: generation %d, want 2", sb.Generation)
+	}
+	mustCorral(t, home, "sandbox", "exec", "victim", "--", "true")
+	mustCorral(t, home, "sandbox", "delete", "victim")
+	if left := supervisorPids(t, home); len(left) != 0 {
+		t.Fatalf("supervisors after delete: %v", left)
+	}
+}
+
+// A sandbox whose main process cannot start says why, and can be deleted.
+func TestNativeBadCommandIsReported(t *testing.T) {
+	home := t.TempDir()
+	nativeGateway(t, home)
+	_, errOut, code := corral(t, home, "sandbox", "create", "--name", "nope", "--", "/no/such/command")
+	if code == 0 || !strings.Contains(errOut, "/no/such/command") {
+		t.Fatalf("create of a missing command: exit %d, %q; want a failure that names the command", code, errOut)
+	}
+	v := getJSON(t, home, "nope")
+	if v["phase"] != "error" || !strings.Contains(fmt.Sprint(v["reason"]), "cannot run") {
+		t.Fatalf("sandbox with a missing command: %v", v)
+	}
+	mustCorral(t, home, "sandbox", "delete", "nope")
+	_, errOut, code = corral(t, home, "sandbox", "create", "--name", "img", "--image", "busybox:latest", "--", "true")
+	if code == 0 || !strings.Contains(errOut, "neither") {
+		t.Fatalf("an image name on the native driver: exit %d, %q", code, errOut)
+	}
+	if out, _, _ := corral(t, home, "sandbox", "list"); strings.Contains(out, "img") {
+		t.Fatalf("a refused create left a record:\n%s", out)
+	}
+}
