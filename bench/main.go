@@ -1,10 +1,16 @@
 // Command bench measures corral's sandbox operations next to the nearest
-// peer, in the same run on the same machine, and prints the ratios. Today:
-// the Docker driver against the Docker Engine API called directly, for
-// create→ready, stop, start and delete, with the same image and command.
+// peer, in the same run on the same machine, and prints the ratios:
+//
+//   - docker: the Docker driver against the Docker Engine API called
+//     directly, for create→ready, stop, start and delete, with the same
+//     image and command;
+//   - native: the native driver's create→ready against bwrap and unshare
+//     running the same command in new namespaces, and a bare fork+exec of
+//     it as the floor.
+//
 // Peer and corral runs are interleaved; warm-up runs are discarded.
 //
-//	go run ./bench [-n 20] [-warmup 2]
+//	go run ./bench [-driver docker|native|all] [-n 20] [-warmup 2]
 package main
 
 import (
@@ -19,8 +25,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -28,137 +32,177 @@ import (
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
-// command is what both sides run: it exits on SIGTERM even as PID 1.
-var command = []string{"sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"}
-
-var ops = []string{"create→ready", "stop", "start", "delete --force"}
-
 func main() {
+	drv := flag.String("driver", "all", "which benchmark: docker, native or all")
 	n := flag.Int("n", 20, "measured runs per operation")
 	warmup := flag.Int("warmup", 2, "runs discarded before measuring")
 	flag.Parse()
-	if err := run(*n, *warmup); err != nil {
+	dir, err := os.MkdirTemp("", "corral-bench-")
+	if err == nil {
+		defer os.RemoveAll(dir)
+		err = run(dir, *drv, *n, *warmup)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, warmup int) error {
-	dir, err := os.MkdirTemp("", "corral-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
+func run(dir, drv string, n, warmup int) error {
 	bin, err := testenv.BuildCorral(dir)
 	if err != nil {
 		return err
 	}
-	home := filepath.Join(dir, "home")
-	gw := exec.Command(bin, "--home", home, "gateway", "--driver", "docker", "--image-pull-policy", "never",
-		"--default-image", testenv.TestImage, "--sandbox-label", "corral.bench", "--log-level", "warn")
-	gw.Stderr = os.Stderr
-	if err := gw.Start(); err != nil {
-		return err
-	}
-	defer func() { gw.Process.Signal(syscall.SIGTERM); gw.Wait() }()
-	conn, err := grpc.NewClient("unix://"+filepath.Join(home, "corral.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	c := corralv1.NewSandboxServiceClient(conn)
-	if err := waitAnswer(c); err != nil {
-		return err
-	}
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return err
-	}
-	defer api.Close()
-
-	corral := map[string][]time.Duration{}
-	direct := map[string][]time.Duration{}
-	for i := range n + warmup {
-		cd, err := corralCycle(c, fmt.Sprintf("bench-%d", i))
-		if err != nil {
-			return fmt.Errorf("corral run %d: %w", i, err)
-		}
-		dd, err := directCycle(api, fmt.Sprintf("bench-direct-%d", i))
-		if err != nil {
-			return fmt.Errorf("direct run %d: %w", i, err)
-		}
-		if i < warmup {
+	host, _ := os.Hostname()
+	for _, b := range []struct {
+		name string
+		fn   func(bin, home string, n, warmup int) (*table, error)
+	}{{"docker", benchDocker}, {"native", benchNative}} {
+		if drv != "all" && drv != b.name {
 			continue
 		}
-		for j, op := range ops {
-			corral[op] = append(corral[op], cd[j])
-			direct[op] = append(direct[op], dd[j])
+		t, err := b.fn(bin, filepath.Join(dir, b.name), n, warmup)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.name, err)
+		}
+		fmt.Printf("\n%s, %d runs (after %d warm-up), interleaved, on %s\n", t.title, n, warmup, host)
+		if err := t.print(); err != nil {
+			return err
 		}
 	}
-	host, _ := os.Hostname()
-	fmt.Printf("corral Docker driver vs Docker Engine API, %d runs (after %d warm-up), interleaved, on %s\n", n, warmup, host)
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "operation\tcorral p50\tp95\tmax\tdocker p50\tp95\tmax\tratio p50\t")
+	return nil
+}
+
+// table is one benchmark's timings: per operation, corral's and each
+// peer's.
+type table struct {
+	title string
+	ops   []string
+	peers []string // the first is the one ratios are taken against
+	// times[op][who], who being "corral" or a peer
+	times map[string]map[string][]time.Duration
+}
+
+func newTable(title string, ops, peers []string) *table {
+	t := &table{title: title, ops: ops, peers: peers, times: map[string]map[string][]time.Duration{}}
 	for _, op := range ops {
-		a, b := stats(corral[op]), stats(direct[op])
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f×\t\n", op, ms(a[0]), ms(a[1]), ms(a[2]), ms(b[0]), ms(b[1]), ms(b[2]),
-			float64(a[0])/float64(b[0]))
+		t.times[op] = map[string][]time.Duration{}
+	}
+	return t
+}
+
+func (t *table) add(op, who string, d time.Duration) { t.times[op][who] = append(t.times[op][who], d) }
+
+func (t *table) print() error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "operation\tcorral p50\tp95\tmax\t")
+	for _, p := range t.peers {
+		fmt.Fprintf(tw, "%s p50\tp95\tmax\t", p)
+	}
+	fmt.Fprintf(tw, "ratio p50 vs %s\t\n", t.peers[0])
+	for _, op := range t.ops {
+		a := stats(t.times[op]["corral"])
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t", op, ms(a[0]), ms(a[1]), ms(a[2]))
+		for _, p := range t.peers {
+			if b := t.times[op][p]; len(b) > 0 {
+				s := stats(b)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t", ms(s[0]), ms(s[1]), ms(s[2]))
+			} else {
+				fmt.Fprint(tw, "-\t-\t-\t")
+			}
+		}
+		if b := t.times[op][t.peers[0]]; len(b) > 0 {
+			fmt.Fprintf(tw, "%.2f×\t\n", float64(a[0])/float64(stats(b)[0]))
+		} else {
+			fmt.Fprint(tw, "-\t\n")
+		}
 	}
 	return tw.Flush()
 }
 
-func waitAnswer(c corralv1.SandboxServiceClient) error {
+// gateway is a corral gateway run for a benchmark.
+type gateway struct {
+	cmd  *exec.Cmd
+	conn *grpc.ClientConn
+	api  corralv1.SandboxServiceClient
+}
+
+// startGateway runs `corral gateway` on home with args and waits until its
+// API answers.
+func startGateway(bin, home string, args ...string) (*gateway, error) {
+	all := append([]string{"--home", home, "gateway", "--sandbox-label", "corral.bench", "--log-level", "warn"}, args...)
+	g := &gateway{cmd: exec.Command(bin, all...)}
+	g.cmd.Stderr = os.Stderr
+	if err := g.cmd.Start(); err != nil {
+		return nil, err
+	}
+	var err error
+	g.conn, err = grpc.NewClient("unix://"+filepath.Join(home, "corral.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		g.close()
+		return nil, err
+	}
+	g.api = corralv1.NewSandboxServiceClient(g.conn)
 	for range 300 {
-		if _, err := c.ListSandboxes(context.Background(), &corralv1.ListSandboxesRequest{}); err == nil {
-			return nil
+		if _, err := g.api.ListSandboxes(context.Background(), &corralv1.ListSandboxesRequest{}); err == nil {
+			return g, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("the gateway did not answer")
+	g.close()
+	return nil, fmt.Errorf("the gateway did not answer")
 }
 
-// corralCycle times create→ready, stop, start and delete through the API,
-// each until the record shows it done (ready means the main process runs).
-func corralCycle(c corralv1.SandboxServiceClient, name string) ([]time.Duration, error) {
-	ctx := context.Background()
-	var out []time.Duration
+func (g *gateway) close() {
+	if g.conn != nil {
+		g.conn.Close()
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	_ = g.cmd.Wait()
+}
+
+// create times a create until the sandbox is ready (its main process runs).
+func (g *gateway) create(name string, spec *corralv1.SandboxSpec) (time.Duration, error) {
 	t0 := time.Now()
-	if _, err := c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, Spec: &corralv1.SandboxSpec{Command: command}}); err != nil {
-		return nil, err
+	if _, err := g.api.CreateSandbox(context.Background(), &corralv1.CreateSandboxRequest{Name: name, Spec: spec}); err != nil {
+		return 0, err
 	}
-	steps := []struct {
-		call  func() error
-		phase string
-	}{
-		{func() error { return nil }, "ready"},
-		{func() error { _, err := c.StopSandbox(ctx, &corralv1.StopSandboxRequest{Name: name}); return err }, "stopped"},
-		{func() error { _, err := c.StartSandbox(ctx, &corralv1.StartSandboxRequest{Name: name}); return err }, "ready"},
-		{func() error {
-			// --force, as the peer's remove with force: no graceful stop
-			_, err := c.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: name, Force: true})
-			return err
-		}, ""},
+	err := g.waitPhase(name, "ready")
+	return time.Since(t0), err
+}
+
+// timed times a request until the sandbox reaches phase ("" = deleted).
+func (g *gateway) timed(name, phase string, call func() error) (time.Duration, error) {
+	t0 := time.Now()
+	if err := call(); err != nil {
+		return 0, err
 	}
-	for i, s := range steps {
-		if i > 0 {
-			t0 = time.Now()
-		}
-		if err := s.call(); err != nil {
-			return nil, err
-		}
-		if err := waitPhase(c, name, s.phase); err != nil {
-			return nil, err
-		}
-		out = append(out, time.Since(t0))
-	}
-	return out, nil
+	err := g.waitPhase(name, phase)
+	return time.Since(t0), err
+}
+
+func (g *gateway) stop(name string) error {
+	_, err := g.api.StopSandbox(context.Background(), &corralv1.StopSandboxRequest{Name: name})
+	return err
+}
+
+func (g *gateway) start(name string) error {
+	_, err := g.api.StartSandbox(context.Background(), &corralv1.StartSandboxRequest{Name: name})
+	return err
+}
+
+// remove deletes with --force, as a peer's remove with force: no graceful
+// stop.
+func (g *gateway) remove(name string) error {
+	_, err := g.api.DeleteSandbox(context.Background(), &corralv1.DeleteSandboxRequest{Name: name, Force: true})
+	return err
 }
 
 // waitPhase follows the sandbox until it is in phase ("" = deleted).
-func waitPhase(c corralv1.SandboxServiceClient, name, phase string) error {
+func (g *gateway) waitPhase(name, phase string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	stream, err := c.WatchSandboxes(ctx, &corralv1.WatchSandboxesRequest{Name: name})
+	stream, err := g.api.WatchSandboxes(ctx, &corralv1.WatchSandboxesRequest{Name: name})
 	if err != nil {
 		return err
 	}
@@ -175,46 +219,37 @@ func waitPhase(c corralv1.SandboxServiceClient, name, phase string) error {
 			return nil
 		case ev.Sandbox != nil && ev.Sandbox.Phase == phase:
 			return nil
+		case ev.Sandbox != nil && ev.Sandbox.Phase == "error":
+			return fmt.Errorf("sandbox %s: %s", name, ev.Sandbox.Reason)
 		case ev.Sandbox != nil:
 			seen = true
 		}
 	}
 }
 
-// directCycle does the same through the Engine API: create+start, stop,
-// start, remove.
-func directCycle(api *client.Client, name string) ([]time.Duration, error) {
-	ctx := context.Background()
-	var out []time.Duration
-	t0 := time.Now()
-	res, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name,
-		Config:     &container.Config{Image: testenv.TestImage, Cmd: command},
-		HostConfig: &container.HostConfig{NetworkMode: "none"}})
+// cycle times create→ready, stop, start and delete --force of one sandbox,
+// each until the record shows it done (ready means the main process runs).
+func (g *gateway) cycle(name string, command []string) ([]time.Duration, error) {
+	created, err := g.create(name, &corralv1.SandboxSpec{Command: command})
 	if err != nil {
 		return nil, err
 	}
-	if _, err := api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
-		return nil, err
+	out := []time.Duration{created}
+	for _, s := range []struct {
+		phase string
+		call  func(string) error
+	}{{"stopped", g.stop}, {"ready", g.start}, {"", g.remove}} {
+		d, err := g.timed(name, s.phase, func() error { return s.call(name) })
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
 	}
-	out = append(out, time.Since(t0))
-	secs := 10
-	t0 = time.Now()
-	if _, err := api.ContainerStop(ctx, res.ID, client.ContainerStopOptions{Timeout: &secs}); err != nil {
-		return nil, err
-	}
-	out = append(out, time.Since(t0))
-	t0 = time.Now()
-	if _, err := api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
-		return nil, err
-	}
-	out = append(out, time.Since(t0))
-	t0 = time.Now()
-	if _, err := api.ContainerRemove(ctx, res.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
-		return nil, err
-	}
-	out = append(out, time.Since(t0))
 	return out, nil
 }
+
+// cycleOps are the operations of cycle, in order.
+var cycleOps = []string{"create→ready", "stop", "start", "delete --force"}
 
 // stats returns p50, p95 and max.
 func stats(d []time.Duration) [3]time.Duration {

@@ -336,3 +336,28 @@ func TestControlSocketPathTooLongForSockaddr(t *testing.T) {
 		t.Errorf("the supervisor lives after Stop")
 	}
 }
+
+// BenchmarkCreateStart times the driver's create and start to a running
+// main process, without the gateway.
+func BenchmarkCreateStart(b *testing.B) {
+	testenv.RequireRoot(b)
+	d, err := New(driver.Config{Label: "corral.bench", StateDir: b.TempDir()}, Options{Supervisor: corral})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := context.Background()
+	for b.Loop() {
+		id := sandbox.NewID()
+		if err := d.Create(c, driver.Spec{ID: id, Name: "bench", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"}}); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.Start(c, driver.Ref{ID: id, Generation: 1}); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := d.Delete(c, id); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// dockerCommand is what both sides run: it exits on SIGTERM even as PID 1.
+var dockerCommand = []string{"sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"}
+
+// benchDocker times the Docker driver against the Engine API.
+func benchDocker(bin, home string, n, warmup int) (*table, error) {
+	g, err := startGateway(bin, home, "--driver", "docker", "--image-pull-policy", "never", "--default-image", testenv.TestImage)
+	if err != nil {
+		return nil, err
+	}
+	defer g.close()
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, err
+	}
+	defer api.Close()
+
+	t := newTable("corral Docker driver vs Docker Engine API", cycleOps, []string{"docker"})
+	for i := range n + warmup {
+		cd, err := g.cycle(fmt.Sprintf("bench-%d", i), dockerCommand)
+		if err != nil {
+			return nil, fmt.Errorf("corral run %d: %w", i, err)
+		}
+		dd, err := directCycle(api, fmt.Sprintf("bench-direct-%d", i))
+		if err != nil {
+			return nil, fmt.Errorf("direct run %d: %w", i, err)
+		}
+		if i < warmup {
+			continue
+		}
+		for j, op := range cycleOps {
+			t.add(op, "corral", cd[j])
+			t.add(op, "docker", dd[j])
+		}
+	}
+	return t, nil
+}
+
+// directCycle does the same through the Engine API: create+start, stop,
+// start, remove.
+func directCycle(api *client.Client, name string) ([]time.Duration, error) {
+	ctx := context.Background()
+	var out []time.Duration
+	t0 := time.Now()
+	res, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name,
+		Config:     &container.Config{Image: testenv.TestImage, Cmd: dockerCommand},
+		HostConfig: &container.HostConfig{NetworkMode: "none"}})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+		return nil, err
+	}
+	out = append(out, time.Since(t0))
+	secs := 10
+	t0 = time.Now()
+	if _, err := api.ContainerStop(ctx, res.ID, client.ContainerStopOptions{Timeout: &secs}); err != nil {
+		return nil, err
+	}
+	out = append(out, time.Since(t0))
+	t0 = time.Now()
+	if _, err := api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+		return nil, err
+	}
+	out = append(out, time.Since(t0))
+	t0 = time.Now()
+	if _, err := api.ContainerRemove(ctx, res.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+		return nil, err
+	}
+	out = append(out, time.Since(t0))
+	return out, nil
+}
