@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -213,5 +214,89 @@ func TestNativeBadCommandIsReported(t *testing.T) {
 	}
 	if out, _, _ := corral(t, home, "sandbox", "list"); strings.Contains(out, "img") {
 		t.Fatalf("a refused create left a record:\n%s", out)
+	}
+}
+
+// A gateway that is not root runs native sandboxes in a user namespace.
+func TestNativeUnprivilegedGateway(t *testing.T) {
+	testenv.RequireRoot(t) // to become nobody
+	const nobody = 65534
+	dir, err := os.MkdirTemp("", "corral-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	home := filepath.Join(dir, "home")
+	data, err := os.ReadFile(bin)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "corral"), data, 0o755)
+	}
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err == nil {
+		err = os.Mkdir(home, 0o700)
+	}
+	if err == nil {
+		err = os.Chown(home, nobody, nobody)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	asNobody := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(filepath.Join(dir, "corral"), append([]string{"--home", home}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		return cmd
+	}
+	run := func(args ...string) (string, error) {
+		out, err := asNobody(args...).CombinedOutput()
+		return string(out), err
+	}
+	gw := asNobody("gateway", "--driver", "native")
+	logs := &testenv.SyncBuffer{}
+	gw.Stdout, gw.Stderr = logs, logs
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = gw.Process.Signal(syscall.SIGTERM)
+		_ = gw.Wait()
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", logs.String())
+		}
+	})
+	for i := 0; ; i++ {
+		if _, err := run("sandbox", "list"); err == nil {
+			break
+		}
+		if i == 300 {
+			t.Fatal("the gateway did not answer")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if out, err := run("sandbox", "create", "--name", "u", "--", "sleep", "1000"); err != nil {
+		t.Fatalf("create: %v\n%s", err, out)
+	}
+	// hostname; then the processes: the supervisor, sleep, sh and ps
+	out, err := run("sandbox", "exec", "u", "--", "sh", "-c", "hostname; ps -e -o pid= > /tmp/ps; wc -l < /tmp/ps")
+	if f := strings.Fields(out); err != nil || len(f) != 2 || f[0] != "u" || f[1] != "4" {
+		t.Errorf("exec as an unprivileged gateway: %v, %q; want the sandbox's hostname and only its 4 processes", err, out)
+	}
+	if out, err := run("sandbox", "exec", "u", "--", "sh", "-c", "echo x > /etc/corral-test"); err == nil {
+		t.Errorf("a write to /etc succeeded: %q", out)
+	}
+	pids := supervisorPids(t, home)
+	if len(pids) != 1 {
+		t.Fatalf("supervisors: %v", pids)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pids[0]))
+	if err != nil || !strings.Contains(string(status), fmt.Sprintf("\nUid:\t%d\t", nobody)) {
+		t.Errorf("the supervisor does not run as uid %d on the host: %v", nobody, err)
+	}
+	if out, err := run("sandbox", "delete", "u"); err != nil {
+		t.Fatalf("delete: %v\n%s", err, out)
+	}
+	if pids := supervisorPids(t, home); len(pids) != 0 {
+		t.Errorf("supervisors after delete: %v", pids)
 	}
 }
