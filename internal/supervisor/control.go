@@ -2,9 +2,11 @@ package supervisor
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,7 +25,7 @@ import (
 const (
 	OpStatus = "status" // reply: Reply{State, MainPID}
 	OpStop   = "stop"   // reply: Reply{State: "stopping"}, then the end of the stream
-	OpExec   = "exec"   // with the command's stdio as SCM_RIGHTS; reply: Reply{PID}, then Reply{ExitCode}
+	OpExec   = "exec"   // with the command's stdio as SCM_RIGHTS, or TTY; reply: Reply{PID} (with a TTY, its terminal's master as SCM_RIGHTS), then Reply{ExitCode}
 	OpWait   = "wait"   // no reply; the stream ends when the supervisor exits
 )
 
@@ -42,6 +44,8 @@ type Request struct {
 	// Exec; the stdio descriptors come with the request (one with TTY).
 	Command []string `json:"command,omitempty"`
 	TTY     bool     `json:"tty,omitempty"`
+	Rows    uint16   `json:"rows,omitempty"`
+	Cols    uint16   `json:"cols,omitempty"`
 	Env     []string `json:"env,omitempty"`
 }
 
@@ -121,17 +125,33 @@ func (c *Conn) Send(req Request, files ...*os.File) error {
 	if err != nil {
 		return err
 	}
-	data = append(data, '\n')
-	var oob []byte
-	if len(files) > 0 {
-		fds := make([]int, len(files))
-		for i, f := range files {
-			fds[i] = int(f.Fd())
-		}
-		oob = unix.UnixRights(fds...)
+	return writeMsg(c.c, append(data, '\n'), files)
+}
+
+// RecvFiles reads the first reply with the files sent along with it. It
+// must come before any Recv.
+func (c *Conn) RecvFiles() (Reply, []*os.File, error) {
+	var r Reply
+	buf := make([]byte, 4096)
+	n, files, err := readMsg(c.c, buf)
+	if err != nil {
+		return r, nil, err
 	}
-	_, _, err = c.c.WriteMsgUnix(data, oob, nil)
-	return err
+	line, rest, found := bytes.Cut(buf[:n], []byte("\n"))
+	c.r = bufio.NewReader(io.MultiReader(bytes.NewReader(rest), c.c))
+	if !found {
+		more, err := c.r.ReadBytes('\n')
+		if err != nil {
+			closeAll(files)
+			return r, nil, err
+		}
+		line = append(line, more...)
+	}
+	if err := json.Unmarshal(line, &r); err != nil {
+		closeAll(files)
+		return r, nil, fmt.Errorf("control reply %q: %w", line, err)
+	}
+	return r, files, nil
 }
 
 // Recv reads the next reply; io.EOF means the supervisor has exited.
@@ -157,27 +177,9 @@ func (c *Conn) Close() error { return c.c.Close() }
 func readRequest(c *net.UnixConn) (Request, []*os.File, error) {
 	var req Request
 	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(4*3))
-	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	n, files, err := readMsg(c, buf)
 	if err != nil {
 		return req, nil, err
-	}
-	var files []*os.File
-	if oobn > 0 {
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil {
-			return req, nil, err
-		}
-		for _, m := range msgs {
-			fds, err := unix.ParseUnixRights(&m)
-			if err != nil {
-				continue
-			}
-			for _, fd := range fds {
-				unix.CloseOnExec(fd)
-				files = append(files, os.NewFile(uintptr(fd), "stdio"))
-			}
-		}
 	}
 	if err := json.Unmarshal(buf[:n], &req); err != nil {
 		closeAll(files)
@@ -186,18 +188,60 @@ func readRequest(c *net.UnixConn) (Request, []*os.File, error) {
 	return req, files, nil
 }
 
+// maxFiles is the most descriptors one message carries (stdin, stdout,
+// stderr).
+const maxFiles = 3
+
+// readMsg reads one message into buf, and the files sent with it.
+func readMsg(c *net.UnixConn, buf []byte) (int, []*os.File, error) {
+	oob := make([]byte, unix.CmsgSpace(4*maxFiles))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return 0, nil, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return 0, nil, err
+	}
+	var files []*os.File
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			unix.CloseOnExec(fd)
+			files = append(files, os.NewFile(uintptr(fd), "passed"))
+		}
+	}
+	return n, files, nil
+}
+
+// writeMsg writes data, with files as SCM_RIGHTS.
+func writeMsg(c *net.UnixConn, data []byte, files []*os.File) error {
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err := c.WriteMsgUnix(data, oob, nil)
+	return err
+}
+
 func closeAll(files []*os.File) {
 	for _, f := range files {
 		f.Close()
 	}
 }
 
-// writeReply sends one reply.
-func writeReply(c net.Conn, r Reply) error {
+// writeReply sends one reply, with files as SCM_RIGHTS.
+func writeReply(c *net.UnixConn, r Reply, files ...*os.File) error {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	_, err = c.Write(append(data, '\n'))
-	return err
+	return writeMsg(c, append(data, '\n'), files)
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
@@ -311,7 +312,11 @@ func (s *sandboxSupervisor) handle(c *net.UnixConn) {
 	if err != nil {
 		return
 	}
-	defer closeAll(files)
+	if req.Op == OpExec {
+		s.exec(c, req, files)
+		return
+	}
+	closeAll(files)
 	switch req.Op {
 	case OpStatus:
 		state := StateRunning
@@ -323,9 +328,6 @@ func (s *sandboxSupervisor) handle(c *net.UnixConn) {
 	case OpStop:
 		s.requestStop(req)
 		_ = writeReply(c, Reply{State: StateStopping})
-	case OpExec:
-		s.exec(c, req, files)
-		return
 	case OpWait:
 	default:
 		_ = writeReply(c, Reply{Error: fmt.Sprintf("unknown request %q", req.Op)})
@@ -334,29 +336,33 @@ func (s *sandboxSupervisor) handle(c *net.UnixConn) {
 	_, _ = io.Copy(io.Discard, c) // held open until the supervisor exits
 }
 
-// exec runs a command in the sandbox with the caller's stdio; the command
-// is killed if the caller goes away before it ends.
+// exec runs a command in the sandbox with the caller's stdio, or on a
+// terminal of the sandbox whose master goes to the caller; the command is
+// killed if the caller goes away before it ends.
 func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File) {
+	defer closeAll(files)
 	if s.isStopping() {
 		_ = writeReply(c, Reply{Error: "the sandbox is stopping"})
 		return
 	}
-	stdio := files
-	if req.TTY && len(files) == 1 {
-		stdio = []*os.File{files[0], files[0], files[0]}
-	}
-	if len(req.Command) == 0 || len(stdio) != 3 {
-		_ = writeReply(c, Reply{Error: "exec needs a command and its stdio"})
-		return
-	}
-	env := append(append([]string{}, s.cfg.Env...), req.Env...)
-	pid, done, _, err := s.children.start(req.Command, env, stdio, req.TTY) // a command that cannot run exits 126 or 127
+	stdio, master, err := execStdio(req, files)
 	if err != nil {
 		_ = writeReply(c, Reply{Error: err.Error()})
 		return
 	}
-	closeAll(files)
-	_ = writeReply(c, Reply{PID: pid})
+	env := append(append([]string{}, s.cfg.Env...), req.Env...)
+	if req.TTY {
+		env = append(env, "TERM=xterm")
+	}
+	pid, done, _, err := s.children.start(req.Command, env, stdio, req.TTY) // a command that cannot run exits 126 or 127
+	closeAll(stdio)
+	if err != nil {
+		_ = writeReply(c, Reply{Error: err.Error()})
+		closeAll(master)
+		return
+	}
+	_ = writeReply(c, Reply{PID: pid}, master...)
+	closeAll(master)
 	gone := make(chan struct{})
 	go func() { // the caller closes the connection: kill the command
 		_, _ = io.Copy(io.Discard, c)
@@ -369,6 +375,28 @@ func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File)
 		_ = unix.Kill(-pid, unix.SIGKILL)
 		<-done
 	}
+}
+
+// execStdio returns the stdio of an exec: the caller's three files, or a
+// new terminal's replica three times and its master.
+func execStdio(req Request, files []*os.File) (stdio, master []*os.File, err error) {
+	if len(req.Command) == 0 {
+		return nil, nil, errors.New("exec needs a command")
+	}
+	if !req.TTY {
+		if len(files) != 3 {
+			return nil, nil, errors.New("exec needs its stdin, stdout and stderr")
+		}
+		return files, nil, nil
+	}
+	ptm, pts, err := pty.Open()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open a terminal: %w", err)
+	}
+	if req.Rows > 0 && req.Cols > 0 {
+		_ = pty.Setsize(ptm, &pty.Winsize{Rows: req.Rows, Cols: req.Cols})
+	}
+	return []*os.File{pts, pts, pts}, []*os.File{ptm}, nil
 }
 
 // children starts processes through the exec stage and hands their exit

@@ -33,7 +33,8 @@ func (d *Driver) running(id string) (*object, error) {
 
 // Exec implements driver.Execer: the supervisor starts the command inside
 // the sandbox's namespaces, through its exec stage, on stdio that this
-// call passes it (a pipe each, or a terminal).
+// call passes it (a pipe each) or on a terminal of the sandbox, whose
+// master it passes back.
 func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (int, error) {
 	o, err := d.running(id)
 	if err != nil {
@@ -47,35 +48,19 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 	stop := context.AfterFunc(ctx, func() { c.Close() }) // the command is killed when the caller goes
 	defer stop()
 
-	var (
-		theirs []*os.File // the command's ends, sent to the supervisor
-		copies sync.WaitGroup
-	)
-	defer func() { closeFiles(theirs) }()
-	if opts.TTY {
-		master, slave, err := pty.Open()
-		if err != nil {
-			return 0, fmt.Errorf("exec: open a terminal: %w", err)
-		}
-		defer master.Close()
-		theirs = []*os.File{slave}
-		if opts.Size.Rows > 0 && opts.Size.Cols > 0 {
-			_ = pty.Setsize(master, &pty.Winsize{Rows: uint16(opts.Size.Rows), Cols: uint16(opts.Size.Cols)})
-		}
-		go func() {
-			for s := range opts.Resize {
-				_ = pty.Setsize(master, &pty.Winsize{Rows: uint16(s.Rows), Cols: uint16(s.Cols)})
-			}
-		}()
-		if opts.Stdin != nil {
-			go func() { _, _ = io.Copy(master, opts.Stdin) }()
-		}
+	var copies sync.WaitGroup
+	copyOut := func(w io.Writer, r *os.File) {
 		copies.Add(1)
 		go func() {
 			defer copies.Done()
-			_, _ = io.Copy(opts.Stdout, master) // EIO once every holder of the terminal is gone
+			defer r.Close()
+			_, _ = io.Copy(w, r) // a terminal's master ends with EIO once its replica is gone
 		}()
-	} else {
+	}
+	req := supervisor.Request{Op: supervisor.OpExec, Command: opts.Command, TTY: opts.TTY,
+		Rows: uint16(opts.Size.Rows), Cols: uint16(opts.Size.Cols)}
+	var theirs []*os.File // the command's stdio, sent to the supervisor
+	if !opts.TTY {
 		stdin, err := stdinFor(opts.Stdin)
 		if err != nil {
 			return 0, err
@@ -84,25 +69,37 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 		for _, w := range []io.Writer{opts.Stdout, opts.Stderr} {
 			r, wr, err := os.Pipe()
 			if err != nil {
+				closeFiles(theirs)
 				return 0, fmt.Errorf("exec: %w", err)
 			}
 			theirs = append(theirs, wr)
-			copies.Add(1)
-			go func() {
-				defer copies.Done()
-				defer r.Close()
-				_, _ = io.Copy(w, r)
-			}()
+			copyOut(w, r)
 		}
 	}
-	if err := c.Send(supervisor.Request{Op: supervisor.OpExec, Command: opts.Command, TTY: opts.TTY}, theirs...); err != nil {
+	err = c.Send(req, theirs...)
+	closeFiles(theirs) // the supervisor has its own copies now
+	if err != nil {
 		return 0, fmt.Errorf("exec: %w", err)
 	}
-	closeFiles(theirs) // the supervisor has its own copies now
-	theirs = nil
-	r, err := c.Recv()
+	r, master, err := c.RecvFiles()
 	if err == nil && r.Error != "" {
+		closeFiles(master)
 		return 0, fmt.Errorf("exec %s: %s", opts.Command[0], r.Error)
+	}
+	if err == nil && opts.TTY {
+		if len(master) != 1 {
+			closeFiles(master)
+			return 0, fmt.Errorf("exec %s: the supervisor sent no terminal", opts.Command[0])
+		}
+		go func() {
+			for s := range opts.Resize {
+				_ = pty.Setsize(master[0], &pty.Winsize{Rows: uint16(s.Rows), Cols: uint16(s.Cols)})
+			}
+		}()
+		if opts.Stdin != nil {
+			go func() { _, _ = io.Copy(master[0], opts.Stdin) }()
+		}
+		copyOut(opts.Stdout, master[0])
 	}
 	if err == nil {
 		r, err = c.Recv()

@@ -361,3 +361,25 @@ func BenchmarkCreateStart(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+func TestExecTerminal(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "tty", "")
+	var out bytes.Buffer
+	code, err := d.Exec(ctx(t), s.id, driver.ExecOptions{Command: []string{"sh", "-c", "tty; stty size; echo $TERM; exit 5"},
+		TTY: true, Size: driver.TerminalSize{Rows: 30, Cols: 100}, Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the terminal is the sandbox's own, of its size
+	if want := "/dev/pts/0\r\n30 100\r\nxterm\r\n"; code != 5 || out.String() != want {
+		t.Errorf("exec on a terminal: exit %d, %q; want exit 5, %q", code, out.String(), want)
+	}
+	// stdin reaches the command through the terminal
+	out.Reset()
+	code, err = d.Exec(ctx(t), s.id, driver.ExecOptions{Command: []string{"sh", "-c", "read line; echo got $line"},
+		TTY: true, Stdin: strings.NewReader("hello\n"), Stdout: &out})
+	if err != nil || code != 0 || !strings.Contains(out.String(), "got hello") {
+		t.Errorf("exec reading a terminal: %v, exit %d, %q", err, code, out.String())
+	}
+}
