@@ -3,15 +3,22 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
 
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/native"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -24,10 +31,16 @@ type backend interface {
 	objects() map[string]driver.Object
 	// lifetime bounds how long a gateway lives before it is killed.
 	lifetime() time.Duration
+	// spec is what the harness creates sandboxes with.
+	spec() *corralv1.SandboxSpec
 }
 
 func (b *fakeBackend) lifetime() time.Duration   { return 300 * time.Millisecond }
 func (b *dockerBackend) lifetime() time.Duration { return 2 * time.Second }
+
+// The fake driver and images run what they are given by default.
+func (b *fakeBackend) spec() *corralv1.SandboxSpec   { return nil }
+func (b *dockerBackend) spec() *corralv1.SandboxSpec { return nil }
 
 // fakeBackend injects faults through the fake driver's rules file.
 type fakeBackend struct {
@@ -155,4 +168,72 @@ func (b *dockerBackend) removeAll() {
 	for _, c := range res.Items {
 		b.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	}
+}
+
+// nativeBackend runs the native driver; its faults are supervisors killed
+// at random instants (a crash of the sandbox's PID 1).
+type nativeBackend struct {
+	t     *testing.T
+	dir   string
+	label string
+	rng   *rand.Rand
+}
+
+func (b *nativeBackend) args() []string { return []string{"--driver", "native"} }
+
+func (b *nativeBackend) spec() *corralv1.SandboxSpec {
+	return &corralv1.SandboxSpec{Command: []string{"sleep", "1000"}}
+}
+
+func (b *nativeBackend) lifetime() time.Duration { return time.Second }
+
+func (b *nativeBackend) faults(rng *rand.Rand) {
+	if rng.IntN(3) == 0 {
+		b.killSupervisor(rng.IntN(100))
+	}
+	if rng.IntN(3) == 0 { // while the next gateway runs
+		pick := rng.IntN(100)
+		time.AfterFunc(time.Duration(rng.Int64N(int64(b.lifetime()))), func() { b.killSupervisor(pick) })
+	}
+}
+
+// killSupervisor SIGKILLs the pick-th (modulo) live supervisor.
+func (b *nativeBackend) killSupervisor(pick int) {
+	procs, err := testenv.Supervisors(b.dir)
+	if err != nil || len(procs) == 0 {
+		return
+	}
+	pids := slices.Sorted(maps.Keys(procs))
+	_ = syscall.Kill(pids[pick%len(pids)], syscall.SIGKILL)
+}
+
+func (b *nativeBackend) clear() {}
+
+// objects is the driver's view, and every live supervisor besides: one
+// whose sandbox the driver does not list, or of an old generation, is a
+// leak.
+func (b *nativeBackend) objects() map[string]driver.Object {
+	d, err := native.New(driver.Config{Label: b.label, StateDir: b.dir}, native.Options{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	list, err := d.List(context.Background())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	out := map[string]driver.Object{}
+	for _, o := range list {
+		out[o.ID] = o
+	}
+	procs, err := testenv.Supervisors(b.dir)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	for pid, bundle := range procs {
+		id, gen := filepath.Base(filepath.Dir(bundle)), strings.TrimPrefix(filepath.Base(bundle), "gen-")
+		if o, ok := out[id]; !ok || strconv.FormatInt(o.Generation, 10) != gen || o.State != driver.StateRunning {
+			out[fmt.Sprintf("supervisor %d (%s)", pid, bundle)] = driver.Object{State: driver.StateRunning}
+		}
+	}
+	return out
 }

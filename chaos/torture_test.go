@@ -31,7 +31,7 @@ import (
 var (
 	seedFlag   = flag.Int64("seed", -1, "run only this seed")
 	seedsFlag  = flag.Int("seeds", 3, "how many seeds to run (from 1)")
-	driverFlag = flag.String("driver", "fake", "the driver to torture: fake or docker")
+	driverFlag = flag.String("driver", "fake", "the driver to torture: fake, docker or native")
 	killsFlag  = flag.Int("kills", 12, "kill points per seed")
 )
 
@@ -54,8 +54,11 @@ func TestTorture(t *testing.T) {
 	total, created := 0, 0
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			if *driverFlag == "docker" {
+			switch *driverFlag {
+			case "docker":
 				testenv.RequireDocker(t)
+			case "native":
+				testenv.RequireRoot(t)
 			}
 			r := newRunOn(t, seed, *driverFlag)
 			r.torture(*killsFlag)
@@ -111,6 +114,8 @@ func newRunOn(t *testing.T, seed int64, driverName string) *run {
 	switch driverName {
 	case "docker":
 		r.backend = newDockerBackend(t, r.label)
+	case "native":
+		r.backend = &nativeBackend{t: t, dir: filepath.Join(r.home, "native"), label: r.label}
 	default:
 		r.backend = &fakeBackend{t: t, dir: filepath.Join(r.home, "fake"), label: r.label}
 	}
@@ -196,7 +201,7 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 	switch op := rng.IntN(10); {
 	case op < 3:
 		var resp *corralv1.CreateSandboxResponse
-		resp, err = c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, RequestId: fmt.Sprintf("%s-%d", name, rng.IntN(3))})
+		resp, err = c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, RequestId: fmt.Sprintf("%s-%d", name, rng.IntN(3)), Spec: r.backend.spec()})
 		if err == nil {
 			r.mu.Lock()
 			r.created[resp.Sandbox.Name] = true
@@ -366,6 +371,7 @@ func (r *run) check() []string {
 		resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
 		if err == nil {
 			list = resp.Sandboxes
+			v = append(v, r.restartFailed(c, list)...)
 			if unconverged(list) == nil {
 				break
 			}
@@ -447,6 +453,20 @@ func (r *run) check() []string {
 	defer st.Close()
 	if err := st.IntegrityCheck(ctx); err != nil {
 		v = append(v, fmt.Sprintf("integrity_check: %v", err))
+	}
+	return v
+}
+
+// restartFailed starts, as an operator would, the sandboxes whose compute
+// failed under them (a killed supervisor): they rest in error until then.
+func (r *run) restartFailed(c corralv1.SandboxServiceClient, list []*corralv1.Sandbox) []string {
+	var v []string
+	for _, sb := range list {
+		if sb.DesiredState == "running" && sb.Phase == "error" && strings.Contains(sb.Reason, "compute failed") {
+			if _, err := c.StartSandbox(context.Background(), &corralv1.StartSandboxRequest{Name: sb.Id}); err != nil {
+				v = append(v, fmt.Sprintf("start of %s after its compute failed: %v", sb.Name, err))
+			}
+		}
 	}
 	return v
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,14 +25,15 @@ func nativeGateway(t *testing.T, home string, args ...string) *gatewayProc {
 	return startGateway(t, home, append([]string{"--driver", "native"}, args...)...)
 }
 
-// supervisorPids returns the live supervisors of a home's native sandboxes.
+// supervisorPids returns the pids of the live supervisors of a home's
+// native sandboxes, in order.
 func supervisorPids(t *testing.T, home string) []int {
 	t.Helper()
-	pids, err := testenv.Supervisors(filepath.Join(home, "native"))
+	procs, err := testenv.Supervisors(filepath.Join(home, "native"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pids
+	return slices.Sorted(maps.Keys(procs))
 }
 
 func TestNativeSandboxThroughCLI(t *testing.T) {

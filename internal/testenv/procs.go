@@ -8,14 +8,15 @@ import (
 	"strings"
 )
 
-// Supervisors returns the pids of the live native supervisor processes
-// (`corral-supervise sandbox BUNDLE`) whose bundle is under stateDir.
-func Supervisors(stateDir string) ([]int, error) {
+// Supervisors returns the live native supervisor processes
+// (`corral-supervise sandbox BUNDLE`) whose bundle is under stateDir: their
+// pids and bundles.
+func Supervisors(stateDir string) (map[int]string, error) {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
-	var pids []int
+	pids := map[int]string{}
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
 		if err != nil {
@@ -30,7 +31,7 @@ func Supervisors(stateDir string) ([]int, error) {
 			continue
 		}
 		if stat, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat")); err == nil && !bytes.Contains(stat, []byte(") Z ")) {
-			pids = append(pids, pid)
+			pids[pid] = args[3]
 		}
 	}
 	return pids, nil
