@@ -79,12 +79,18 @@ func (b *fakeBackend) clear() {
 
 func (b *fakeBackend) objects() map[string]driver.Object {
 	d, err := fake.New(driver.Config{Label: b.label, StateDir: b.dir})
+	return objectsOf(b.t, d, err)
+}
+
+// objectsOf lists a driver's objects by sandbox id.
+func objectsOf(t *testing.T, d driver.Driver, err error) map[string]driver.Object {
+	t.Helper()
 	if err != nil {
-		b.t.Fatal(err)
+		t.Fatal(err)
 	}
 	list, err := d.List(context.Background())
 	if err != nil {
-		b.t.Fatal(err)
+		t.Fatal(err)
 	}
 	out := map[string]driver.Object{}
 	for _, o := range list {
@@ -204,7 +210,10 @@ func (b *nativeBackend) killSupervisor(pick int) {
 		return
 	}
 	pids := slices.Sorted(maps.Keys(procs))
-	_ = syscall.Kill(pids[pick%len(pids)], syscall.SIGKILL)
+	pid := pids[pick%len(pids)]
+	if syscall.Kill(pid, syscall.SIGKILL) == nil {
+		b.t.Logf("fault: SIGKILL to supervisor %d (%s)", pid, procs[pid])
+	}
 }
 
 func (b *nativeBackend) clear() {}
@@ -214,17 +223,7 @@ func (b *nativeBackend) clear() {}
 // leak.
 func (b *nativeBackend) objects() map[string]driver.Object {
 	d, err := native.New(driver.Config{Label: b.label, StateDir: b.dir}, native.Options{})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	list, err := d.List(context.Background())
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	out := map[string]driver.Object{}
-	for _, o := range list {
-		out[o.ID] = o
-	}
+	out := objectsOf(b.t, d, err)
 	procs, err := testenv.Supervisors(b.dir)
 	if err != nil {
 		b.t.Fatal(err)

@@ -111,13 +111,7 @@ func TestDockerSandboxThroughCLI(t *testing.T) {
 	if got := containersOf(t, label); len(got) != 1 || !strings.HasSuffix(got[0], " exited") {
 		t.Fatalf("after stop: %v", got)
 	}
-	mustCorral(t, home, "sandbox", "start", "box")
-	if v := getJSON(t, home, "box"); v["phase"] != "ready" || v["generation"] != 2.0 {
-		t.Fatalf("after start: %v", v)
-	}
-	if out := mustCorral(t, home, "sandbox", "exec", "box", "--", "cat", "/sandbox/file"); out != "kept\n" {
-		t.Fatalf("the workdir did not survive stop/start: %q", out)
-	}
+	startKeepsWorkdir(t, home, "box")
 	mustCorral(t, home, "sandbox", "delete", "box")
 	if got := containersOf(t, label); len(got) != 0 {
 		t.Fatalf("containers left after delete: %v", got)

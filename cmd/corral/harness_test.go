@@ -191,6 +191,19 @@ func mustCorral(t *testing.T, home string, args ...string) string {
 	return out
 }
 
+// startKeepsWorkdir starts a stopped sandbox that wrote "kept" to
+// /sandbox/file, and checks that the new generation has it.
+func startKeepsWorkdir(t *testing.T, home, name string) {
+	t.Helper()
+	mustCorral(t, home, "sandbox", "start", name)
+	if v := getJSON(t, home, name); v["phase"] != "ready" || v["generation"] != 2.0 {
+		t.Fatalf("after start: %v", v)
+	}
+	if out := mustCorral(t, home, "sandbox", "exec", name, "--", "cat", "/sandbox/file"); out != "kept\n" {
+		t.Fatalf("the workdir did not survive stop/start: %q", out)
+	}
+}
+
 func stateDir(home string) string { return filepath.Join(home, "fake") }
 
 func setFaults(t *testing.T, home string, rules ...fake.Rule) {

@@ -61,13 +61,7 @@ func TestNativeSandboxThroughCLI(t *testing.T) {
 	if n := len(supervisorPids(t, home)); n != 0 {
 		t.Fatalf("%d supervisors run after stop, want none", n)
 	}
-	mustCorral(t, home, "sandbox", "start", "box")
-	if v := getJSON(t, home, "box"); v["phase"] != "ready" || v["generation"] != 2.0 {
-		t.Fatalf("after start: %v", v)
-	}
-	if out := mustCorral(t, home, "sandbox", "exec", "box", "--", "cat", "/sandbox/file"); out != "kept\n" {
-		t.Fatalf("the workdir did not survive stop/start: %q", out)
-	}
+	startKeepsWorkdir(t, home, "box")
 	mustCorral(t, home, "sandbox", "delete", "box")
 	if n := len(supervisorPids(t, home)); n != 0 {
 		t.Fatalf("%d supervisors run after delete, want none", n)

@@ -93,7 +93,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 		return nil, err
 	}
 	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan Request, 4)}
-	s.children.waiters = map[int]chan int{}
+	s.children.dir = "/sandbox"
 	signal.Notify(s.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
 	if s.lock, err = holdLock(b.Path(LockFile)); err != nil {
 		return nil, err
@@ -402,13 +402,14 @@ func execStdio(req Request, files []*os.File) (stdio, master []*os.File, err err
 // children starts processes through the exec stage and hands their exit
 // statuses to whoever started them; the supervisor reaps every process.
 type children struct {
+	dir     string        // their working directory; "" is the supervisor's
 	procs   cgroups.Procs // the sandbox's cgroup, when it has one
 	mu      sync.Mutex
 	waiters map[int]chan int
 }
 
-// start runs command through the exec stage in its own session, with the
-// working directory /sandbox. The exec stage waits until the process is in
+// start runs command through the exec stage in its own session. The exec
+// stage waits until the process is in
 // the sandbox's cgroup before it runs the command, and start waits until
 // the command runs: failed reports why the exec stage could not run it
 // (the process then exits 126 or 127).
@@ -427,7 +428,7 @@ func (c *children) start(command, env []string, stdio []*os.File, tty bool) (pid
 	defer reported.Close()
 	n := len(stdio)
 	argv := append([]string{"corral", "supervise", "exec", "--wait-fd", strconv.Itoa(n), "--report-fd", strconv.Itoa(n + 1), "--"}, command...)
-	attr := &os.ProcAttr{Dir: "/sandbox", Env: env, Files: append(stdio[:n:n], gate, reported),
+	attr := &os.ProcAttr{Dir: c.dir, Env: env, Files: append(stdio[:n:n], gate, reported),
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty, Ctty: 0}}
 	if pid, done, err = c.startLocked(argv, attr); err != nil {
 		return 0, nil, nil, err
@@ -450,6 +451,9 @@ func (c *children) startLocked(argv []string, attr *os.ProcAttr) (int, <-chan in
 	pid := p.Pid
 	_ = p.Release() // the reaper waits for it, not os
 	done := make(chan int, 1)
+	if c.waiters == nil {
+		c.waiters = map[int]chan int{}
+	}
 	c.waiters[pid] = done
 	if err := c.procs.Add(pid); err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)

@@ -49,52 +49,28 @@ func Run(cfg Config) (int, error) {
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
 
-	self, err := os.Executable()
-	if err != nil {
-		return 0, fmt.Errorf("supervise: %w", err)
-	}
-	argv := append([]string{"corral", "supervise", "exec", "--"}, cfg.Command...)
-	proc, err := os.StartProcess(self, argv, &os.ProcAttr{Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	var c children
+	main, done, _, err := c.start(cfg.Command, os.Environ(), []*os.File{os.Stdin, os.Stdout, os.Stderr}, false)
 	if err != nil {
 		return 0, fmt.Errorf("supervise: start %s: %w", cfg.Command[0], err)
 	}
-	main := proc.Pid
+	// A command that cannot run exits 126 or 127, like a shell's.
 	if cfg.ReadyFile != "" {
 		if err := writeReady(cfg.ReadyFile, main); err != nil {
 			fmt.Fprintf(os.Stderr, "corral supervise: report readiness: %v\n", err)
 		}
 	}
-	for sig := range sigs {
-		if sig != syscall.SIGCHLD {
-			_ = syscall.Kill(main, sig.(syscall.Signal))
-			continue
-		}
-		if status, done := reap(main); done {
-			return status, nil
-		}
-	}
-	return 0, errors.New("supervise: signal channel closed")
-}
-
-// reap collects every exited child; it reports the main process's status
-// once that one is among them.
-func reap(main int) (int, bool) {
 	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if err == syscall.EINTR {
-			continue
+		select {
+		case status := <-done:
+			return status, nil
+		case sig := <-sigs:
+			if sig == syscall.SIGCHLD {
+				c.reap()
+				continue
+			}
+			_ = syscall.Kill(main, sig.(syscall.Signal))
 		}
-		if pid <= 0 || err != nil {
-			return 0, false
-		}
-		if pid != main {
-			continue
-		}
-		if ws.Signaled() {
-			return 128 + int(ws.Signal()), true
-		}
-		return ws.ExitStatus(), true
 	}
 }
 
