@@ -6,10 +6,12 @@ package cgroups
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Root is where cgroup file systems are mounted.
@@ -193,6 +195,35 @@ func (p Procs) Close() {
 	for _, f := range p {
 		f.Close()
 	}
+}
+
+// Kill sends SIGKILL to every process in group name and the groups under
+// it.
+func Kill(name string) error {
+	var errs []error
+	for _, dir := range dirs(name) {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return err
+			}
+			data, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+			if err != nil {
+				return err
+			}
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+					if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+						errs = append(errs, fmt.Errorf("cgroup: kill %d of %s: %w", pid, path, err))
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("cgroup: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Remove removes group name and the groups under it from every hierarchy;

@@ -29,6 +29,11 @@ const DefaultStopTimeout = 10 * time.Second
 // the reason.
 const ReadyFD = 3
 
+// LockFD is the bundle's lock (see Lock), taken by the gateway before it
+// starts the supervisor and held by the supervisor from its first
+// instruction to its exit: no supervisor ever lives unseen.
+const LockFD = 4
+
 // The prefixes of a failure on ReadyFD: the main command cannot run (a
 // missing or non-executable file), or anything else failed.
 const (
@@ -47,6 +52,9 @@ const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 // builds the root file system, starts the main process, serves the control
 // socket and exits when the main process has ended, after recording how.
 func RunSandbox(dir string) int {
+	// Inherited, so not closed on exec: the sandbox's processes get neither.
+	unix.CloseOnExec(ReadyFD)
+	unix.CloseOnExec(LockFD)
 	ready := os.NewFile(ReadyFD, "ready")
 	s, err := setUp(Bundle{Dir: dir})
 	if err != nil {
@@ -95,9 +103,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan Request, 4)}
 	s.children.dir = "/sandbox"
 	signal.Notify(s.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
-	if s.lock, err = holdLock(b.Path(LockFile)); err != nil {
-		return nil, err
-	}
+	s.lock = os.NewFile(LockFD, "lock")
 	if s.bundle, err = os.Open(b.Dir); err != nil {
 		return nil, err
 	}
@@ -151,10 +157,13 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	return s, nil
 }
 
-// holdLock takes the incarnation's lock for the supervisor's lifetime: the
-// gateway tells a live supervisor from a gone one by it, whatever became of
-// its pid. An open file description lock goes with the last descriptor.
-func holdLock(path string) (*os.File, error) {
+// ErrLocked is returned by Lock when a supervisor holds the lock.
+var ErrLocked = errors.New("a supervisor of this incarnation lives")
+
+// Lock takes an incarnation's lock at path. Whoever holds an open
+// description of it (the supervisor, which inherits it) holds the lock: it
+// goes with the last descriptor, whatever becomes of pids.
+func Lock(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
@@ -162,7 +171,10 @@ func holdLock(path string) (*os.File, error) {
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
 	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("another supervisor of this incarnation runs (%s is locked): %w", path, err)
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
+			return nil, fmt.Errorf("%s: %w", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	return f, nil
 }

@@ -383,3 +383,39 @@ func TestExecTerminal(t *testing.T) {
 		t.Errorf("exec reading a terminal: %v, exit %d, %q", err, code, out.String())
 	}
 }
+
+// TestConcurrentStartsFromTwoGateways starts one incarnation from two
+// driver instances at once (a gateway and its successor): exactly one
+// supervisor may result, and delete leaves nothing.
+func TestConcurrentStartsFromTwoGateways(t *testing.T) {
+	d1 := newTestDriver(t, "corral.test")
+	d2 := newTestDriver(t, "corral.test")
+	for range 10 {
+		id := sandbox.NewID()
+		spec := driver.Spec{ID: id, Name: "twice", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"}}
+		if err := d1.Create(ctx(t), spec); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for _, d := range []*Driver{d1, d2} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = d.Start(ctx(t), driver.Ref{ID: id, Generation: 1}) // one may lose the race
+			}()
+		}
+		wg.Wait()
+		if obj, err := d1.Inspect(ctx(t), id); err != nil || obj.State != driver.StateRunning {
+			t.Fatalf("after two concurrent starts: %+v, %v; want running", obj, err)
+		}
+		if n := supervisors(t, d1.cfg.StateDir); n != 1 {
+			t.Fatalf("%d supervisors after two concurrent starts of one incarnation, want 1", n)
+		}
+		if err := d2.Delete(ctx(t), id); err != nil {
+			t.Fatal(err)
+		}
+		if n := supervisors(t, d1.cfg.StateDir); n != 0 {
+			t.Fatalf("%d supervisors after delete", n)
+		}
+	}
+}

@@ -51,16 +51,32 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 		return err
 	}
 	if live {
-		state, err := d.status(o.ID, o.Generation)
-		if err == nil && state == supervisor.StateRunning {
+		if d.awaitRunning(ctx, o.ID, o.Generation) {
 			return nil
 		}
-		// Shutting down (or not answering): let it go, then start afresh.
+		// Shutting down, or not answering: let it go, then start afresh.
 		if err := d.stopIncarnation(ctx, o.ID, o.Generation, driver.StopOptions{Timeout: killGrace}); err != nil {
 			return err
 		}
 	}
 	return d.spawn(ctx, o, b)
+}
+
+// awaitRunning reports whether the live supervisor of an incarnation runs
+// its main process, giving one that is still setting up (started by a
+// gateway that died before it answered) killGrace to say so.
+func (d *Driver) awaitRunning(ctx context.Context, id string, gen int64) bool {
+	limit := time.Now().Add(killGrace)
+	for {
+		state, err := d.status(id, gen)
+		switch {
+		case err == nil:
+			return state == supervisor.StateRunning
+		case !errors.Is(err, supervisor.ErrGone) || ctx.Err() != nil || time.Now().After(limit):
+			return false
+		}
+		time.Sleep(10 * pollInterval)
+	}
 }
 
 // status asks a supervisor for its state.
@@ -81,7 +97,7 @@ func (d *Driver) status(id string, gen int64) (string, error) {
 // spawn starts the supervisor of an incarnation, detached from the gateway
 // (its own session and namespaces), and waits for it to report readiness.
 func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) error {
-	for _, f := range []string{supervisor.ExitFile, supervisor.PIDFile, supervisor.LockFile, supervisor.StdoutFile, supervisor.StderrFile, supervisor.SupervisorLog} {
+	for _, f := range []string{supervisor.ExitFile, supervisor.PIDFile, supervisor.StdoutFile, supervisor.StderrFile, supervisor.SupervisorLog} {
 		if err := os.Remove(b.Path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("native start: %w", err)
 		}
@@ -106,8 +122,15 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 		return fmt.Errorf("native start: %w", err)
 	}
 	defer log.Close()
+	// The lock is taken here and inherited: a supervisor that this
+	// gateway dies before seeing still holds it, and is never started twice.
+	lock, err := supervisor.Lock(b.Path(supervisor.LockFile))
+	if err != nil {
+		return fmt.Errorf("native start: %w", err)
+	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
+		lock.Close()
 		return fmt.Errorf("native start: %w", err)
 	}
 	defer readyR.Close()
@@ -115,7 +138,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 	cmd := exec.Command(d.opts.Supervisor, "supervise", "sandbox", b.Dir)
 	cmd.Args[0] = "corral-supervise"
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.ExtraFiles = []*os.File{readyW} // fd 3, supervisor.ReadyFD
+	cmd.ExtraFiles = []*os.File{readyW, lock} // supervisor.ReadyFD, supervisor.LockFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: namespaces}
 	if os.Geteuid() != 0 {
 		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWUSER
@@ -124,6 +147,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 	}
 	err = cmd.Start()
 	readyW.Close()
+	lock.Close() // the supervisor's copy holds it now
 	if err != nil {
 		return fmt.Errorf("native start: run the supervisor: %w", err)
 	}
@@ -259,12 +283,16 @@ func readPID(b supervisor.Bundle) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(data)))
 }
 
-// removeCgroup removes a sandbox's cgroup, waiting briefly for the kernel
-// to let go of processes that just died.
+// removeCgroup removes a sandbox's cgroup once no supervisor of it lives:
+// whatever is still in it is killed (it can only be left over), and the
+// kernel gets a moment to let go of processes that just died.
 func removeCgroup(ctx context.Context, id string) error {
 	var err error
 	for range 100 {
-		if err = cgroups.Remove(cgroup(id)); err == nil || ctx.Err() != nil {
+		if err = cgroups.Kill(cgroup(id)); err == nil {
+			err = cgroups.Remove(cgroup(id))
+		}
+		if err == nil || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
