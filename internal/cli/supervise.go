@@ -34,12 +34,15 @@ func newSuperviseCmd() *cobra.Command {
 			return &exitError{code: supervisor.RunSandbox(args[0])}
 		},
 	})
-	var waitFD, reportFD int
+	var (
+		waitFD, reportFD int
+		dropCaps         bool
+	)
 	execCmd := &cobra.Command{
-		Use:   "exec [--wait-fd N] [--report-fd N] -- CMD [ARGS...]",
+		Use:   "exec [--wait-fd N] [--report-fd N] [--drop-caps] -- CMD [ARGS...]",
 		Short: "Apply the sandbox's protections and exec CMD",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			err := supervisor.Exec(args, waitFD, reportFD)
+			err := supervisor.Exec(args, waitFD, reportFD, dropCaps)
 			if errors.Is(err, os.ErrNotExist) || isNotFound(err) {
 				fmt.Fprintf(os.Stderr, "corral: exec %s: %v\n", args[0], err)
 				return &exitError{code: 127}
@@ -50,6 +53,7 @@ func newSuperviseCmd() *cobra.Command {
 	}
 	execCmd.Flags().IntVar(&waitFD, "wait-fd", 0, "wait for the end of this descriptor before anything else")
 	execCmd.Flags().IntVar(&reportFD, "report-fd", 0, "write why the command cannot run to this descriptor")
+	execCmd.Flags().BoolVar(&dropCaps, "drop-caps", false, "keep only the capabilities of a native sandbox")
 	cmd.AddCommand(execCmd)
 	return cmd
 }

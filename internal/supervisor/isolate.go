@@ -115,7 +115,11 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	if err := mkdirMount("tmpfs", filepath.Join(newRoot, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return err
 	}
-	if err := mkdirMount(cfg.Workdir, filepath.Join(newRoot, "sandbox"), "", unix.MS_BIND, ""); err != nil {
+	workdir := filepath.Join(newRoot, "sandbox")
+	if err := mkdirMount(cfg.Workdir, workdir, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	if err := mount("", workdir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return err
 	}
 	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {

@@ -101,7 +101,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 		return nil, err
 	}
 	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan Request, 4)}
-	s.children.dir = "/sandbox"
+	s.children.dir, s.children.dropCaps = "/sandbox", true
 	signal.Notify(s.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
 	s.lock = os.NewFile(LockFD, "lock")
 	if s.bundle, err = os.Open(b.Dir); err != nil {
@@ -414,10 +414,11 @@ func execStdio(req Request, files []*os.File) (stdio, master []*os.File, err err
 // children starts processes through the exec stage and hands their exit
 // statuses to whoever started them; the supervisor reaps every process.
 type children struct {
-	dir     string        // their working directory; "" is the supervisor's
-	procs   cgroups.Procs // the sandbox's cgroup, when it has one
-	mu      sync.Mutex
-	waiters map[int]chan int
+	dir      string        // their working directory; "" is the supervisor's
+	dropCaps bool          // they keep only keptCapabilities
+	procs    cgroups.Procs // the sandbox's cgroup, when it has one
+	mu       sync.Mutex
+	waiters  map[int]chan int
 }
 
 // start runs command through the exec stage in its own session. The exec
@@ -439,7 +440,11 @@ func (c *children) start(command, env []string, stdio []*os.File, tty bool) (pid
 	defer report.Close()
 	defer reported.Close()
 	n := len(stdio)
-	argv := append([]string{"corral", "supervise", "exec", "--wait-fd", strconv.Itoa(n), "--report-fd", strconv.Itoa(n + 1), "--"}, command...)
+	argv := []string{"corral", "supervise", "exec", "--wait-fd", strconv.Itoa(n), "--report-fd", strconv.Itoa(n + 1)}
+	if c.dropCaps {
+		argv = append(argv, "--drop-caps")
+	}
+	argv = append(append(argv, "--"), command...)
 	attr := &os.ProcAttr{Dir: c.dir, Env: env, Files: append(stdio[:n:n], gate, reported),
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty, Ctty: 0}}
 	if pid, done, err = c.startLocked(argv, attr); err != nil {

@@ -90,9 +90,9 @@ func writeReady(path string, pid int) error {
 // and replaces itself with the command. With waitFD > 0 it first waits for
 // the end of that descriptor (its supervisor's go-ahead). With reportFD >
 // 0 it writes why it failed there; the descriptor closes on a successful
-// exec, so its reader learns that the command runs. It returns only on
-// failure.
-func Exec(command []string, waitFD, reportFD int) (err error) {
+// exec, so its reader learns that the command runs. With dropCaps it keeps
+// only keptCapabilities. It returns only on failure.
+func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
 	if reportFD > 0 {
 		unix.CloseOnExec(reportFD)
 		report := os.NewFile(uintptr(reportFD), "report")
@@ -106,8 +106,13 @@ func Exec(command []string, waitFD, reportFD int) (err error) {
 		_, _ = io.Copy(io.Discard, gate)
 		gate.Close()
 	}
-	// The policy issue applies Landlock, seccomp, no_new_privs, the user
-	// switch and limits here, before the command runs.
+	if dropCaps {
+		if err := dropCapabilities(); err != nil {
+			return err
+		}
+	}
+	// The policy issue applies Landlock, seccomp, no_new_privs and the user
+	// switch here, before the command runs.
 	path, err := exec.LookPath(command[0])
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -156,6 +157,27 @@ func TestIsolation(t *testing.T) {
 		}
 		if data, err := os.ReadFile(filepath.Join(s.d.workdir(s.id), "f")); err != nil || string(data) != "x\n" {
 			t.Errorf("the workdir on the host holds %q, %v; want what the sandbox wrote to /sandbox", data, err)
+		}
+	})
+	t.Run("capabilities", func(t *testing.T) {
+		for _, cmd := range []string{
+			"mount -o remount,rw /etc && echo x > /etc/corral-test",
+			"mount -t tmpfs none /mnt",
+			"mknod /tmp/disk b 8 0",
+			"echo 1 > /proc/sys/vm/drop_caches",
+		} {
+			if code, out, _ := s.exec("sh", "-c", cmd); code == 0 {
+				t.Errorf("%q succeeded in the sandbox (%q)", cmd, out)
+			}
+		}
+		var bnd uint64
+		for _, line := range strings.Split(s.mustExec("cat", "/proc/self/status"), "\n") {
+			if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+				bnd, _ = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			}
+		}
+		if want := supervisor.KeptCapabilities(); bnd != want {
+			t.Errorf("bounding set in the sandbox %#x, want %#x", bnd, want)
 		}
 	})
 	t.Run("hidden", func(t *testing.T) {
