@@ -80,6 +80,27 @@ func TestTorture(t *testing.T) {
 	}
 }
 
+// TestTortureNativeSmoke is the bounded native run of every `go test`
+// (the full one is TestTorture with -driver native).
+func TestTortureNativeSmoke(t *testing.T) {
+	if *driverFlag != "fake" || *seedFlag >= 0 {
+		t.Skip("TestTorture runs the chosen driver")
+	}
+	testenv.RequireRoot(t)
+	created := 0
+	for seed := int64(1); seed <= 2; seed++ {
+		r := newRunOn(t, seed, "native")
+		r.torture(8)
+		for _, v := range r.check() {
+			t.Errorf("seed %d: invariant violated: %s (replay: go test ./chaos -run 'TestTorture$' -driver native -seed %d -v)", seed, v, seed)
+		}
+		created += len(r.created)
+	}
+	if created == 0 {
+		t.Error("no create was acknowledged: the run tested nothing")
+	}
+}
+
 // run is one seeded torture run.
 type run struct {
 	t     *testing.T
