@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -329,4 +334,37 @@ func TestSecondGatewayOnSameHomeRefused(t *testing.T) {
 		t.Fatal("the first gateway died")
 	}
 	mustCorral(t, home, "sandbox", "list")
+}
+
+// An invalid policy is refused with its file, line and field, by `policy
+// check` without a gateway and by create, which makes no sandbox.
+func TestInvalidPolicyIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(good, []byte("version: 1\nlimits: {pids: 64}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("version: 1\nfilesystem_policy:\n  read_only: [/usr, lib]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := bad + `:3: filesystem_policy.read_only[1]: "lib" is not an absolute path`
+	out, errOut, code := corralEnv(t, nil, "policy", "check", good, bad)
+	if code != 1 || !strings.Contains(out, good+": valid: ") || !strings.Contains(errOut, want) {
+		t.Fatalf("policy check: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	home := t.TempDir()
+	startGateway(t, home)
+	_, errOut, code = corral(t, home, "sandbox", "create", "--name", "p", "--policy", bad, "--", "sleep", "1")
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Fatalf("create with an invalid policy: exit %d, %q; want %q", code, errOut, want)
+	}
+	// Past the CLI (another client), the gateway refuses it too.
+	_, err := api(t, home).CreateSandbox(context.Background(), &corralv1.CreateSandboxRequest{Name: "p",
+		Spec: &corralv1.SandboxSpec{Command: []string{"sleep", "1"}, Policy: "version: 1\nlimits: {pids: many}\n"}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "line 2: limits.pids") {
+		t.Fatalf("API create with an invalid policy: %v", err)
+	}
+	if out := mustCorral(t, home, "sandbox", "list", "-o", "json"); strings.Contains(out, `"p"`) {
+		t.Fatalf("a sandbox was made from an invalid policy: %s", out)
+	}
 }

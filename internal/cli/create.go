@@ -2,13 +2,13 @@ package cli
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 func newCreateCmd(g *globals) *cobra.Command {
@@ -47,11 +47,11 @@ in error (exit 1), showing its progress on stderr; then print its id.`,
 				spec.Labels[k] = v
 			}
 			if policyFile != "" {
-				data, err := os.ReadFile(policyFile)
+				_, text, err := policy.ReadFile(policyFile)
 				if err != nil {
 					return fmt.Errorf("--policy: %w", err)
 				}
-				spec.Policy = string(data)
+				spec.Policy = text
 			}
 			c, err := g.dial()
 			if err != nil {

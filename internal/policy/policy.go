@@ -1,15 +1,16 @@
 // Package policy parses and validates a sandbox's YAML policy. Unknown
-// keys, wrong types and bad values are errors that name the line and the
-// field.
+// keys, wrong types, relative paths, bad values and an unknown version are
+// errors that name the line and the field.
 package policy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,136 +22,409 @@ const Version = 1
 
 // Policy is a sandbox policy.
 type Policy struct {
-	Version    int        `yaml:"version"`
-	Filesystem Filesystem `yaml:"filesystem_policy"`
-	Landlock   Landlock   `yaml:"landlock"`
-	Process    Process    `yaml:"process"`
-	Limits     Limits     `yaml:"limits"`
+	Version    int        `json:"version"`
+	Filesystem Filesystem `json:"filesystem_policy"`
+	Landlock   Landlock   `json:"landlock"`
+	Process    Process    `json:"process"`
+	Limits     Limits     `json:"limits"`
 }
 
-// Filesystem lists what a sandbox may read and write.
+// Filesystem lists what a sandbox may read and write. When Set, every path
+// not listed (nor the workdir, with IncludeWorkdir) is neither readable nor
+// writable.
 type Filesystem struct {
-	IncludeWorkdir *bool  `yaml:"include_workdir"`
-	ReadOnly       []Path `yaml:"read_only"`
-	ReadWrite      []Path `yaml:"read_write"`
+	Set            bool     `json:"set"`
+	IncludeWorkdir bool     `json:"include_workdir"`
+	ReadOnly       []string `json:"read_only,omitempty"`
+	ReadWrite      []string `json:"read_write,omitempty"`
 }
 
-// Landlock says how much Landlock support is required.
+// Landlock says whether the sandbox may run where the kernel lacks
+// (some of) Landlock: BestEffort or HardRequirement.
 type Landlock struct {
-	Compatibility Choice `yaml:"compatibility"`
+	Compatibility string `json:"compatibility"`
 }
+
+// The Landlock compatibilities.
+const (
+	BestEffort      = "best_effort"
+	HardRequirement = "hard_requirement"
+)
 
 // Process tunes the processes of a sandbox.
 type Process struct {
-	RunAsUser       *int   `yaml:"run_as_user"`
-	NoNewPrivileges *bool  `yaml:"no_new_privileges"`
-	Seccomp         string `yaml:"seccomp"`
+	// RunAsUser is the uid (and gid) processes run as; nil keeps the
+	// image's user.
+	RunAsUser       *int   `json:"run_as_user,omitempty"`
+	NoNewPrivileges bool   `json:"no_new_privileges"`
+	Seccomp         string `json:"seccomp"` // SeccompDefault, SeccompUnconfined or a profile's path
 }
+
+// The seccomp settings besides a profile's path.
+const (
+	SeccompDefault    = "default"
+	SeccompUnconfined = "unconfined"
+)
 
 // Limits are resource limits; zero means unlimited.
 type Limits struct {
-	Memory ByteSize `yaml:"memory"`
-	CPUs   CPUs     `yaml:"cpus"`
-	Pids   int64    `yaml:"pids"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	CPUMillis   int64 `json:"cpu_millis,omitempty"` // thousandths of a CPU
+	Pids        int64 `json:"pids,omitempty"`
 }
 
-// Parse parses and validates a policy; an empty text is the empty policy.
+// Default is the policy of a sandbox created without one: no file system
+// lists, the default seccomp filter, no_new_privs, no limits.
+func Default() Policy {
+	return Policy{Version: Version, Filesystem: Filesystem{IncludeWorkdir: true},
+		Landlock: Landlock{Compatibility: BestEffort},
+		Process:  Process{NoNewPrivileges: true, Seccomp: SeccompDefault}}
+}
+
+// Error is a policy error: where, which field, and what is wrong.
+type Error struct {
+	File  string // set by ReadFile
+	Line  int
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	where := fmt.Sprintf("line %d", e.Line)
+	if e.File != "" {
+		where = fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	if e.Field == "" {
+		return fmt.Sprintf("%s: %s", where, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s: %s", where, e.Field, e.Msg)
+}
+
+// ReadFile reads and parses a policy file; its errors name the file. It
+// returns the file's text too, to be stored as it was written.
+func ReadFile(path string) (Policy, string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Policy{}, "", err
+	}
+	p, err := Parse(string(data))
+	var e *Error
+	if errors.As(err, &e) {
+		e.File = path
+	}
+	return p, string(data), err
+}
+
+// Parse parses and validates a policy. An empty text is the default
+// policy.
 func Parse(text string) (Policy, error) {
-	var p Policy
+	p := Default()
 	if strings.TrimSpace(text) == "" {
 		return p, nil
 	}
-	dec := yaml.NewDecoder(bytes.NewReader([]byte(text)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&p); err != nil {
-		if errors.Is(err, io.EOF) {
-			return p, nil
-		}
-		return p, fmt.Errorf("policy: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	dec := yaml.NewDecoder(strings.NewReader(text))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return p, nil // comments only
+	} else if err != nil {
+		return p, syntaxError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return p, &Error{Line: extra.Line, Msg: "a policy is one YAML document; this is a second one"}
+	}
+	if len(doc.Content) == 0 {
+		return Default(), nil
+	}
+	root := doc.Content[0]
+	p.Version = 0
+	err := walk(root, "", fields{
+		"version": func(n *yaml.Node, f string) (err error) {
+			p.Version, err = integer(n, f, 0, math.MaxInt32)
+			return err
+		},
+		"filesystem_policy": func(n *yaml.Node, f string) error {
+			p.Filesystem.Set = true
+			return walk(n, f, fields{
+				"include_workdir": func(n *yaml.Node, f string) (err error) {
+					p.Filesystem.IncludeWorkdir, err = boolean(n, f)
+					return err
+				},
+				"read_only": func(n *yaml.Node, f string) (err error) {
+					p.Filesystem.ReadOnly, err = paths(n, f)
+					return err
+				},
+				"read_write": func(n *yaml.Node, f string) (err error) {
+					p.Filesystem.ReadWrite, err = paths(n, f)
+					return err
+				},
+			})
+		},
+		"landlock": func(n *yaml.Node, f string) error {
+			return walk(n, f, fields{"compatibility": func(n *yaml.Node, f string) (err error) {
+				p.Landlock.Compatibility, err = oneOf(n, f, BestEffort, HardRequirement)
+				return err
+			}})
+		},
+		"process": func(n *yaml.Node, f string) error {
+			return walk(n, f, fields{
+				"run_as_user": func(n *yaml.Node, f string) error {
+					uid, err := integer(n, f, 0, math.MaxInt32-1)
+					p.Process.RunAsUser = &uid
+					return err
+				},
+				"no_new_privileges": func(n *yaml.Node, f string) (err error) {
+					p.Process.NoNewPrivileges, err = boolean(n, f)
+					return err
+				},
+				"seccomp": func(n *yaml.Node, f string) (err error) {
+					p.Process.Seccomp, err = seccomp(n, f)
+					return err
+				},
+			})
+		},
+		"limits": func(n *yaml.Node, f string) error {
+			return walk(n, f, fields{
+				"memory": func(n *yaml.Node, f string) (err error) {
+					p.Limits.MemoryBytes, err = byteSize(n, f)
+					return err
+				},
+				"cpus": func(n *yaml.Node, f string) (err error) {
+					p.Limits.CPUMillis, err = cpus(n, f)
+					return err
+				},
+				"pids": func(n *yaml.Node, f string) (err error) {
+					v, err := integer(n, f, 1, math.MaxInt32)
+					p.Limits.Pids = int64(v)
+					return err
+				},
+			})
+		},
+	})
+	if err != nil {
+		return p, err
 	}
 	if p.Version != Version {
-		return p, fmt.Errorf("policy: version %d is not known to this gateway (want version: %d)", p.Version, Version)
-	}
-	if p.Limits.Pids < 0 {
-		return p, fmt.Errorf("policy: limits.pids: %d is negative", p.Limits.Pids)
-	}
-	if s := p.Process.Seccomp; s != "" && s != "default" && s != "unconfined" && !filepath.IsAbs(s) {
-		return p, fmt.Errorf("policy: process.seccomp: %q is not default, unconfined or an absolute path to a profile", s)
+		line := root.Line
+		if v := find(root, "version"); v != nil {
+			line = v.Line
+		}
+		return p, &Error{Line: line, Field: "version", Msg: fmt.Sprintf("version %d is not known to this gateway: write version: %d", p.Version, Version)}
 	}
 	return p, nil
 }
 
-// Path is an absolute path.
-type Path string
+// parserProblems are the YAML parser's (not scanner's) problems: yaml.v3
+// reports them with the line before the construct they are in.
+var parserProblems = []string{
+	"did not find expected ',' or ']'", "did not find expected ',' or '}'",
+	"did not find expected '-' indicator", "did not find expected <document start>",
+	"did not find expected key", "did not find expected node content",
+}
 
-// UnmarshalYAML implements yaml.Unmarshaler.
-func (p *Path) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode || !filepath.IsAbs(n.Value) {
-		return fmt.Errorf("line %d: %q is not an absolute path", n.Line, n.Value)
+// syntaxError turns a YAML syntax error into an Error with the line where
+// the broken construct starts.
+func syntaxError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	var line int
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, after, ok := strings.Cut(rest, ": "); ok {
+			if l, err := strconv.Atoi(n); err == nil {
+				line, msg = l, after
+			}
+		}
 	}
-	*p = Path(filepath.Clean(n.Value))
+	if slices.Contains(parserProblems, msg) {
+		line++
+	}
+	return &Error{Line: max(line, 1), Msg: "not valid YAML (in what starts on this line): " + msg}
+}
+
+// fields are the keys a mapping may hold, each with what reads its value
+// (given the node and the field's dotted name).
+type fields map[string]func(n *yaml.Node, field string) error
+
+// walk reads a mapping node key by key: an unknown or repeated key is an
+// error.
+func walk(n *yaml.Node, prefix string, known fields) error {
+	if n.Kind != yaml.MappingNode {
+		name := prefix
+		if name == "" {
+			return &Error{Line: n.Line, Msg: "a policy is a mapping of keys (version, filesystem_policy, landlock, process, limits)"}
+		}
+		return &Error{Line: n.Line, Field: name, Msg: fmt.Sprintf("want a mapping of %s, not %s", keys(known), describe(n))}
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		field := k.Value
+		if prefix != "" {
+			field = prefix + "." + k.Value
+		}
+		read, ok := known[k.Value]
+		if k.Kind != yaml.ScalarNode || !ok {
+			where := "the policy"
+			if prefix != "" {
+				where = prefix
+			}
+			return &Error{Line: k.Line, Field: field, Msg: fmt.Sprintf("unknown key in %s (known: %s)", where, keys(known))}
+		}
+		if prev, dup := seen[k.Value]; dup {
+			return &Error{Line: k.Line, Field: field, Msg: fmt.Sprintf("given twice (first on line %d)", prev)}
+		}
+		seen[k.Value] = k.Line
+		if err := read(v, field); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// Choice is landlock.compatibility: best_effort or hard_requirement.
-type Choice string
-
-// The Landlock compatibilities.
-const (
-	BestEffort      Choice = "best_effort"
-	HardRequirement Choice = "hard_requirement"
-)
-
-// UnmarshalYAML implements yaml.Unmarshaler.
-func (c *Choice) UnmarshalYAML(n *yaml.Node) error {
-	if v := Choice(n.Value); n.Kind == yaml.ScalarNode && (v == BestEffort || v == HardRequirement) {
-		*c = v
-		return nil
+func find(n *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
 	}
-	return fmt.Errorf("line %d: landlock.compatibility: %q is not best_effort or hard_requirement", n.Line, n.Value)
+	return nil
 }
 
-// ByteSize is a memory size: a number of bytes, or one with a suffix
-// (Ki, Mi, Gi, Ti in powers of 1024; K, M, G, T in powers of 1000).
-type ByteSize int64
+func keys(known fields) string {
+	var ks []string
+	for k := range known {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return strings.Join(ks, ", ")
+}
 
+// describe names what a node is, for error messages.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return fmt.Sprintf("%q", n.Value)
+}
+
+func scalar(n *yaml.Node, field, want string) (string, error) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return "", &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want %s, not %s", want, describe(n))}
+	}
+	return n.Value, nil
+}
+
+func integer(n *yaml.Node, field string, lo, hi int) (int, error) {
+	want := fmt.Sprintf("a whole number from %d to %d", lo, hi)
+	s, err := scalar(n, field, want)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < lo || v > hi || n.Tag != "!!int" {
+		return 0, &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want %s, not %s", want, describe(n))}
+	}
+	return v, nil
+}
+
+func boolean(n *yaml.Node, field string) (bool, error) {
+	s, err := scalar(n, field, "true or false")
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case n.Tag == "!!bool" && (s == "true" || s == "True" || s == "TRUE"):
+		return true, nil
+	case n.Tag == "!!bool" && (s == "false" || s == "False" || s == "FALSE"):
+		return false, nil
+	}
+	return false, &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want true or false, not %s", describe(n))}
+}
+
+func oneOf(n *yaml.Node, field string, choices ...string) (string, error) {
+	want := strings.Join(choices, " or ")
+	s, err := scalar(n, field, want)
+	if err != nil {
+		return "", err
+	}
+	for _, c := range choices {
+		if s == c {
+			return s, nil
+		}
+	}
+	return "", &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want %s, not %s", want, describe(n))}
+}
+
+func paths(n *yaml.Node, field string) ([]string, error) {
+	if n.Kind != yaml.SequenceNode {
+		return nil, &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want a list of absolute paths, not %s", describe(n))}
+	}
+	out := make([]string, 0, len(n.Content))
+	for i, item := range n.Content {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		s, err := scalar(item, f, "an absolute path")
+		if err != nil {
+			return nil, err
+		}
+		if !filepath.IsAbs(s) {
+			return nil, &Error{Line: item.Line, Field: f, Msg: fmt.Sprintf("%q is not an absolute path", s)}
+		}
+		out = append(out, filepath.Clean(s))
+	}
+	return out, nil
+}
+
+func seccomp(n *yaml.Node, field string) (string, error) {
+	const want = "default, unconfined or the absolute path of a profile"
+	s, err := scalar(n, field, want)
+	if err != nil {
+		return "", err
+	}
+	if s != SeccompDefault && s != SeccompUnconfined && !filepath.IsAbs(s) {
+		return "", &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want %s, not %q", want, s)}
+	}
+	return s, nil
+}
+
+// units are the suffixes of memory sizes: Ki, Mi, Gi, Ti in powers of
+// 1024; K, M, G, T in powers of 1000.
 var units = map[string]float64{
 	"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
 	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
 }
 
-// UnmarshalYAML implements yaml.Unmarshaler.
-func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	v := strings.TrimSpace(n.Value)
-	i := strings.IndexFunc(v, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	num, unit := v, ""
+func byteSize(n *yaml.Node, field string) (int64, error) {
+	const want = "a size such as 512Mi or 2Gi"
+	s, err := scalar(n, field, want)
+	if err != nil {
+		return 0, err
+	}
+	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := s, ""
 	if i >= 0 {
-		num, unit = v[:i], v[i:]
+		num, unit = s[:i], s[i:]
 	}
 	f, err := strconv.ParseFloat(num, 64)
 	mult, ok := units[unit]
-	if n.Kind != yaml.ScalarNode || err != nil || !ok || f <= 0 || f*mult > math.MaxInt64 {
-		return fmt.Errorf("line %d: limits.memory: %q is not a size such as 512Mi or 2Gi", n.Line, n.Value)
+	if err != nil || !ok || f*mult < 1<<20 || f*mult > 1<<50 {
+		return 0, &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want %s (1Mi at least), not %s", want, describe(n))}
 	}
-	*b = ByteSize(f * mult)
-	return nil
+	return int64(f * mult), nil
 }
 
-// Bytes is the size in bytes.
-func (b ByteSize) Bytes() int64 { return int64(b) }
-
-// CPUs is a number of CPUs, fractions allowed.
-type CPUs float64
-
-// UnmarshalYAML implements yaml.Unmarshaler.
-func (c *CPUs) UnmarshalYAML(n *yaml.Node) error {
-	f, err := strconv.ParseFloat(n.Value, 64)
-	if n.Kind != yaml.ScalarNode || err != nil || f <= 0 || f > 1e6 {
-		return fmt.Errorf("line %d: limits.cpus: %q is not a positive number of CPUs such as 1.5", n.Line, n.Value)
+func cpus(n *yaml.Node, field string) (int64, error) {
+	const want = "a number of CPUs such as 1.5"
+	s, err := scalar(n, field, want)
+	if err != nil {
+		return 0, err
 	}
-	*c = CPUs(f)
-	return nil
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || f < 0.01 || f > 4096 {
+		return 0, &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want %s (0.01 to 4096), not %s", want, describe(n))}
+	}
+	return int64(math.Round(f * 1000)), nil
 }
-
-// Millis is the CPU limit in thousandths of a CPU.
-func (c CPUs) Millis() int64 { return int64(math.Round(float64(c) * 1000)) }

@@ -345,7 +345,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	return d.save(&object{
 		ID: spec.ID, Name: spec.Name, Generation: spec.Generation, RootFS: rootfs,
 		Labels: driver.ObjectLabels(spec, d.cfg.Label), Command: spec.Command,
-		Limits: supervisor.Limits{MemoryBytes: l.Memory.Bytes(), CPUMillis: l.CPUs.Millis(), Pids: l.Pids},
+		Limits: supervisor.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: l.Pids},
 	})
 }
 
