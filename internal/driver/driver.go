@@ -87,6 +87,9 @@ type Object struct {
 	Labels   map[string]string
 	// Message is the driver's own explanation of the state, if any.
 	Message string
+	// Protections says what of the policy protects a running object's
+	// main process ("landlock ABI 7; no_new_privs; seccomp default").
+	Protections string
 }
 
 // Label keys every driver puts on its compute objects; the value of the

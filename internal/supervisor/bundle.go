@@ -57,14 +57,17 @@ type Exit struct {
 
 // The files of a bundle.
 const (
-	ConfigFile     = "config.json"
-	LockFile       = "lock"   // locked by the supervisor while it lives
-	PIDFile        = "pid"    // the supervisor's pid on the host, written at start
-	ExitFile       = "exit"   // an Exit, written before the supervisor exits
-	StdoutFile     = "stdout" // the main process's output
-	StderrFile     = "stderr" // its error output
-	SupervisorLog  = "supervisor.log"
-	ConfigFileMode = 0o600
+	ConfigFile = "config.json"
+	LockFile   = "lock" // locked by the supervisor while it lives
+	PIDFile    = "pid"  // the supervisor's pid on the host, written at start
+	ExitFile   = "exit" // an Exit, written before the supervisor exits
+	// ProtectionsFile says what of the policy protects the main process
+	// ("landlock ABI 7; no_new_privs; seccomp default").
+	ProtectionsFile = "protections"
+	StdoutFile      = "stdout" // the main process's output
+	StderrFile      = "stderr" // its error output
+	SupervisorLog   = "supervisor.log"
+	ConfigFileMode  = 0o600
 )
 
 // Path returns the path of a bundle file.

@@ -142,12 +142,15 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err := enterRoot(cfg, root); err != nil {
 		return s, err
 	}
-	pid, done, failed, err := s.children.start(cfg.Command, cfg.Env, []*os.File{null, stdout, stderr}, false)
+	pid, done, applied, failed, err := s.children.start(cfg.Command, cfg.Env, []*os.File{null, stdout, stderr}, false)
 	if err != nil {
 		return s, fmt.Errorf("start %s: %w", cfg.Command[0], err)
 	}
 	if failed != nil {
 		return s, commandError{failed}
+	}
+	if err := s.writeBundleFile(ProtectionsFile, []byte(applied)); err != nil {
+		return s, fmt.Errorf("record the protections: %w", err)
 	}
 	s.main, s.mainDone = pid, done
 	for _, f := range []*os.File{null, stdout, stderr} {
@@ -290,21 +293,28 @@ func (s *sandboxSupervisor) killAll() { _ = unix.Kill(-1, unix.SIGKILL) }
 func (s *sandboxSupervisor) finish(e Exit) {
 	s.killAll()
 	data, _ := json.Marshal(e) // an int and a bool always marshal
-	dir := int(s.bundle.Fd())
-	fd, err := unix.Openat(dir, ExitFile+".tmp", unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
-	if err == nil {
-		_, err = unix.Write(fd, data)
-		if err == nil {
-			err = unix.Fsync(fd)
-		}
-		unix.Close(fd)
-	}
-	if err == nil {
-		err = unix.Renameat(dir, ExitFile+".tmp", dir, ExitFile)
-	}
-	if err != nil {
+	if err := s.writeBundleFile(ExitFile, data); err != nil {
 		fmt.Fprintf(os.Stderr, "corral supervise: record the exit: %v\n", err)
 	}
+}
+
+// writeBundleFile writes a file of the bundle atomically, through the
+// bundle's descriptor: after the pivot it has no path.
+func (s *sandboxSupervisor) writeBundleFile(name string, data []byte) error {
+	dir := int(s.bundle.Fd())
+	fd, err := unix.Openat(dir, name+".tmp", unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = unix.Write(fd, data)
+	if err == nil {
+		err = unix.Fsync(fd)
+	}
+	unix.Close(fd)
+	if err != nil {
+		return err
+	}
+	return unix.Renameat(dir, name+".tmp", dir, name)
 }
 
 // serve answers control requests until the supervisor exits.
@@ -366,7 +376,7 @@ func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File)
 	if req.TTY {
 		env = append(env, "TERM=xterm")
 	}
-	pid, done, _, err := s.children.start(req.Command, env, stdio, req.TTY) // a command that cannot run exits 126 or 127
+	pid, done, _, _, err := s.children.start(req.Command, env, stdio, req.TTY) // a command that cannot run exits 126 or 127
 	closeAll(stdio)
 	if err != nil {
 		_ = writeReply(c, Reply{Error: err.Error()})
@@ -422,20 +432,20 @@ type children struct {
 }
 
 // start runs command through the exec stage in its own session. The exec
-// stage waits until the process is in
-// the sandbox's cgroup before it runs the command, and start waits until
-// the command runs: failed reports why the exec stage could not run it
-// (the process then exits 126 or 127).
-func (c *children) start(command, env []string, stdio []*os.File, tty bool) (pid int, done <-chan int, failed, err error) {
+// stage waits until the process is in the sandbox's cgroup before it runs
+// the command, and start waits until the command runs: applied is what the
+// exec stage applied of the policy, failed why it could not run the
+// command (the process then exits 126 or 127).
+func (c *children) start(command, env []string, stdio []*os.File, tty bool) (pid int, done <-chan int, applied string, failed, err error) {
 	gate, release, err := os.Pipe()
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, "", nil, err
 	}
 	defer gate.Close()
 	defer release.Close()
 	report, reported, err := os.Pipe()
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, "", nil, err
 	}
 	defer report.Close()
 	defer reported.Close()
@@ -448,14 +458,20 @@ func (c *children) start(command, env []string, stdio []*os.File, tty bool) (pid
 	attr := &os.ProcAttr{Dir: c.dir, Env: env, Files: append(stdio[:n:n], gate, reported),
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty, Ctty: 0}}
 	if pid, done, err = c.startLocked(argv, attr); err != nil {
-		return 0, nil, nil, err
+		return 0, nil, "", nil, err
 	}
 	release.Close() // go ahead
 	reported.Close()
-	if msg, _ := io.ReadAll(report); len(msg) > 0 { // nothing: the command runs
-		failed = errors.New(string(msg))
+	msg, _ := io.ReadAll(report) // ends when the command runs, or the exec stage gives up
+	for _, line := range strings.Split(string(msg), "\n") {
+		if v, ok := strings.CutPrefix(line, "applied: "); ok {
+			applied = v
+		}
+		if v, ok := strings.CutPrefix(line, "error: "); ok {
+			failed = errors.New(v)
+		}
 	}
-	return pid, done, failed, nil
+	return pid, done, applied, failed, nil
 }
 
 func (c *children) startLocked(argv []string, attr *os.ProcAttr) (int, <-chan int, error) {

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -50,12 +51,13 @@ func Run(cfg Config) (int, error) {
 	}
 
 	var c children
-	main, done, _, err := c.start(cfg.Command, os.Environ(), []*os.File{os.Stdin, os.Stdout, os.Stderr}, false)
+	main, done, applied, _, err := c.start(cfg.Command, os.Environ(), []*os.File{os.Stdin, os.Stdout, os.Stderr}, false)
 	if err != nil {
 		return 0, fmt.Errorf("supervise: start %s: %w", cfg.Command[0], err)
 	}
 	// A command that cannot run exits 126 or 127, like a shell's.
 	if cfg.ReadyFile != "" {
+		_ = WriteFileAtomic(filepath.Join(filepath.Dir(cfg.ReadyFile), ProtectionsFile), []byte(applied), 0o644)
 		if err := writeReady(cfg.ReadyFile, main); err != nil {
 			fmt.Fprintf(os.Stderr, "corral supervise: report readiness: %v\n", err)
 		}
@@ -89,14 +91,16 @@ func writeReady(path string, pid int) error {
 // process (or an exec'd one), applies the sandbox's protections to itself
 // and replaces itself with the command. With waitFD > 0 it first waits for
 // the end of that descriptor (its supervisor's go-ahead). With reportFD >
-// 0 it writes why it failed there; the descriptor closes on a successful
-// exec, so its reader learns that the command runs. With dropCaps it keeps
-// only keptCapabilities. It returns only on failure.
+// 0 it writes there "applied: " and what it applied, or "error: " and why
+// it failed; the descriptor closes on a successful exec. With dropCaps it
+// keeps only keptCapabilities; the policy comes from PolicyEnv. It returns
+// only on failure.
 func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
+	var report *os.File
 	if reportFD > 0 {
 		unix.CloseOnExec(reportFD)
-		report := os.NewFile(uintptr(reportFD), "report")
-		defer func() { fmt.Fprint(report, err) }()
+		report = os.NewFile(uintptr(reportFD), "report")
+		defer func() { fmt.Fprintf(report, "error: %v\n", err) }()
 	}
 	if len(command) == 0 {
 		return errors.New("no command to run")
@@ -106,16 +110,28 @@ func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
 		_, _ = io.Copy(io.Discard, gate)
 		gate.Close()
 	}
+	pol, hasPolicy, err := PolicyFromEnv()
+	if err != nil {
+		return err
+	}
+	os.Unsetenv(PolicyEnv)
+	path, err := exec.LookPath(command[0])
+	if err != nil {
+		return err
+	}
 	if dropCaps {
 		if err := dropCapabilities(); err != nil {
 			return err
 		}
 	}
-	// The policy issue applies Landlock, seccomp, no_new_privs and the user
-	// switch here, before the command runs.
-	path, err := exec.LookPath(command[0])
-	if err != nil {
-		return err
+	var applied []string
+	if hasPolicy {
+		if applied, err = protect(pol); err != nil {
+			return err
+		}
+	}
+	if report != nil {
+		fmt.Fprintf(report, "applied: %s\n", strings.Join(applied, "; "))
 	}
 	return syscall.Exec(path, command, os.Environ())
 }

@@ -74,7 +74,7 @@ type object struct {
 	Labels     map[string]string `json:"labels"`
 	RootFS     string            `json:"rootfs,omitempty"`
 	Command    []string          `json:"command"`
-	Limits     supervisor.Limits `json:"limits"`
+	Policy     policy.Policy     `json:"policy"`
 }
 
 // New returns a native driver.
@@ -216,6 +216,9 @@ func (d *Driver) observe(o *object) (driver.Object, error) {
 	}
 	if live {
 		obj.State = driver.StateRunning
+		if data, err := os.ReadFile(b.Path(supervisor.ProtectionsFile)); err == nil {
+			obj.Protections = string(data)
+		}
 		return obj, nil
 	}
 	if exit, err := b.ReadExit(); err == nil {
@@ -341,11 +344,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err := os.MkdirAll(filepath.Join(d.sandboxDir(spec.ID), "workdir"), 0o755); err != nil {
 		return fmt.Errorf("native create: %w", err)
 	}
-	l := pol.Limits
 	return d.save(&object{
 		ID: spec.ID, Name: spec.Name, Generation: spec.Generation, RootFS: rootfs,
-		Labels: driver.ObjectLabels(spec, d.cfg.Label), Command: spec.Command,
-		Limits: supervisor.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: l.Pids},
+		Labels: driver.ObjectLabels(spec, d.cfg.Label), Command: spec.Command, Policy: pol,
 	})
 }
 

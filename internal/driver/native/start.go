@@ -108,11 +108,18 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 	if err := removeCgroup(ctx, o.ID); err != nil { // a killed supervisor's
 		return err
 	}
+	l := o.Policy.Limits
 	cfg := supervisor.SandboxConfig{
 		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
-		Env:    []string{supervisor.DefaultPath, "HOME=/sandbox", "HOSTNAME=" + hostname(o.Name)},
+		Env:    sandboxEnv(o),
 		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide,
-		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID), Limits: o.Limits,
+		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
+		Limits: supervisor.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: l.Pids},
+	}
+	if uid := o.Policy.Process.RunAsUser; uid != nil {
+		if err := os.Chown(cfg.Workdir, *uid, *uid); err != nil {
+			return fmt.Errorf("native start: give /sandbox to user %d: %w", *uid, err)
+		}
 	}
 	if err := b.WriteConfig(cfg); err != nil {
 		return fmt.Errorf("native start: %w", err)
@@ -179,6 +186,17 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the main process to start: %w", ctx.Err())
 	}
+}
+
+// sandboxEnv is the environment of a sandbox's processes, with the policy
+// for the exec stage (which removes it).
+func sandboxEnv(o *object) []string {
+	env := []string{supervisor.DefaultPath, "HOME=/sandbox", "HOSTNAME=" + hostname(o.Name),
+		supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(o.Policy)}
+	if abi, ok := os.LookupEnv(supervisor.LandlockABIEnv); ok {
+		env = append(env, supervisor.LandlockABIEnv+"="+abi) // a test's simulated kernel
+	}
+	return env
 }
 
 func (d *Driver) workdir(id string) string {

@@ -1,0 +1,231 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/elastic/go-seccomp-bpf"
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/policy"
+)
+
+// PolicyEnv is the environment variable that carries a sandbox's policy
+// (policy.Policy as JSON) to the exec stage, which removes it before the
+// command runs.
+const PolicyEnv = "CORRAL_POLICY"
+
+// LandlockABIEnv, when set (to a number), is taken as the kernel's Landlock
+// ABI instead of asking the kernel: tests simulate a kernel without
+// Landlock with 0.
+const LandlockABIEnv = "CORRAL_TEST_LANDLOCK_ABI"
+
+// Workdir is the sandbox's workdir, read-write under include_workdir.
+const Workdir = "/sandbox"
+
+// defaultDenied are the system calls the default seccomp filter refuses
+// with EPERM: what container runtimes deny by default (mounts, tracing,
+// kernel modules and kexec, BPF, keyrings, namespaces, clock and swap
+// changes, reboot, raw handles to files).
+var defaultDenied = []string{
+	"mount", "umount2", "pivot_root", "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
+	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
+	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+	"bpf", "perf_event_open", "userfaultfd",
+	"keyctl", "add_key", "request_key",
+	"unshare", "setns",
+	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+	"swapon", "swapoff", "reboot", "acct", "quotactl", "syslog", "iopl", "ioperm", "uselib",
+	"open_by_handle_at", "name_to_handle_at", "lookup_dcookie",
+}
+
+// PolicyFromEnv returns the policy the gateway passed, and whether there
+// was one.
+func PolicyFromEnv() (policy.Policy, bool, error) {
+	text, ok := os.LookupEnv(PolicyEnv)
+	if !ok {
+		return policy.Policy{}, false, nil
+	}
+	var p policy.Policy
+	if err := json.Unmarshal([]byte(text), &p); err != nil {
+		return p, true, fmt.Errorf("%s: %w", PolicyEnv, err)
+	}
+	return p, true, nil
+}
+
+// PolicyJSON is the value of PolicyEnv for a policy.
+func PolicyJSON(p policy.Policy) string {
+	data, _ := json.Marshal(p) // plain fields always marshal
+	return string(data)
+}
+
+// protect applies a policy to the calling process, which is about to exec
+// its command: Landlock, no_new_privs, the user switch and seccomp, in that
+// order. It returns what it applied, for the sandbox's record. With
+// landlock compatibility hard_requirement, a kernel without Landlock is an
+// error; with best_effort it is reported.
+func protect(p policy.Policy) ([]string, error) {
+	var applied []string
+	if p.Filesystem.Set {
+		what, err := restrictFiles(p)
+		if err != nil {
+			return nil, err
+		}
+		applied = append(applied, what)
+	}
+	if p.Process.NoNewPrivileges || p.Process.Seccomp != policy.SeccompUnconfined || p.Filesystem.Set {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return nil, fmt.Errorf("no_new_privs: %w", err)
+		}
+		applied = append(applied, "no_new_privs")
+	}
+	if uid := p.Process.RunAsUser; uid != nil {
+		if err := switchUser(*uid); err != nil {
+			return nil, err
+		}
+		applied = append(applied, "user "+strconv.Itoa(*uid))
+	}
+	if p.Process.Seccomp != policy.SeccompUnconfined {
+		if err := loadSeccomp(p.Process.Seccomp); err != nil {
+			return nil, err
+		}
+		applied = append(applied, "seccomp "+p.Process.Seccomp)
+	}
+	return applied, nil
+}
+
+// landlockABI is the kernel's Landlock ABI (0: none).
+func landlockABI() int {
+	if v, ok := os.LookupEnv(LandlockABIEnv); ok {
+		n, _ := strconv.Atoi(v)
+		return n
+	}
+	abi, err := llsyscall.LandlockGetABIVersion()
+	if err != nil {
+		return 0
+	}
+	return abi
+}
+
+// restrictFiles lets the process read (and execute) only the read_only
+// paths, and read and write only the read_write ones and the workdir,
+// with the rights of the newest Landlock ABI the kernel has.
+func restrictFiles(p policy.Policy) (string, error) {
+	abi := landlockABI()
+	hard := p.Landlock.Compatibility == policy.HardRequirement
+	if abi == 0 {
+		if hard {
+			return "", errors.New("landlock: the policy requires it (hard_requirement), but this kernel has no Landlock")
+		}
+		return "landlock unavailable (ABI 0): file lists not enforced", nil
+	}
+	rw := p.Filesystem.ReadWrite
+	if p.Filesystem.IncludeWorkdir {
+		rw = append(rw[:len(rw):len(rw)], Workdir)
+	}
+	roDirs, roFiles := splitDirs(p.Filesystem.ReadOnly)
+	rwDirs, rwFiles := splitDirs(rw)
+	// The newest ABI this build knows that the kernel has: every right of
+	// it is enforced, or the call fails.
+	configs := []landlock.Config{landlock.V1, landlock.V2, landlock.V3, landlock.V4, landlock.V5, landlock.V6, landlock.V7}
+	used := min(abi, len(configs))
+	err := configs[used-1].RestrictPaths(
+		landlock.RODirs(roDirs...).IgnoreIfMissing(), landlock.ROFiles(roFiles...).IgnoreIfMissing(),
+		landlock.RWDirs(rwDirs...).IgnoreIfMissing(), landlock.RWFiles(rwFiles...).IgnoreIfMissing(),
+	)
+	if err != nil {
+		return "", fmt.Errorf("landlock: %w", err)
+	}
+	return fmt.Sprintf("landlock ABI %d", used), nil
+}
+
+// splitDirs sorts paths into directories and the rest (files, devices);
+// a path that does not exist goes with the directories, to be ignored.
+func splitDirs(paths []string) (dirs, files []string) {
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			files = append(files, p)
+		} else {
+			dirs = append(dirs, p)
+		}
+	}
+	return dirs, files
+}
+
+// switchUser makes every thread run as uid (and gid uid), without
+// supplementary groups.
+func switchUser(uid int) error {
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("run_as_user %d: drop groups: %w", uid, err)
+	}
+	if err := syscall.Setgid(uid); err != nil {
+		return fmt.Errorf("run_as_user %d: %w", uid, err)
+	}
+	if err := syscall.Setuid(uid); err != nil {
+		return fmt.Errorf("run_as_user %d: %w", uid, err)
+	}
+	return nil
+}
+
+// seccompProfile is the file format of a seccomp profile given by path:
+// a default action and groups of system calls with their action (allow,
+// errno, kill_process, kill_thread, trap, log).
+type seccompProfile struct {
+	DefaultAction string `json:"default_action"`
+	Syscalls      []struct {
+		Names  []string `json:"names"`
+		Action string   `json:"action"`
+	} `json:"syscalls"`
+}
+
+// loadSeccomp installs the default filter or a profile's, on every thread.
+func loadSeccomp(setting string) error {
+	pol := seccomp.Policy{DefaultAction: seccomp.ActionAllow,
+		Syscalls: []seccomp.SyscallGroup{{Names: defaultDenied, Action: seccomp.ActionErrno}}}
+	if setting != policy.SeccompDefault {
+		var err error
+		if pol, err = readSeccompProfile(setting); err != nil {
+			return err
+		}
+	}
+	filter := seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: pol}
+	if err := seccomp.LoadFilter(filter); err != nil {
+		return fmt.Errorf("seccomp %s: %w", setting, err)
+	}
+	return nil
+}
+
+func readSeccompProfile(path string) (seccomp.Policy, error) {
+	var pol seccomp.Policy
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return pol, fmt.Errorf("seccomp profile: %w", err)
+	}
+	var prof seccompProfile
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&prof); err != nil {
+		return pol, fmt.Errorf("seccomp profile %s: %w", path, err)
+	}
+	if err := pol.DefaultAction.Unpack(prof.DefaultAction); err != nil {
+		return pol, fmt.Errorf("seccomp profile %s: default_action: %w", path, err)
+	}
+	for i, g := range prof.Syscalls {
+		group := seccomp.SyscallGroup{Names: g.Names}
+		if err := group.Action.Unpack(g.Action); err != nil {
+			return pol, fmt.Errorf("seccomp profile %s: syscalls[%d].action: %w", path, i, err)
+		}
+		pol.Syscalls = append(pol.Syscalls, group)
+	}
+	if err := pol.Validate(); err != nil {
+		return pol, fmt.Errorf("seccomp profile %s: %w", path, err)
+	}
+	return pol, nil
+}
