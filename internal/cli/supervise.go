@@ -34,6 +34,18 @@ func newSuperviseCmd() *cobra.Command {
 			return &exitError{code: supervisor.RunSandbox(args[0])}
 		},
 	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "probe NAME...",
+		Short: "Try what a sandbox's policy may forbid (mount, ptrace, bpf, keyctl, unshare) and show no_new_privs, seccomp and uid",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			lines, err := supervisor.Probe(names)
+			for _, l := range lines {
+				fmt.Println(l)
+			}
+			return err
+		},
+	})
 	var (
 		waitFD, reportFD int
 		dropCaps         bool

@@ -1,0 +1,85 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// probes try one thing each that a sandbox's policy may forbid, for tests
+// and for people checking a sandbox by hand (`corral supervise probe`).
+// Each returns what happened: "ok", an errno's name, or a value. None has
+// an effect beyond the probing process, even run on a host as root.
+var probes = map[string]func() string{
+	// A file system type that does not exist: ENODEV where mounting is
+	// allowed at all, and nothing is ever mounted.
+	"mount": func() string { return result(unix.Mount("none", "/", "corral-no-such-fs", 0, "")) },
+	"ptrace": func() string {
+		// Attach to no process: ESRCH when ptrace is allowed at all.
+		_, _, e := unix.Syscall(unix.SYS_PTRACE, unix.PTRACE_ATTACH, noSuchPID, 0)
+		return errnoResult(e)
+	},
+	"bpf": func() string {
+		var attr [64]byte
+		_, _, e := unix.Syscall(unix.SYS_BPF, unix.BPF_MAP_CREATE, uintptr(unsafe.Pointer(&attr[0])), unsafe.Sizeof(attr))
+		return errnoResult(e)
+	},
+	"keyctl": func() string {
+		_, err := unix.KeyctlGetKeyringID(unix.KEY_SPEC_SESSION_KEYRING, true)
+		return result(err)
+	},
+	"unshare": func() string { return result(unix.Unshare(unix.CLONE_NEWUTS)) },
+	"no_new_privs": func() string {
+		v, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+		return valueResult(v, err)
+	},
+	"seccomp": func() string {
+		v, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
+		return valueResult(v, err)
+	},
+	"uid": func() string { return fmt.Sprint(os.Getuid()) },
+}
+
+// noSuchPID is past the largest pid Linux hands out (2^22).
+const noSuchPID = 1<<22 + 1
+
+// Probe runs the named probes and returns "name: result" lines.
+func Probe(names []string) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		p, ok := probes[n]
+		if !ok {
+			return nil, fmt.Errorf("unknown probe %q", n)
+		}
+		out = append(out, n+": "+p())
+	}
+	return out, nil
+}
+
+func result(err error) string {
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return errnoResult(e)
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return "ok"
+}
+
+func errnoResult(e unix.Errno) string {
+	if e == 0 {
+		return "ok"
+	}
+	return unix.ErrnoName(e)
+}
+
+func valueResult(v int, err error) string {
+	if err != nil {
+		return result(err)
+	}
+	return fmt.Sprint(v)
+}
