@@ -441,3 +441,78 @@ func TestConcurrentStartsFromTwoGateways(t *testing.T) {
 		}
 	}
 }
+
+// visibleDir makes a directory of the host that host-root sandboxes see
+// (read-only), holding a copy of the file at src as name.
+func visibleDir(t *testing.T, src, name string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/var/tmp", "corral-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	data, err := os.ReadFile(src)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, name), data, 0o755)
+	}
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// Must hold 1 of the policy issue, on the native driver.
+func TestPolicyCases(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	probes, outside := visibleDir(t, corral, "corral"), visibleDir(t, "/bin/true", "true")
+	s := startSandbox(t, d, "policy", drivertest.Policy(probes))
+	drivertest.RunPolicyCases(t, drivertest.PolicySandbox{
+		Exec: func(t *testing.T, command ...string) (int, string, string) {
+			t.Helper()
+			return s.exec(command...)
+		},
+		Probe:   filepath.Join(probes, "corral"),
+		Outside: filepath.Join(outside, "true"),
+	})
+	obj, err := d.Inspect(ctx(t), s.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"landlock ABI", "no_new_privs", "user 1000", "seccomp default"} {
+		if !strings.Contains(obj.Protections, want) {
+			t.Errorf("protections %q lack %q", obj.Protections, want)
+		}
+	}
+}
+
+// Must hold 2 of the policy issue: on a kernel without Landlock (ABI 0,
+// simulated), best_effort runs and says so, hard_requirement refuses.
+func TestLandlockUnavailable(t *testing.T) {
+	t.Setenv(supervisor.LandlockABIEnv, "0")
+	d := newTestDriver(t, "corral.test")
+	lists := "filesystem_policy: {read_only: [/bin, /usr, /lib, /lib64, /etc]}\n"
+	best := startSandbox(t, d, "best", "version: 1\n"+lists+"landlock: {compatibility: best_effort}\n")
+	obj, err := d.Inspect(ctx(t), best.id)
+	if err != nil || !strings.Contains(obj.Protections, "landlock unavailable") || !strings.Contains(obj.Protections, "seccomp default") {
+		t.Errorf("best_effort without Landlock: %+v, %v; want it running, saying Landlock is unavailable", obj, err)
+	}
+	best.mustExec("cat", "/proc/version") // not enforced, as reported
+
+	id := sandbox.NewID()
+	t.Cleanup(func() { _ = d.Delete(context.Background(), id) })
+	spec := driver.Spec{ID: id, Name: "hard", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"},
+		Policy: "version: 1\n" + lists + "landlock: {compatibility: hard_requirement}\n"}
+	if err := d.Create(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	err = d.Start(ctx(t), driver.Ref{ID: id, Generation: 1})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "hard_requirement") {
+		t.Errorf("hard_requirement without Landlock: start = %v; want it refused, naming the requirement", err)
+	}
+	if obj, _ := d.Inspect(ctx(t), id); obj.State == driver.StateRunning {
+		t.Errorf("hard_requirement without Landlock: the sandbox runs unprotected")
+	}
+}

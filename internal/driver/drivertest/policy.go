@@ -1,0 +1,124 @@
+package drivertest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// PolicySandbox is a running sandbox made with Policy(probeDir), in which
+// RunPolicyCases runs its cases.
+type PolicySandbox struct {
+	// Exec runs a command in the sandbox and returns its exit code and
+	// output.
+	Exec func(t *testing.T, command ...string) (code int, stdout, stderr string)
+	// Probe is the path, inside the sandbox, of a corral binary in
+	// probeDir (`corral supervise probe`).
+	Probe string
+	// Outside is the path, inside the sandbox, of an executable that no
+	// list of the policy covers.
+	Outside string
+}
+
+// PolicyUser is the run_as_user of Policy.
+const PolicyUser = 1000
+
+// Policy is the policy RunPolicyCases expects: the system's directories
+// and probeDir read-only, /tmp and /dev/null read-write, the workdir,
+// Landlock required, user PolicyUser, the default seccomp filter, 64 MiB
+// and 32 processes.
+func Policy(probeDir string) string {
+	return fmt.Sprintf(`version: 1
+filesystem_policy:
+  include_workdir: true
+  read_only: [/bin, /sbin, /usr, /lib, /lib64, /etc, /dev/zero, %s]
+  read_write: [/tmp, /dev/null]
+landlock:
+  compatibility: hard_requirement
+process:
+  run_as_user: %d
+  no_new_privileges: true
+  seccomp: default
+limits: {memory: 64Mi, pids: 32}
+`, probeDir, PolicyUser)
+}
+
+// denied are the messages of an access refused by Landlock (EACCES) or by
+// a read-only mount (EROFS): which one a driver's file system gives first
+// varies, the outcome does not.
+var denied = []string{"Permission denied", "Read-only file system"}
+
+// policyCase is one thing tried in a sandbox under Policy, and what must
+// happen.
+type policyCase struct {
+	name    string
+	command func(s PolicySandbox) []string
+	ok      bool     // exit code 0, else not 0 (or code, when set)
+	code    int      // the exit code, when not 0 or 1
+	output  []string // stdout or stderr holds one of these
+}
+
+func sh(script string) func(PolicySandbox) []string {
+	return func(PolicySandbox) []string { return []string{"sh", "-c", script} }
+}
+
+func probe(name string) func(PolicySandbox) []string {
+	return func(s PolicySandbox) []string { return []string{s.Probe, "supervise", "probe", name} }
+}
+
+var policyCases = []policyCase{
+	{name: "read in read_only", command: sh("cat /etc/passwd >/dev/null && echo read"), ok: true, output: []string{"read"}},
+	{name: "exec in read_only", command: sh("true && echo ran"), ok: true, output: []string{"ran"}},
+	{name: "write in read_only", command: sh("echo x > /etc/corral-policy-test"), output: denied},
+	{name: "create in read_only", command: sh("mkdir /usr/corral-policy-test"), output: denied},
+	{name: "write in read_write", command: sh("echo kept > /tmp/f && cat /tmp/f"), ok: true, output: []string{"kept"}},
+	{name: "write in the workdir", command: sh("echo kept > /sandbox/f && cat /sandbox/f"), ok: true, output: []string{"kept"}},
+	{name: "write to /dev/null", command: sh("echo x > /dev/null && echo wrote"), ok: true, output: []string{"wrote"}},
+	{name: "read outside every list", command: sh("cat /proc/version"), output: denied},
+	{name: "list outside every list", command: sh("ls /proc/1"), output: denied},
+	{name: "exec outside every list", command: func(s PolicySandbox) []string { return []string{s.Outside} }, code: 126, output: denied},
+	{name: "write through a symlink that points outside", command: sh("ln -sf /etc/passwd /sandbox/link && echo x >> /sandbox/link"), output: denied},
+	{name: "write /proc/sys", command: sh("echo corral > /proc/sys/kernel/domainname"), output: denied},
+	{name: "mount", command: probe("mount"), ok: true, output: []string{"mount: EPERM"}},
+	{name: "ptrace", command: probe("ptrace"), ok: true, output: []string{"ptrace: EPERM"}},
+	{name: "bpf", command: probe("bpf"), ok: true, output: []string{"bpf: EPERM"}},
+	{name: "keyctl", command: probe("keyctl"), ok: true, output: []string{"keyctl: EPERM"}},
+	{name: "unshare", command: probe("unshare"), ok: true, output: []string{"unshare: EPERM"}},
+	{name: "no_new_privs", command: probe("no_new_privs"), ok: true, output: []string{"no_new_privs: 1"}},
+	{name: "seccomp filter", command: probe("seccomp"), ok: true, output: []string{"seccomp: 2"}},
+	{name: "run_as_user", command: probe("uid"), ok: true, output: []string{fmt.Sprintf("uid: %d", PolicyUser)}},
+	{name: "allocation past the memory limit", command: sh("dd if=/dev/zero of=/dev/null bs=256M count=1"), code: 137},
+	{name: "fork bomb past the pids limit", command: sh("for i in $(seq 64); do sleep 1 >/dev/null 2>&1 & done; wait"), output: []string{"fork", "Resource temporarily unavailable"}},
+}
+
+// RunPolicyCases checks, in a sandbox made with Policy, that each of the
+// cases has its expected outcome.
+func RunPolicyCases(t *testing.T, s PolicySandbox) {
+	for _, tc := range policyCases {
+		t.Run(tc.name, func(t *testing.T) {
+			command := tc.command(s)
+			code, stdout, stderr := s.Exec(t, command...)
+			switch {
+			case tc.ok && code != 0:
+				t.Errorf("%q: exit %d, want 0 (stdout %q, stderr %q)", command, code, stdout, stderr)
+			case !tc.ok && tc.code != 0 && code != tc.code:
+				t.Errorf("%q: exit %d, want %d (stdout %q, stderr %q)", command, code, tc.code, stdout, stderr)
+			case !tc.ok && code == 0:
+				t.Errorf("%q: succeeded, want it refused (stdout %q)", command, stdout)
+			}
+			if len(tc.output) > 0 && !containsAny(stdout+stderr, tc.output) {
+				t.Errorf("%q: output %q %q says none of %q", command, stdout, stderr, tc.output)
+			}
+		})
+	}
+}
+
+// containsAny reports whether s holds one of subs, whatever their case.
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(strings.ToLower(s), strings.ToLower(sub)) {
+			return true
+		}
+	}
+	return false
+}
