@@ -64,10 +64,12 @@ const (
 	// ProtectionsFile says what of the policy protects the main process
 	// ("landlock ABI 7; no_new_privs; seccomp default").
 	ProtectionsFile = "protections"
-	StdoutFile      = "stdout" // the main process's output
-	StderrFile      = "stderr" // its error output
-	SupervisorLog   = "supervisor.log"
-	ConfigFileMode  = 0o600
+	// FailedFile says why the main process could not run (Docker mode).
+	FailedFile     = "failed"
+	StdoutFile     = "stdout" // the main process's output
+	StderrFile     = "stderr" // its error output
+	SupervisorLog  = "supervisor.log"
+	ConfigFileMode = 0o600
 )
 
 // Path returns the path of a bundle file.

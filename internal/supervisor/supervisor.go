@@ -50,15 +50,27 @@ func Run(cfg Config) (int, error) {
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
 
+	if pol, ok, err := PolicyFromEnv(); err == nil && ok && pol.Process.RunAsUser != nil {
+		// The workdir volume is root's, and the engine gives the private
+		// /tmp the image's mode: the user must write to both.
+		_ = os.Chown(Workdir, *pol.Process.RunAsUser, *pol.Process.RunAsUser)
+		_ = os.Chmod("/tmp", 0o777|os.ModeSticky)
+	}
 	var c children
-	main, done, applied, _, err := c.start(cfg.Command, os.Environ(), []*os.File{os.Stdin, os.Stdout, os.Stderr}, false)
+	main, done, applied, failed, err := c.start(cfg.Command, os.Environ(), []*os.File{os.Stdin, os.Stdout, os.Stderr}, false)
 	if err != nil {
 		return 0, fmt.Errorf("supervise: start %s: %w", cfg.Command[0], err)
 	}
-	// A command that cannot run exits 126 or 127, like a shell's.
-	if cfg.ReadyFile != "" {
-		_ = WriteFileAtomic(filepath.Join(filepath.Dir(cfg.ReadyFile), ProtectionsFile), []byte(applied), 0o644)
-		if err := writeReady(cfg.ReadyFile, main); err != nil {
+	// A command that cannot run exits 126 or 127, like a shell's; the
+	// gateway learns why from FailedFile instead of readiness.
+	if dir := filepath.Dir(cfg.ReadyFile); cfg.ReadyFile != "" {
+		file, data := cfg.ReadyFile, []byte(strconv.Itoa(main)+"\n")
+		if failed != nil {
+			file, data = filepath.Join(dir, FailedFile), []byte(failed.Error())
+		} else {
+			_ = WriteFileAtomic(filepath.Join(dir, ProtectionsFile), []byte(applied), 0o644)
+		}
+		if err := WriteFileAtomic(file, data, 0o644); err != nil {
 			fmt.Fprintf(os.Stderr, "corral supervise: report readiness: %v\n", err)
 		}
 	}
@@ -74,17 +86,6 @@ func Run(cfg Config) (int, error) {
 			_ = syscall.Kill(main, sig.(syscall.Signal))
 		}
 	}
-}
-
-func writeReady(path string, pid int) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // Exec is the exec stage: it runs in the process that becomes the main

@@ -14,6 +14,8 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
+	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
 // Create implements driver.Driver.
@@ -41,8 +43,17 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("docker create: %w", err)
 	}
-	_ = os.Remove(filepath.Join(dir, "ready"))
+	clearRunDir(dir)
 
+	pol, err := policy.Parse(spec.Policy)
+	if err != nil {
+		return errdefs.InvalidArgument("sandbox %s: %v", spec.Name, err)
+	}
+	env := []string{supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(pol)}
+	if abi, ok := os.LookupEnv(supervisor.LandlockABIEnv); ok {
+		env = append(env, supervisor.LandlockABIEnv+"="+abi) // a test's simulated kernel
+	}
+	l := pol.Limits
 	labels := driver.ObjectLabels(spec, d.cfg.Label)
 	_, err = d.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.Name, spec.ID),
@@ -50,12 +61,16 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			Image:      spec.Image,
 			Hostname:   spec.Name,
 			Labels:     labels,
+			Env:        env,
 			Entrypoint: []string{supervisorPath, "supervise", "--ready-file", readyFile, "--"},
 			Cmd:        command,
 			WorkingDir: workdir,
 		},
 		HostConfig: &container.HostConfig{
+			Resources: container.Resources{Memory: l.MemoryBytes, MemorySwap: l.MemoryBytes,
+				NanoCPUs: l.CPUMillis * 1e6, PidsLimit: pidsLimit(l.Pids)},
 			NetworkMode:   "none",
+			Tmpfs:         map[string]string{"/tmp": "mode=1777,nosuid,nodev"},            // private, and anyone's, as on native
 			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled}, // the gateway owns restarts
 			Mounts: []mount.Mount{
 				{Type: mount.TypeBind, Source: d.opts.Supervisor, Target: supervisorPath, ReadOnly: true},
@@ -72,6 +87,22 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		}
 	}
 	return d.wrap(err, "create container for sandbox "+spec.Name)
+}
+
+// clearRunDir removes what a supervisor reported in an incarnation's run
+// directory.
+func clearRunDir(dir string) {
+	for _, f := range []string{"ready", supervisor.FailedFile, supervisor.ProtectionsFile} {
+		_ = os.Remove(filepath.Join(dir, f))
+	}
+}
+
+// pidsLimit is Docker's form of a pids limit: nil for none.
+func pidsLimit(n int64) *int64 {
+	if n == 0 {
+		return nil
+	}
+	return &n
 }
 
 // prepareImage applies the pull policy and returns the command to run: the
@@ -142,7 +173,7 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	case driver.StateRunning:
 		return nil
 	case driver.StateStopped:
-		_ = os.Remove(ready) // a restart of the same incarnation
+		clearRunDir(filepath.Dir(ready)) // a restart of the same incarnation
 	}
 	if _, err := d.api.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
 		return d.wrap(err, "start container "+c.Names[0])
@@ -167,6 +198,9 @@ func (d *Driver) waitReady(ctx context.Context, containerID, ready string) error
 			if st := res.Container.State; st != nil && !st.Running {
 				if _, err := os.Stat(ready); err == nil {
 					return nil // it ran, and is done already
+				}
+				if why, err := os.ReadFile(filepath.Join(filepath.Dir(ready), supervisor.FailedFile)); err == nil {
+					return errdefs.InvalidArgument("the sandbox's command cannot run: %s", why)
 				}
 				return fmt.Errorf("the container exited (code %d) before its main process started: %s", st.ExitCode, d.tail(ctx, containerID))
 			}

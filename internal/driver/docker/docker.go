@@ -23,6 +23,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
 // Options configure the Docker driver.
@@ -191,6 +192,11 @@ func (d *Driver) Inspect(ctx context.Context, id string) (driver.Object, error) 
 	}
 	c := list[0]
 	obj := driver.Object{ID: id, Generation: generation(c.Labels), State: stateOf(c.State), Labels: c.Labels, Message: c.Status}
+	if obj.State == driver.StateRunning {
+		if data, err := os.ReadFile(filepath.Join(d.readyDir(id, obj.Generation), supervisor.ProtectionsFile)); err == nil {
+			obj.Protections = string(data)
+		}
+	}
 	if obj.State == driver.StateStopped {
 		res, err := d.api.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
 		if err != nil {

@@ -1,24 +1,34 @@
 package docker
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/drivertest"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/supervisor"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
-// supervisor is a freshly built corral, mounted into the test containers.
-var supervisor string
+// corralBin is a freshly built corral, mounted into the test containers.
+var corralBin string
 
 func TestMain(m *testing.M) {
-	testenv.MainWithCorral(m, &supervisor)
+	testenv.MainWithCorral(m, &corralBin)
 }
 
 func newTestDriver(t *testing.T, label string) *Driver {
 	t.Helper()
 	testenv.RequireDocker(t)
-	d, err := New(driver.Config{Label: label, StateDir: t.TempDir()}, Options{PullPolicy: "never", Supervisor: supervisor})
+	d, err := New(driver.Config{Label: label, StateDir: t.TempDir()}, Options{PullPolicy: "never", Supervisor: corralBin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,4 +40,91 @@ func TestConformance(t *testing.T) {
 	testenv.RequireDocker(t)
 	drivertest.RunWith(t, func(t *testing.T, label string) driver.Driver { return newTestDriver(t, label) },
 		drivertest.Options{Image: testenv.TestImage})
+}
+
+// startPolicySandbox runs a sandbox with a policy on the test image, and
+// deletes it when the test ends.
+func startPolicySandbox(t *testing.T, d *Driver, name, pol string) string {
+	t.Helper()
+	id := sandbox.NewID()
+	t.Cleanup(func() { _ = d.Delete(context.Background(), id) })
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spec := driver.Spec{ID: id, Name: name, Generation: 1, Image: testenv.TestImage, Command: []string{"sleep", "3600"}, Policy: pol}
+	if err := d.Create(c, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(c, driver.Ref{ID: id, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func execIn(t *testing.T, d *Driver, id string, command ...string) (int, string, string) {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code, err := d.Exec(c, id, driver.ExecOptions{Command: command, Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("exec %v: %v", command, err)
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// Must hold 1 of the policy issue, on Docker: the same policy, the same
+// outcomes as on the native driver.
+func TestPolicyCases(t *testing.T) {
+	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
+	id := startPolicySandbox(t, d, "policy", drivertest.Policy("/.corral/bin"))
+	// an executable outside every list: the incarnation's run directory
+	data, err := os.ReadFile("/bin/busybox")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(d.readyDir(id, 1), "busybox"), data, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	drivertest.RunPolicyCases(t, drivertest.PolicySandbox{
+		Exec: func(t *testing.T, command ...string) (int, string, string) {
+			t.Helper()
+			return execIn(t, d, id, command...)
+		},
+		Probe:   supervisorPath,
+		Outside: runDir + "/busybox",
+	})
+	obj, err := d.Inspect(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"landlock ABI", "no_new_privs", "user 1000", "seccomp default"} {
+		if !strings.Contains(obj.Protections, want) {
+			t.Errorf("protections %q lack %q", obj.Protections, want)
+		}
+	}
+}
+
+// Must hold 2 of the policy issue, on Docker.
+func TestLandlockUnavailable(t *testing.T) {
+	t.Setenv(supervisor.LandlockABIEnv, "0")
+	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
+	lists := "filesystem_policy: {read_only: [/bin, /etc]}\n"
+	id := startPolicySandbox(t, d, "best", "version: 1\n"+lists+"landlock: {compatibility: best_effort}\n")
+	obj, err := d.Inspect(context.Background(), id)
+	if err != nil || !strings.Contains(obj.Protections, "landlock unavailable") {
+		t.Errorf("best_effort without Landlock: %+v, %v; want it running, saying Landlock is unavailable", obj, err)
+	}
+	hard := sandbox.NewID()
+	t.Cleanup(func() { _ = d.Delete(context.Background(), hard) })
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spec := driver.Spec{ID: hard, Name: "hard", Generation: 1, Image: testenv.TestImage, Command: []string{"sleep", "100"},
+		Policy: "version: 1\n" + lists + "landlock: {compatibility: hard_requirement}\n"}
+	if err := d.Create(c, spec); err != nil {
+		t.Fatal(err)
+	}
+	err = d.Start(c, driver.Ref{ID: hard, Generation: 1})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "hard_requirement") {
+		t.Errorf("hard_requirement without Landlock: start = %v; want it refused, naming the requirement", err)
+	}
 }

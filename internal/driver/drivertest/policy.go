@@ -70,7 +70,7 @@ var policyCases = []policyCase{
 	{name: "read in read_only", command: sh("cat /etc/passwd >/dev/null && echo read"), ok: true, output: []string{"read"}},
 	{name: "exec in read_only", command: sh("true && echo ran"), ok: true, output: []string{"ran"}},
 	{name: "write in read_only", command: sh("echo x > /etc/corral-policy-test"), output: denied},
-	{name: "create in read_only", command: sh("mkdir /usr/corral-policy-test"), output: denied},
+	{name: "create in read_only", command: sh("mkdir /etc/corral-policy-test"), output: denied},
 	{name: "write in read_write", command: sh("echo kept > /tmp/f && cat /tmp/f"), ok: true, output: []string{"kept"}},
 	{name: "write in the workdir", command: sh("echo kept > /sandbox/f && cat /sandbox/f"), ok: true, output: []string{"kept"}},
 	{name: "write to /dev/null", command: sh("echo x > /dev/null && echo wrote"), ok: true, output: []string{"wrote"}},
