@@ -22,7 +22,8 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// SandboxSpec is what the caller asked for; it never changes after create.
+// SandboxSpec is what the caller asked for; only its policy changes after
+// create (UpdateSandbox, while the sandbox is stopped).
 type SandboxSpec struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Image   string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
@@ -134,7 +135,11 @@ type Sandbox struct {
 	// exit_code is the main process's last exit status, once it exited.
 	ExitCode *int32 `protobuf:"varint,13,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
 	// restarts counts restarts by the restart policy since the last start.
-	Restarts      int32 `protobuf:"varint,14,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	Restarts int32 `protobuf:"varint,14,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// protections says what of the policy protects the running main process,
+	// as the driver reports it (GetSandbox only), e.g. "landlock ABI 7;
+	// no_new_privs; user 1000; seccomp default".
+	Protections   string `protobuf:"bytes,15,opt,name=protections,proto3" json:"protections,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -265,6 +270,13 @@ func (x *Sandbox) GetRestarts() int32 {
 		return x.Restarts
 	}
 	return 0
+}
+
+func (x *Sandbox) GetProtections() string {
+	if x != nil {
+		return x.Protections
+	}
+	return ""
 }
 
 // Operation is one journal entry: a request (kind create, start, stop,
@@ -802,6 +814,59 @@ func (x *DeleteSandboxRequest) GetReason() string {
 	return ""
 }
 
+type UpdateSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // or id
+	// policy is the new YAML policy document.
+	Policy        string `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSandboxRequest) Reset() {
+	*x = UpdateSandboxRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSandboxRequest) ProtoMessage() {}
+
+func (x *UpdateSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSandboxRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *UpdateSandboxRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateSandboxRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
 type DeleteSandboxResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
@@ -811,7 +876,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[11]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +888,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[11]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +901,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteSandboxResponse) GetSandbox() *Sandbox {
@@ -856,7 +921,7 @@ type WatchSandboxesRequest struct {
 
 func (x *WatchSandboxesRequest) Reset() {
 	*x = WatchSandboxesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[12]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +933,7 @@ func (x *WatchSandboxesRequest) String() string {
 func (*WatchSandboxesRequest) ProtoMessage() {}
 
 func (x *WatchSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[12]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +946,7 @@ func (x *WatchSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*WatchSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchSandboxesRequest) GetName() string {
@@ -903,7 +968,7 @@ type SandboxEvent struct {
 
 func (x *SandboxEvent) Reset() {
 	*x = SandboxEvent{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[13]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +980,7 @@ func (x *SandboxEvent) String() string {
 func (*SandboxEvent) ProtoMessage() {}
 
 func (x *SandboxEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[13]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +993,7 @@ func (x *SandboxEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxEvent.ProtoReflect.Descriptor instead.
 func (*SandboxEvent) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SandboxEvent) GetType() string {
@@ -954,7 +1019,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1031,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1044,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListOperationsRequest) GetName() string {
@@ -998,7 +1063,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1075,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1088,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -1043,7 +1108,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1120,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1133,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -1099,7 +1164,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1176,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1189,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecStart) GetName() string {
@@ -1177,7 +1242,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1254,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1267,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecRequest) GetMsg() isExecRequest_Msg {
@@ -1291,7 +1356,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1368,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1381,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1387,7 +1452,7 @@ type SandboxLogsRequest struct {
 
 func (x *SandboxLogsRequest) Reset() {
 	*x = SandboxLogsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1464,7 @@ func (x *SandboxLogsRequest) String() string {
 func (*SandboxLogsRequest) ProtoMessage() {}
 
 func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1477,7 @@ func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLogsRequest.ProtoReflect.Descriptor instead.
 func (*SandboxLogsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SandboxLogsRequest) GetName() string {
@@ -1446,7 +1511,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1523,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1536,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LogChunk) GetStdout() []byte {
@@ -1496,7 +1561,7 @@ type DoctorRequest struct {
 
 func (x *DoctorRequest) Reset() {
 	*x = DoctorRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1573,7 @@ func (x *DoctorRequest) String() string {
 func (*DoctorRequest) ProtoMessage() {}
 
 func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1586,7 @@ func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorRequest.ProtoReflect.Descriptor instead.
 func (*DoctorRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 type DoctorFinding struct {
@@ -1537,7 +1602,7 @@ type DoctorFinding struct {
 
 func (x *DoctorFinding) Reset() {
 	*x = DoctorFinding{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1614,7 @@ func (x *DoctorFinding) String() string {
 func (*DoctorFinding) ProtoMessage() {}
 
 func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1627,7 @@ func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorFinding.ProtoReflect.Descriptor instead.
 func (*DoctorFinding) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DoctorFinding) GetSandbox() string {
@@ -1595,7 +1660,7 @@ type DoctorReport struct {
 
 func (x *DoctorReport) Reset() {
 	*x = DoctorReport{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1672,7 @@ func (x *DoctorReport) String() string {
 func (*DoctorReport) ProtoMessage() {}
 
 func (x *DoctorReport) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1685,7 @@ func (x *DoctorReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorReport.ProtoReflect.Descriptor instead.
 func (*DoctorReport) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DoctorReport) GetFindings() []*DoctorFinding {
@@ -1644,7 +1709,7 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\fmax_restarts\x18\x06 \x01(\x05R\vmaxRestarts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x04\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12*\n" +
@@ -1664,7 +1729,8 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x0elast_operation\x18\v \x01(\v2\x14.corral.v1.OperationR\rlastOperation\x12\x1a\n" +
 	"\brevision\x18\f \x01(\x03R\brevision\x12 \n" +
 	"\texit_code\x18\r \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x1a\n" +
-	"\brestarts\x18\x0e \x01(\x05R\brestartsB\f\n" +
+	"\brestarts\x18\x0e \x01(\x05R\brestarts\x12 \n" +
+	"\vprotections\x18\x0f \x01(\tR\vprotectionsB\f\n" +
 	"\n" +
 	"_exit_code\"\x92\x03\n" +
 	"\tOperation\x12\x0e\n" +
@@ -1708,7 +1774,10 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x05force\x18\x02 \x01(\bR\x05force\x12\x1f\n" +
 	"\vassume_gone\x18\x03 \x01(\bR\n" +
 	"assumeGone\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"E\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"B\n" +
+	"\x14UpdateSandboxRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\"E\n" +
 	"\x15DeleteSandboxResponse\x12,\n" +
 	"\asandbox\x18\x01 \x01(\v2\x12.corral.v1.SandboxR\asandbox\"+\n" +
 	"\x15WatchSandboxesRequest\x12\x12\n" +
@@ -1756,7 +1825,7 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\aproblem\x18\x02 \x01(\tR\aproblem\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\"D\n" +
 	"\fDoctorReport\x124\n" +
-	"\bfindings\x18\x01 \x03(\v2\x18.corral.v1.DoctorFindingR\bfindings2\xbe\x06\n" +
+	"\bfindings\x18\x01 \x03(\v2\x18.corral.v1.DoctorFindingR\bfindings2\x84\a\n" +
 	"\x0eSandboxService\x12R\n" +
 	"\rCreateSandbox\x12\x1f.corral.v1.CreateSandboxRequest\x1a .corral.v1.CreateSandboxResponse\x12>\n" +
 	"\n" +
@@ -1764,7 +1833,8 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\rListSandboxes\x12\x1f.corral.v1.ListSandboxesRequest\x1a .corral.v1.ListSandboxesResponse\x12@\n" +
 	"\vStopSandbox\x12\x1d.corral.v1.StopSandboxRequest\x1a\x12.corral.v1.Sandbox\x12B\n" +
 	"\fStartSandbox\x12\x1e.corral.v1.StartSandboxRequest\x1a\x12.corral.v1.Sandbox\x12R\n" +
-	"\rDeleteSandbox\x12\x1f.corral.v1.DeleteSandboxRequest\x1a .corral.v1.DeleteSandboxResponse\x12M\n" +
+	"\rDeleteSandbox\x12\x1f.corral.v1.DeleteSandboxRequest\x1a .corral.v1.DeleteSandboxResponse\x12D\n" +
+	"\rUpdateSandbox\x12\x1f.corral.v1.UpdateSandboxRequest\x1a\x12.corral.v1.Sandbox\x12M\n" +
 	"\x0eWatchSandboxes\x12 .corral.v1.WatchSandboxesRequest\x1a\x17.corral.v1.SandboxEvent0\x01\x12U\n" +
 	"\x0eListOperations\x12 .corral.v1.ListOperationsRequest\x1a!.corral.v1.ListOperationsResponse\x12B\n" +
 	"\vExecSandbox\x12\x16.corral.v1.ExecRequest\x1a\x17.corral.v1.ExecResponse(\x010\x01\x12C\n" +
@@ -1783,7 +1853,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),            // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                // 1: corral.v1.Sandbox
@@ -1796,67 +1866,70 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*StopSandboxRequest)(nil),     // 8: corral.v1.StopSandboxRequest
 	(*StartSandboxRequest)(nil),    // 9: corral.v1.StartSandboxRequest
 	(*DeleteSandboxRequest)(nil),   // 10: corral.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),  // 11: corral.v1.DeleteSandboxResponse
-	(*WatchSandboxesRequest)(nil),  // 12: corral.v1.WatchSandboxesRequest
-	(*SandboxEvent)(nil),           // 13: corral.v1.SandboxEvent
-	(*ListOperationsRequest)(nil),  // 14: corral.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil), // 15: corral.v1.ListOperationsResponse
-	(*TerminalSize)(nil),           // 16: corral.v1.TerminalSize
-	(*ExecStart)(nil),              // 17: corral.v1.ExecStart
-	(*ExecRequest)(nil),            // 18: corral.v1.ExecRequest
-	(*ExecResponse)(nil),           // 19: corral.v1.ExecResponse
-	(*SandboxLogsRequest)(nil),     // 20: corral.v1.SandboxLogsRequest
-	(*LogChunk)(nil),               // 21: corral.v1.LogChunk
-	(*DoctorRequest)(nil),          // 22: corral.v1.DoctorRequest
-	(*DoctorFinding)(nil),          // 23: corral.v1.DoctorFinding
-	(*DoctorReport)(nil),           // 24: corral.v1.DoctorReport
-	nil,                            // 25: corral.v1.SandboxSpec.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*UpdateSandboxRequest)(nil),   // 11: corral.v1.UpdateSandboxRequest
+	(*DeleteSandboxResponse)(nil),  // 12: corral.v1.DeleteSandboxResponse
+	(*WatchSandboxesRequest)(nil),  // 13: corral.v1.WatchSandboxesRequest
+	(*SandboxEvent)(nil),           // 14: corral.v1.SandboxEvent
+	(*ListOperationsRequest)(nil),  // 15: corral.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil), // 16: corral.v1.ListOperationsResponse
+	(*TerminalSize)(nil),           // 17: corral.v1.TerminalSize
+	(*ExecStart)(nil),              // 18: corral.v1.ExecStart
+	(*ExecRequest)(nil),            // 19: corral.v1.ExecRequest
+	(*ExecResponse)(nil),           // 20: corral.v1.ExecResponse
+	(*SandboxLogsRequest)(nil),     // 21: corral.v1.SandboxLogsRequest
+	(*LogChunk)(nil),               // 22: corral.v1.LogChunk
+	(*DoctorRequest)(nil),          // 23: corral.v1.DoctorRequest
+	(*DoctorFinding)(nil),          // 24: corral.v1.DoctorFinding
+	(*DoctorReport)(nil),           // 25: corral.v1.DoctorReport
+	nil,                            // 26: corral.v1.SandboxSpec.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	25, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	26, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	26, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	26, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	26, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	27, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	27, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	27, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	26, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	26, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	26, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	27, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	27, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	27, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 11: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
 	1,  // 12: corral.v1.DeleteSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 13: corral.v1.SandboxEvent.sandbox:type_name -> corral.v1.Sandbox
 	2,  // 14: corral.v1.ListOperationsResponse.operations:type_name -> corral.v1.Operation
-	16, // 15: corral.v1.ExecStart.size:type_name -> corral.v1.TerminalSize
-	17, // 16: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
-	16, // 17: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
-	23, // 18: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
+	17, // 15: corral.v1.ExecStart.size:type_name -> corral.v1.TerminalSize
+	18, // 16: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
+	17, // 17: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
+	24, // 18: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
 	3,  // 19: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
 	5,  // 20: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
 	6,  // 21: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
 	8,  // 22: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
 	9,  // 23: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
 	10, // 24: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	12, // 25: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	14, // 26: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	18, // 27: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	20, // 28: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	22, // 29: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	4,  // 30: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 31: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 32: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 33: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 34: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	11, // 35: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	13, // 36: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	15, // 37: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	19, // 38: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	21, // 39: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	24, // 40: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	30, // [30:41] is the sub-list for method output_type
-	19, // [19:30] is the sub-list for method input_type
+	11, // 25: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
+	13, // 26: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	15, // 27: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	19, // 28: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	21, // 29: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	23, // 30: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	4,  // 31: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 32: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 33: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 34: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 35: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	12, // 36: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 37: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	14, // 38: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	16, // 39: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	20, // 40: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	22, // 41: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	25, // 42: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	31, // [31:43] is the sub-list for method output_type
+	19, // [19:31] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -1868,13 +1941,13 @@ func file_corral_v1_sandbox_proto_init() {
 		return
 	}
 	file_corral_v1_sandbox_proto_msgTypes[1].OneofWrappers = []any{}
-	file_corral_v1_sandbox_proto_msgTypes[18].OneofWrappers = []any{
+	file_corral_v1_sandbox_proto_msgTypes[19].OneofWrappers = []any{
 		(*ExecRequest_Start)(nil),
 		(*ExecRequest_Stdin)(nil),
 		(*ExecRequest_CloseStdin)(nil),
 		(*ExecRequest_Resize)(nil),
 	}
-	file_corral_v1_sandbox_proto_msgTypes[19].OneofWrappers = []any{
+	file_corral_v1_sandbox_proto_msgTypes[20].OneofWrappers = []any{
 		(*ExecResponse_Stdout)(nil),
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_ExitCode)(nil),
@@ -1885,7 +1958,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	SandboxService_StopSandbox_FullMethodName    = "/corral.v1.SandboxService/StopSandbox"
 	SandboxService_StartSandbox_FullMethodName   = "/corral.v1.SandboxService/StartSandbox"
 	SandboxService_DeleteSandbox_FullMethodName  = "/corral.v1.SandboxService/DeleteSandbox"
+	SandboxService_UpdateSandbox_FullMethodName  = "/corral.v1.SandboxService/UpdateSandbox"
 	SandboxService_WatchSandboxes_FullMethodName = "/corral.v1.SandboxService/WatchSandboxes"
 	SandboxService_ListOperations_FullMethodName = "/corral.v1.SandboxService/ListOperations"
 	SandboxService_ExecSandbox_FullMethodName    = "/corral.v1.SandboxService/ExecSandbox"
@@ -46,6 +47,9 @@ type SandboxServiceClient interface {
 	StopSandbox(ctx context.Context, in *StopSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
 	StartSandbox(ctx context.Context, in *StartSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
 	DeleteSandbox(ctx context.Context, in *DeleteSandboxRequest, opts ...grpc.CallOption) (*DeleteSandboxResponse, error)
+	// UpdateSandbox replaces the policy of a stopped sandbox; its next start
+	// uses it.
+	UpdateSandbox(ctx context.Context, in *UpdateSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
 	// WatchSandboxes first sends every matching sandbox as ADDED, then one
 	// SYNCED event, then one event per change until the caller goes away.
 	WatchSandboxes(ctx context.Context, in *WatchSandboxesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SandboxEvent], error)
@@ -124,6 +128,16 @@ func (c *sandboxServiceClient) DeleteSandbox(ctx context.Context, in *DeleteSand
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeleteSandboxResponse)
 	err := c.cc.Invoke(ctx, SandboxService_DeleteSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) UpdateSandbox(ctx context.Context, in *UpdateSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Sandbox)
+	err := c.cc.Invoke(ctx, SandboxService_UpdateSandbox_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -215,6 +229,9 @@ type SandboxServiceServer interface {
 	StopSandbox(context.Context, *StopSandboxRequest) (*Sandbox, error)
 	StartSandbox(context.Context, *StartSandboxRequest) (*Sandbox, error)
 	DeleteSandbox(context.Context, *DeleteSandboxRequest) (*DeleteSandboxResponse, error)
+	// UpdateSandbox replaces the policy of a stopped sandbox; its next start
+	// uses it.
+	UpdateSandbox(context.Context, *UpdateSandboxRequest) (*Sandbox, error)
 	// WatchSandboxes first sends every matching sandbox as ADDED, then one
 	// SYNCED event, then one event per change until the caller goes away.
 	WatchSandboxes(*WatchSandboxesRequest, grpc.ServerStreamingServer[SandboxEvent]) error
@@ -256,6 +273,9 @@ func (UnimplementedSandboxServiceServer) StartSandbox(context.Context, *StartSan
 }
 func (UnimplementedSandboxServiceServer) DeleteSandbox(context.Context, *DeleteSandboxRequest) (*DeleteSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) UpdateSandbox(context.Context, *UpdateSandboxRequest) (*Sandbox, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSandbox not implemented")
 }
 func (UnimplementedSandboxServiceServer) WatchSandboxes(*WatchSandboxesRequest, grpc.ServerStreamingServer[SandboxEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchSandboxes not implemented")
@@ -401,6 +421,24 @@ func _SandboxService_DeleteSandbox_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_UpdateSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).UpdateSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_UpdateSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).UpdateSandbox(ctx, req.(*UpdateSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SandboxService_WatchSandboxes_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchSandboxesRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -496,6 +534,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteSandbox",
 			Handler:    _SandboxService_DeleteSandbox_Handler,
+		},
+		{
+			MethodName: "UpdateSandbox",
+			Handler:    _SandboxService_UpdateSandbox_Handler,
 		},
 		{
 			MethodName: "ListOperations",

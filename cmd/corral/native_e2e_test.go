@@ -297,3 +297,47 @@ func TestNativeUnprivilegedGateway(t *testing.T) {
 		t.Errorf("supervisors after delete: %v", pids)
 	}
 }
+
+// The policy through the CLI: enforced and shown by get; replaced on a
+// stopped sandbox, and in force from the next start.
+func TestNativePolicyThroughCLI(t *testing.T) {
+	home := t.TempDir()
+	nativeGateway(t, home)
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	strict := write("strict.yaml", "version: 1\nfilesystem_policy:\n  read_only: [/bin, /usr, /lib, /lib64, /etc]\n  read_write: [/tmp, /dev/null]\nlandlock: {compatibility: hard_requirement}\n")
+	loose := write("loose.yaml", "version: 1\nfilesystem_policy:\n  read_only: [/bin, /usr, /lib, /lib64, /etc, /proc]\n  read_write: [/tmp, /dev/null]\n")
+	mustCorral(t, home, "sandbox", "create", "--name", "pol", "--policy", strict, "--", "sleep", "1000")
+	if _, errOut, code := corral(t, home, "sandbox", "exec", "pol", "--", "cat", "/proc/version"); code == 0 || !strings.Contains(errOut, "Permission denied") {
+		t.Fatalf("reading /proc under a policy that does not list it: exit %d, %q", code, errOut)
+	}
+	if p := fmt.Sprint(getJSON(t, home, "pol")["protections"]); !strings.Contains(p, "landlock ABI") || !strings.Contains(p, "seccomp default") {
+		t.Fatalf("get shows protections %q", p)
+	}
+	if out := mustCorral(t, home, "sandbox", "get", "pol"); !strings.Contains(out, "protections: landlock ABI") {
+		t.Fatalf("get's table does not show the protections:\n%s", out)
+	}
+	if _, errOut, code := corral(t, home, "sandbox", "update", "pol", "--policy", loose); code != 1 || !strings.Contains(errOut, "stop it first") {
+		t.Fatalf("update of a running sandbox: exit %d, %q; want it refused", code, errOut)
+	}
+	mustCorral(t, home, "sandbox", "stop", "pol")
+	bad := write("bad.yaml", "version: 1\nprocess: {seccomp: strict}\n")
+	if _, errOut, code := corral(t, home, "sandbox", "update", "pol", "--policy", bad); code != 1 || !strings.Contains(errOut, bad+":2: process.seccomp") {
+		t.Fatalf("update with an invalid policy: exit %d, %q", code, errOut)
+	}
+	mustCorral(t, home, "sandbox", "update", "pol", "--policy", loose)
+	if p := fmt.Sprint(getJSON(t, home, "pol")["policy"]); !strings.Contains(p, "/proc") {
+		t.Fatalf("the stored policy is not the new one: %q", p)
+	}
+	mustCorral(t, home, "sandbox", "start", "pol")
+	if out := mustCorral(t, home, "sandbox", "exec", "pol", "--", "cat", "/proc/version"); !strings.Contains(out, "Linux") {
+		t.Fatalf("after update and start, /proc is still not readable: %q", out)
+	}
+	mustCorral(t, home, "sandbox", "delete", "pol")
+}

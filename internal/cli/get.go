@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -42,7 +43,13 @@ func newGetCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return nil, nil, err
 				}
-				return viewOf(sb), func() error { return printSandboxes(g.stdout, []*corralv1.Sandbox{sb}) }, nil
+				return viewOf(sb), func() error {
+					if err := printSandboxes(g.stdout, []*corralv1.Sandbox{sb}); err != nil || sb.Protections == "" {
+						return err
+					}
+					_, err := fmt.Fprintf(g.stdout, "\nprotections: %s\n", sb.Protections)
+					return err
+				}, nil
 			})
 		},
 	}

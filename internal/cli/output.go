@@ -35,7 +35,10 @@ type sandboxView struct {
 	MaxRestarts   int32             `json:"max_restarts" yaml:"max_restarts"`
 	Restarts      int32             `json:"restarts" yaml:"restarts"`
 	ExitCode      *int32            `json:"exit_code,omitempty" yaml:"exit_code,omitempty"`
-	LastOperation *operationView    `json:"last_operation" yaml:"last_operation"`
+	// Protections is what of the policy protects the running main process
+	// (get only).
+	Protections   string         `json:"protections,omitempty" yaml:"protections,omitempty"`
+	LastOperation *operationView `json:"last_operation" yaml:"last_operation"`
 }
 
 // operationView is the JSON and YAML form of a journal entry.
@@ -67,7 +70,7 @@ func viewOf(sb *corralv1.Sandbox) sandboxView {
 		Image: sb.GetSpec().GetImage(), Command: sb.GetSpec().GetCommand(), Labels: sb.GetSpec().GetLabels(),
 		Policy: sb.GetSpec().GetPolicy(), RestartPolicy: sb.GetSpec().GetRestartPolicy(),
 		MaxRestarts: sb.GetSpec().GetMaxRestarts(), Restarts: sb.Restarts, ExitCode: sb.ExitCode,
-		LastOperation: opViewOf(sb.LastOperation),
+		Protections: sb.Protections, LastOperation: opViewOf(sb.LastOperation),
 	}
 }
 

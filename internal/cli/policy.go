@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/policy"
 )
 
@@ -35,6 +37,37 @@ exit code is 1.`,
 			return nil
 		},
 	})
+	return cmd
+}
+
+func newUpdateCmd(g *globals) *cobra.Command {
+	var policyFile string
+	cmd := &cobra.Command{
+		Use:   "update NAME --policy FILE",
+		Short: "Replace the policy of a stopped sandbox; its next start uses it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if policyFile == "" {
+				return errors.New("give the new policy with --policy FILE")
+			}
+			_, text, err := policy.ReadFile(policyFile)
+			if err != nil {
+				return fmt.Errorf("--policy: %w", err)
+			}
+			c, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			sb, err := c.UpdateSandbox(cmd.Context(), &corralv1.UpdateSandboxRequest{Name: args[0], Policy: text})
+			if err != nil {
+				return c.explain(err)
+			}
+			fmt.Fprintf(g.stderr, "sandbox %q: policy replaced; the next start uses it\n", sb.Name)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&policyFile, "policy", "", "the new policy (YAML)")
 	return cmd
 }
 

@@ -33,6 +33,16 @@ func (s *service) GetSandbox(ctx context.Context, req *corralv1.GetSandboxReques
 	if err != nil {
 		return nil, errdefs.ToGRPC(err)
 	}
+	out := toProto(sb)
+	out.Protections = s.m.Protections(ctx, sb)
+	return out, nil
+}
+
+func (s *service) UpdateSandbox(ctx context.Context, req *corralv1.UpdateSandboxRequest) (*corralv1.Sandbox, error) {
+	sb, err := s.m.UpdatePolicy(ctx, req.GetName(), req.GetPolicy())
+	if err != nil {
+		return nil, errdefs.ToGRPC(err)
+	}
 	return toProto(sb), nil
 }
 

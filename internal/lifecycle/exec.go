@@ -28,6 +28,21 @@ func (m *Manager) Exec(ctx context.Context, nameOrID string, opts driver.ExecOpt
 	return x.Exec(ctx, sb.ID, opts)
 }
 
+// Protections returns what the driver reports of the policy protecting a
+// ready sandbox's main process, or nothing.
+func (m *Manager) Protections(ctx context.Context, sb *sandbox.Sandbox) string {
+	if sb.Phase != sandbox.PhaseReady {
+		return ""
+	}
+	ictx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	defer cancel()
+	obj, err := m.cfg.Driver.Inspect(ictx, sb.ID)
+	if err != nil || obj.Generation != sb.Generation {
+		return ""
+	}
+	return obj.Protections
+}
+
 // Logs copies what a sandbox's main process printed.
 func (m *Manager) Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error {
 	sb, err := m.Get(ctx, nameOrID)

@@ -61,13 +61,8 @@ func (m *Manager) Create(ctx context.Context, name, requestID string, spec sandb
 	if spec.Image == "" {
 		spec.Image = m.cfg.DefaultImage
 	}
-	if _, err := policy.Parse(spec.Policy); err != nil {
-		return nil, false, errdefs.InvalidArgument("sandbox %q: %v", name, err)
-	}
-	if v, ok := m.cfg.Driver.(driver.Validator); ok {
-		if err := v.Validate(driver.Spec{Name: name, Image: spec.Image, Command: spec.Command, Policy: spec.Policy}); err != nil {
-			return nil, false, err
-		}
+	if err := m.validate(name, spec.Image, spec.Command, spec.Policy); err != nil {
+		return nil, false, err
 	}
 	spec.Labels = maps.Clone(spec.Labels)
 	now := m.now()
@@ -175,6 +170,36 @@ func (m *Manager) Delete(ctx context.Context, nameOrID string, force bool) (*san
 	}
 	m.preempt(sb.ID, force)
 	return sb, nil
+}
+
+// UpdatePolicy replaces the policy of a stopped sandbox; its next start (a
+// new incarnation) runs under it.
+func (m *Manager) UpdatePolicy(ctx context.Context, nameOrID, text string) (*sandbox.Sandbox, error) {
+	return m.changeIntent(ctx, nameOrID, sandbox.OpUpdate, "", func(sb *sandbox.Sandbox) error {
+		if sb.Desired != sandbox.DesiredStopped || sb.Phase != sandbox.PhaseStopped {
+			return errdefs.FailedPrecondition("sandbox %q is %s (desired %s): a policy can be replaced only on a stopped sandbox; stop it first", sb.Name, sb.Phase, sb.Desired)
+		}
+		if err := m.validate(sb.Name, sb.Spec.Image, sb.Spec.Command, text); err != nil {
+			return err
+		}
+		if sb.Spec.Policy == text {
+			return errNoChange
+		}
+		sb.Spec.Policy = text
+		return nil
+	})
+}
+
+// validate checks a spec's policy, and lets the driver refuse what it
+// will never run.
+func (m *Manager) validate(name, image string, command []string, policyText string) error {
+	if _, err := policy.Parse(policyText); err != nil {
+		return errdefs.InvalidArgument("sandbox %q: %v", name, err)
+	}
+	if v, ok := m.cfg.Driver.(driver.Validator); ok {
+		return v.Validate(driver.Spec{Name: name, Image: image, Command: command, Policy: policyText})
+	}
+	return nil
 }
 
 // changeIntent applies change to a record together with a request entry,

@@ -12,6 +12,7 @@ const (
 	OpStart  OpKind = "start"
 	OpStop   OpKind = "stop"
 	OpDelete OpKind = "delete"
+	OpUpdate OpKind = "update" // a new policy for a stopped sandbox
 
 	OpDriverCreate OpKind = "driver.create"
 	OpDriverStart  OpKind = "driver.start"

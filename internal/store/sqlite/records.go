@@ -254,9 +254,13 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 			return err
 		}
 		sb.Revision++
-		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET desired_state=?, phase=?, generation=?, reason=?,
+		spec, err := json.Marshal(sb.Spec) // only its policy changes (UpdateSandbox)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET spec=?, desired_state=?, phase=?, generation=?, reason=?,
 			exit_code=?, restarts=?, updated_at=?, deadline=?, revision=? WHERE id=?`,
-			sb.Desired, sb.Phase, sb.Generation, sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision, sb.ID)
+			string(spec), sb.Desired, sb.Phase, sb.Generation, sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision, sb.ID)
 		if err != nil {
 			return err
 		}

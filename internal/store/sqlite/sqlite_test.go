@@ -624,6 +624,22 @@ func TestMutateCallbackErrorRollsBack(t *testing.T) {
 	}
 }
 
+// A new policy (UpdateSandbox) is the one part of a spec that changes.
+func TestMutateStoresTheSpec(t *testing.T) {
+	s := newStore(t)
+	sb := newSandbox("web", t0)
+	create(t, s, sb)
+	if _, err := s.Mutate(testCtx(t), sb.ID, func(sb *sandbox.Sandbox) (store.Mutation, error) {
+		sb.Spec.Policy = "version: 1\n"
+		return store.Mutation{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, s, sb.ID).Spec.Policy; got != "version: 1\n" {
+		t.Errorf("policy after Mutate = %q", got)
+	}
+}
+
 // A write that fails after the record was updated and the old request
 // superseded must take both back.
 func TestMutateFailedJournalWriteRollsBack(t *testing.T) {
