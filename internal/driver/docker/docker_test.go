@@ -92,16 +92,14 @@ func TestPolicyCases(t *testing.T) {
 		},
 		Probe:   supervisorPath,
 		Outside: runDir + "/busybox",
+		Protections: func(t *testing.T) string {
+			obj, err := d.Inspect(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return obj.Protections
+		},
 	})
-	obj, err := d.Inspect(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"landlock ABI", "no_new_privs", "user 1000", "seccomp default"} {
-		if !strings.Contains(obj.Protections, want) {
-			t.Errorf("protections %q lack %q", obj.Protections, want)
-		}
-	}
 }
 
 // Must hold 2 of the policy issue, on Docker.

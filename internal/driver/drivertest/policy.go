@@ -18,6 +18,8 @@ type PolicySandbox struct {
 	// Outside is the path, inside the sandbox, of an executable that no
 	// list of the policy covers.
 	Outside string
+	// Protections returns what the driver reports of the policy.
+	Protections func(t *testing.T) string
 }
 
 // PolicyUser is the run_as_user of Policy.
@@ -92,8 +94,15 @@ var policyCases = []policyCase{
 }
 
 // RunPolicyCases checks, in a sandbox made with Policy, that each of the
-// cases has its expected outcome.
+// cases has its expected outcome, and that the driver reports every
+// protection of the policy.
 func RunPolicyCases(t *testing.T, s PolicySandbox) {
+	got := s.Protections(t)
+	for _, want := range []string{"landlock ABI", "no_new_privs", fmt.Sprintf("user %d", PolicyUser), "seccomp default"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("protections %q lack %q", got, want)
+		}
+	}
 	for _, tc := range policyCases {
 		t.Run(tc.name, func(t *testing.T) {
 			command := tc.command(s)
