@@ -20,7 +20,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -33,14 +35,22 @@ import (
 )
 
 func main() {
-	drv := flag.String("driver", "all", "which benchmark: docker, native or all")
+	which := flag.String("driver", "all", "which benchmarks: docker, native, core or all")
 	n := flag.Int("n", 20, "measured runs per operation")
 	warmup := flag.Int("warmup", 2, "runs discarded before measuring")
+	quick := flag.Bool("quick", false, "a short run of everything (CI): 5 runs each, 1,000 records, 1 s of load")
+	out := flag.String("out", "", "also write the report to this directory: report.md, report.json, latency.png")
 	flag.Parse()
+	if *quick {
+		*n, *warmup = 5, 1
+	}
 	dir, err := os.MkdirTemp("", "corral-bench-")
 	if err == nil {
 		defer os.RemoveAll(dir)
-		err = run(dir, *drv, *n, *warmup)
+		var r *report
+		if r, err = run(dir, *which, *n, *warmup, *quick); err == nil && *out != "" {
+			err = r.write(*out)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -48,70 +58,137 @@ func main() {
 	}
 }
 
-func run(dir, drv string, n, warmup int) error {
+// report is everything one run measured.
+type report struct {
+	Machine string    `json:"machine"`
+	Command string    `json:"command"`
+	Runs    int       `json:"runs"`
+	Warmup  int       `json:"warmup"`
+	Tables  []*table  `json:"tables"`
+	Core    []*figure `json:"core,omitempty"`
+}
+
+func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 	bin, err := testenv.BuildCorral(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	host, _ := os.Hostname()
+	r := &report{Machine: machine(), Command: "go run ./bench " + strings.Join(os.Args[1:], " "), Runs: n, Warmup: warmup}
+	fmt.Printf("%s\n%d runs (after %d warm-up) of each operation, corral interleaved with its peers\n", r.Machine, n, warmup)
 	for _, b := range []struct {
 		name string
 		fn   func(bin, home string, n, warmup int) (*table, error)
 	}{{"docker", benchDocker}, {"native", benchNative}} {
-		if drv != "all" && drv != b.name {
+		if which != "all" && which != b.name {
 			continue
 		}
 		t, err := b.fn(bin, filepath.Join(dir, b.name), n, warmup)
 		if err != nil {
-			return fmt.Errorf("%s: %w", b.name, err)
+			return nil, fmt.Errorf("%s: %w", b.name, err)
 		}
-		fmt.Printf("\n%s, %d runs (after %d warm-up), interleaved, on %s\n", t.title, n, warmup, host)
+		fmt.Printf("\n%s\n", t.Title)
 		if err := t.print(); err != nil {
-			return err
+			return nil, err
+		}
+		r.Tables = append(r.Tables, t)
+	}
+	if which == "all" || which == "core" {
+		figs, err := benchCore(bin, filepath.Join(dir, "core"), quick)
+		if err != nil {
+			return nil, fmt.Errorf("core: %w", err)
+		}
+		r.Core = figs
+		fmt.Println("\ngateway core: fake driver, real SQLite store, every operation journaled")
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "measure\tvalue\tgoal\t")
+		for _, f := range figs {
+			fmt.Fprintf(tw, "%s\t%.4g %s\t%s\t\n", f.Name, f.Value, f.Unit, goalText(f))
+		}
+		if err := tw.Flush(); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return r, nil
+}
+
+// goalText is a figure's goal and whether it was met.
+func goalText(f *figure) string {
+	switch {
+	case f.Met == nil:
+		return "-"
+	case *f.Met:
+		return f.Goal + " (met)"
+	}
+	return f.Goal + " (missed)"
+}
+
+// machine describes where the run happens.
+func machine() string {
+	host, _ := os.Hostname()
+	cpu := "?"
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	var uts syscall.Utsname
+	_ = syscall.Uname(&uts)
+	return fmt.Sprintf("%s: %d CPUs (%s), Linux %s", host, runtime.NumCPU(), cpu, charsToString(uts.Release[:]))
+}
+
+func charsToString(cs []int8) string {
+	b := make([]byte, 0, len(cs))
+	for _, c := range cs {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b)
 }
 
 // table is one benchmark's timings: per operation, corral's and each
 // peer's.
 type table struct {
-	title string
-	ops   []string
-	peers []string // the first is the one ratios are taken against
-	// times[op][who], who being "corral" or a peer
-	times map[string]map[string][]time.Duration
+	Title string   `json:"title"`
+	Ops   []string `json:"operations"`
+	Peers []string `json:"peers"` // the first is the one ratios are taken against
+	// Times[op][who], who being "corral" or a peer
+	Times map[string]map[string][]time.Duration `json:"times_ns"`
 }
 
 func newTable(title string, ops, peers []string) *table {
-	t := &table{title: title, ops: ops, peers: peers, times: map[string]map[string][]time.Duration{}}
+	t := &table{Title: title, Ops: ops, Peers: peers, Times: map[string]map[string][]time.Duration{}}
 	for _, op := range ops {
-		t.times[op] = map[string][]time.Duration{}
+		t.Times[op] = map[string][]time.Duration{}
 	}
 	return t
 }
 
-func (t *table) add(op, who string, d time.Duration) { t.times[op][who] = append(t.times[op][who], d) }
+func (t *table) add(op, who string, d time.Duration) { t.Times[op][who] = append(t.Times[op][who], d) }
 
 func (t *table) print() error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "operation\tcorral p50\tp95\tmax\t")
-	for _, p := range t.peers {
+	for _, p := range t.Peers {
 		fmt.Fprintf(tw, "%s p50\tp95\tmax\t", p)
 	}
-	fmt.Fprintf(tw, "ratio p50 vs %s\t\n", t.peers[0])
-	for _, op := range t.ops {
-		a := stats(t.times[op]["corral"])
+	fmt.Fprintf(tw, "ratio p50 vs %s\t\n", t.Peers[0])
+	for _, op := range t.Ops {
+		a := stats(t.Times[op]["corral"])
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t", op, ms(a[0]), ms(a[1]), ms(a[2]))
-		for _, p := range t.peers {
-			if b := t.times[op][p]; len(b) > 0 {
+		for _, p := range t.Peers {
+			if b := t.Times[op][p]; len(b) > 0 {
 				s := stats(b)
 				fmt.Fprintf(tw, "%s\t%s\t%s\t", ms(s[0]), ms(s[1]), ms(s[2]))
 			} else {
 				fmt.Fprint(tw, "-\t-\t-\t")
 			}
 		}
-		if b := t.times[op][t.peers[0]]; len(b) > 0 {
+		if b := t.Times[op][t.Peers[0]]; len(b) > 0 {
 			fmt.Fprintf(tw, "%.2f×\t\n", float64(a[0])/float64(stats(b)[0]))
 		} else {
 			fmt.Fprint(tw, "-\t\n")

@@ -28,10 +28,17 @@ type actor struct {
 	// restart policy.
 	restartGen int64
 	restartDue time.Time
+	// observed, when set, is called once after the next step: recovery
+	// counts the sandboxes it has compared with the driver.
+	observed func()
 }
 
 // kick wakes the actor of a sandbox, starting its goroutine if needed.
-func (m *Manager) kick(id string) {
+func (m *Manager) kick(id string) { m.kickObserved(id, nil) }
+
+// kickObserved is kick that has observed called after the actor's next
+// step.
+func (m *Manager) kickObserved(id string, observed func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closing {
@@ -41,6 +48,9 @@ func (m *Manager) kick(id string) {
 	if a == nil {
 		a = &actor{id: id, wake: make(chan struct{}, 1)}
 		m.actors[id] = a
+	}
+	if observed != nil {
+		a.observed = observed
 	}
 	if a.retry != nil {
 		a.retry.Stop()
@@ -80,6 +90,10 @@ func (m *Manager) run(a *actor) {
 
 		again, retryIn := m.step(a)
 		m.mu.Lock()
+		if f := a.observed; f != nil {
+			a.observed = nil
+			f()
+		}
 		switch {
 		case again:
 			select {

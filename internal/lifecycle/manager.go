@@ -10,6 +10,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -138,6 +139,15 @@ func (m *Manager) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	left := atomic.Int64{}
+	left.Store(int64(len(list)))
+	observed := func() {
+		if left.Add(-1) == 0 {
+			took := m.now().Sub(now)
+			metrics.Recovered(took)
+			m.log.Info("every sandbox compared with the driver after recovery", "sandboxes", len(list), "took", took)
+		}
+	}
 	for _, sb := range list {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -151,7 +161,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 				return err
 			}
 		}
-		m.kick(sb.ID)
+		m.kickObserved(sb.ID, observed)
 	}
 	m.log.Info("recovery done; reconciling", "sandboxes", len(list))
 	return nil

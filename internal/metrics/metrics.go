@@ -36,10 +36,14 @@ var (
 		Help:    "Time from a request to the sandbox reaching its intent.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 	})
+	recovery = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "corral_recovery_seconds",
+		Help: "Time from the start of recovery until every sandbox had been compared with the driver once.",
+	})
 )
 
 func init() {
-	registry.MustRegister(operations, callSeconds, retries, interrupted, reconcileLag,
+	registry.MustRegister(operations, callSeconds, retries, interrupted, reconcileLag, recovery,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
@@ -68,6 +72,10 @@ func Converged(kind string, since time.Time) {
 	reconcileLag.Observe(time.Since(since).Seconds())
 	operations.WithLabelValues(kind, "succeeded").Inc()
 }
+
+// Recovered records how long recovery took to compare every sandbox with
+// the driver.
+func Recovered(took time.Duration) { recovery.Set(took.Seconds()) }
 
 // Handler serves the metrics in the Prometheus text format.
 func Handler() http.Handler { return promhttp.HandlerFor(registry, promhttp.HandlerOpts{}) }

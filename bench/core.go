@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/driver/fake"
+)
+
+// figure is one measurement of the gateway's own path, with its goal.
+type figure struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+	Goal  string  `json:"goal,omitempty"`
+	Met   *bool   `json:"met,omitempty"` // nil: no goal
+}
+
+// recoveredLine is what the gateway logs once recovery has compared every
+// sandbox with the driver.
+const recoveredLine = "every sandbox compared with the driver after recovery"
+
+// benchCore measures the gateway on the fake driver, with the real SQLite
+// store and every operation journaled: request throughput by concurrent
+// clients, recovery time, memory and store size by record count, and
+// SIGTERM-to-exit time.
+func benchCore(bin, dir string, quick bool) ([]*figure, error) {
+	var figs []*figure
+	add := func(name string, v float64, unit, goal string, met func(float64) bool) {
+		f := &figure{Name: name, Value: v, Unit: unit, Goal: goal}
+		if met != nil {
+			ok := met(v)
+			f.Met = &ok
+		}
+		figs = append(figs, f)
+	}
+	atLeast := func(n float64) func(float64) bool { return func(v float64) bool { return v >= n } }
+	atMost := func(n float64) func(float64) bool { return func(v float64) bool { return v <= n } }
+
+	run := 5 * time.Second
+	counts := []int{1000, 10000}
+	if quick {
+		run, counts = time.Second, []int{1000}
+	}
+	for _, clients := range []int{1, 8, 64} {
+		ops, err := throughput(bin, filepath.Join(dir, fmt.Sprintf("tput-%d", clients)), clients, run)
+		if err != nil {
+			return nil, fmt.Errorf("throughput with %d clients: %w", clients, err)
+		}
+		add(fmt.Sprintf("journaled requests/s, %d clients", clients), ops, "ops/s", "≥ 2000", atLeast(2000))
+	}
+	for _, n := range counts {
+		took, rss, size, err := recovery(bin, filepath.Join(dir, fmt.Sprintf("recover-%d", n)), n)
+		if err != nil {
+			return nil, fmt.Errorf("recovery of %d records: %w", n, err)
+		}
+		goal, met := "", func(float64) bool(nil)
+		if n == 1000 {
+			goal, met = "≤ 1 s", atMost(1)
+		}
+		add(fmt.Sprintf("restart to every record reconciled, %d records", n), took.Seconds(), "s", goal, met)
+		goal, met = "", nil
+		if n == 10000 {
+			goal, met = "≤ 100 MB", atMost(100)
+		}
+		add(fmt.Sprintf("gateway RSS after recovery, %d records", n), rss, "MB", goal, met)
+		add(fmt.Sprintf("store size, %d records", n), size, "MB", "", nil)
+	}
+	idle, held, err := sigtermExit(bin, filepath.Join(dir, "sigterm"))
+	if err != nil {
+		return nil, fmt.Errorf("SIGTERM: %w", err)
+	}
+	add("SIGTERM to exit, nothing in flight", float64(idle.Microseconds())/1000, "ms", "≤ 100 ms", atMost(100))
+	add("SIGTERM to exit, from the release of a held driver call", float64(held.Microseconds())/1000, "ms", "", nil)
+	return figs, nil
+}
+
+// throughput runs clients that create, stop, start and delete sandboxes
+// (each request journaled) for d, and returns requests per second.
+func throughput(bin, home string, clients int, d time.Duration) (float64, error) {
+	g, err := startGateway(bin, home, "--driver", "fake")
+	if err != nil {
+		return 0, err
+	}
+	defer g.close()
+	var ops atomic.Int64
+	var failure atomic.Value
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			for i := 0; time.Now().Before(deadline); i++ {
+				name := fmt.Sprintf("t%d-%d", w, i)
+				steps := []func() error{
+					func() error {
+						_, err := g.api.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, Spec: &corralv1.SandboxSpec{Command: []string{"sleep", "1"}}})
+						return err
+					},
+					func() error { return g.stop(name) },
+					func() error { return g.start(name) },
+					func() error { return g.remove(name) },
+				}
+				for _, step := range steps {
+					if err := step(); err != nil {
+						failure.Store(err)
+						return
+					}
+					ops.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := failure.Load().(error); ok {
+		return 0, err
+	}
+	return float64(ops.Load()) / d.Seconds(), nil
+}
+
+// recovery makes n ready sandboxes, stops the gateway, and times a new
+// gateway from its start until it has compared every record with the
+// driver; it returns that time, the gateway's RSS then (MB), and the
+// store's size (MB).
+func recovery(bin, home string, n int) (time.Duration, float64, float64, error) {
+	g, err := startGateway(bin, home, "--driver", "fake")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if err := populate(g, n); err != nil {
+		g.close()
+		return 0, 0, 0, err
+	}
+	g.close()
+	size := fileMB(filepath.Join(home, "corral.db")) + fileMB(filepath.Join(home, "corral.db-wal"))
+
+	cmd := exec.Command(bin, "--home", home, "gateway", "--driver", "fake", "--sandbox-label", "corral.bench", "--log-level", "info")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	lines := bufio.NewScanner(stderr)
+	for lines.Scan() {
+		if strings.Contains(lines.Text(), recoveredLine) {
+			took := time.Since(t0)
+			go func() { // keep the pipe drained
+				for lines.Scan() {
+				}
+			}()
+			return took, rssMB(cmd.Process.Pid), size, nil
+		}
+	}
+	return 0, 0, 0, fmt.Errorf("the gateway exited without logging %q", recoveredLine)
+}
+
+// populate creates n sandboxes from 16 clients and waits until all are
+// ready.
+func populate(g *gateway, n int) error {
+	var next atomic.Int64
+	var failure atomic.Value
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				_, err := g.api.CreateSandbox(context.Background(), &corralv1.CreateSandboxRequest{
+					Name: "r" + strconv.FormatInt(i, 10), Spec: &corralv1.SandboxSpec{Command: []string{"sleep", "1"}}})
+				if err != nil {
+					failure.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := failure.Load().(error); ok {
+		return err
+	}
+	for limit := time.Now().Add(5 * time.Minute); ; {
+		resp, err := g.api.ListSandboxes(context.Background(), &corralv1.ListSandboxesRequest{})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for _, sb := range resp.Sandboxes {
+			if sb.Phase == "ready" {
+				ready++
+			}
+		}
+		if ready == n {
+			return nil
+		}
+		if time.Now().After(limit) {
+			return fmt.Errorf("%d of %d sandboxes ready after 5 minutes", ready, n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// sigtermExit times a gateway's exit after SIGTERM with nothing in
+// flight, and after the release of a driver call it had to wait for.
+func sigtermExit(bin, home string) (idle, held time.Duration, err error) {
+	g, err := startGateway(bin, home, "--driver", "fake")
+	if err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	_ = g.cmd.Wait()
+	idle = time.Since(t0)
+	g.conn.Close()
+
+	state := filepath.Join(home, "fake")
+	if err := fake.SetFaults(state, fake.Rule{Op: "create", Action: "hold"}); err != nil {
+		return 0, 0, err
+	}
+	g, err = startGateway(bin, home, "--driver", "fake")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer g.conn.Close()
+	resp, err := g.api.CreateSandbox(context.Background(), &corralv1.CreateSandboxRequest{Name: "held", Spec: &corralv1.SandboxSpec{Command: []string{"sleep", "1"}}})
+	if err != nil {
+		return 0, 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := fake.WaitHeld(ctx, state, "create", resp.Sandbox.Id); err != nil {
+		return 0, 0, err
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(200 * time.Millisecond) // the shutdown now waits for the call
+	t0 = time.Now()
+	if err := fake.SetFaults(state); err != nil {
+		return 0, 0, err
+	}
+	_ = g.cmd.Wait()
+	return idle, time.Since(t0), nil
+}
+
+func fileMB(path string) float64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return float64(fi.Size()) / (1 << 20)
+}
+
+// rssMB is a process's resident set size in MB.
+func rssMB(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
