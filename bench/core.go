@@ -65,7 +65,8 @@ func benchCore(bin, dir string, quick bool) ([]*figure, error) {
 		if err != nil {
 			return nil, fmt.Errorf("recovery of %d records: %w", n, err)
 		}
-		goal, met := "", func(float64) bool(nil)
+		var met func(float64) bool
+		goal := ""
 		if n == 1000 {
 			goal, met = "≤ 1 s", atMost(1)
 		}
@@ -147,7 +148,7 @@ func recovery(bin, home string, n int) (time.Duration, float64, float64, error) 
 	g.close()
 	size := fileMB(filepath.Join(home, "corral.db")) + fileMB(filepath.Join(home, "corral.db-wal"))
 
-	cmd := exec.Command(bin, "--home", home, "gateway", "--driver", "fake", "--sandbox-label", "corral.bench", "--log-level", "info")
+	cmd := exec.Command(bin, append([]string{"--home", home, "gateway", "--driver", "fake", "--sandbox-label", "corral.bench", "--log-level", "info"}, gatewayArgs...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return 0, 0, 0, err

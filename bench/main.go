@@ -39,7 +39,9 @@ func main() {
 	n := flag.Int("n", 20, "measured runs per operation")
 	warmup := flag.Int("warmup", 2, "runs discarded before measuring")
 	quick := flag.Bool("quick", false, "a short run of everything (CI): 5 runs each, 1,000 records, 1 s of load")
-	out := flag.String("out", "", "also write the report to this directory: report.md, report.json, latency.png")
+	out := flag.String("out", "", "also write the report to this directory: report.md, report.json, latency-N.png")
+	flag.Func("gateway-arg", "an extra argument for every gateway the benchmarks start (repeatable), e.g. --metrics-listen=127.0.0.1:9464 to profile it at /debug/pprof/",
+		func(v string) error { gatewayArgs = append(gatewayArgs, v); return nil })
 	flag.Parse()
 	if *quick {
 		*n, *warmup = 5, 1
@@ -204,10 +206,14 @@ type gateway struct {
 	api  corralv1.SandboxServiceClient
 }
 
+// gatewayArgs are added to every gateway's command line (-gateway-arg).
+var gatewayArgs []string
+
 // startGateway runs `corral gateway` on home with args and waits until its
 // API answers.
 func startGateway(bin, home string, args ...string) (*gateway, error) {
 	all := append([]string{"--home", home, "gateway", "--sandbox-label", "corral.bench", "--log-level", "warn"}, args...)
+	all = append(all, gatewayArgs...)
 	g := &gateway{cmd: exec.Command(bin, all...)}
 	g.cmd.Stderr = os.Stderr
 	if err := g.cmd.Start(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -280,7 +281,9 @@ func serveTLS(cfg config.Config, home string, mgr *lifecycle.Manager, log *slog.
 	return srv, nil
 }
 
-// serveMetrics serves Prometheus metrics at /metrics on addr.
+// serveMetrics serves Prometheus metrics at /metrics on addr, and Go's
+// profiles at /debug/pprof/ (the address is opt-in, and meant for
+// operators).
 func serveMetrics(addr string, log *slog.Logger) (*http.Server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -288,6 +291,8 @@ func serveMetrics(addr string, log *slog.Logger) (*http.Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.Handler())
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	background(log, "metrics server", func() error { return srv.Serve(lis) }, http.ErrServerClosed)
 	log.Info("serving metrics", "address", "http://"+lis.Addr().String()+"/metrics")

@@ -292,7 +292,7 @@ func (m *Manager) markGone(a *actor) {
 // failed records a failed step on the sandbox and schedules the retry. Past
 // the intent's deadline the phase becomes error; retries go on regardless.
 func (m *Manager) failed(a *actor, sb *sandbox.Sandbox, kind string, cause error) (bool, time.Duration) {
-	if m.callCtx.Err() != nil {
+	if m.callCtx.Err() != nil || errors.Is(cause, errClosing) {
 		return false, 0 // shutting down: the journal says what happened
 	}
 	a.failures++

@@ -24,6 +24,10 @@ import (
 type Driver struct {
 	cfg driver.Config
 	mu  sync.Mutex // serializes this process's access to the objects file
+	// cached is the objects file as this process last read or wrote it,
+	// valid while cachedFile is the same file (every write makes a new one).
+	cached     map[string]*object
+	cachedFile os.FileInfo
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -62,27 +66,56 @@ func (o *object) public() driver.Object {
 // ObjectsFile is the name of the file that holds the objects in the state dir.
 const ObjectsFile = "objects.json"
 
+// load returns the objects, parsing the file only when it changed.
 func (d *Driver) load() (map[string]*object, error) {
-	objs := map[string]*object{}
-	data, err := os.ReadFile(filepath.Join(d.cfg.StateDir, ObjectsFile))
+	f, err := os.Open(filepath.Join(d.cfg.StateDir, ObjectsFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return objs, nil
+		return map[string]*object{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal(data, &objs); err != nil {
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if d.cachedFile != nil && os.SameFile(fi, d.cachedFile) && fi.Size() == d.cachedFile.Size() && fi.ModTime().Equal(d.cachedFile.ModTime()) {
+		return cloneObjects(d.cached), nil
+	}
+	objs := map[string]*object{}
+	if err := json.NewDecoder(f).Decode(&objs); err != nil {
 		return nil, fmt.Errorf("fake driver: %s: %w", ObjectsFile, err)
 	}
+	d.cached, d.cachedFile = cloneObjects(objs), fi
 	return objs, nil
 }
 
 func (d *Driver) save(objs map[string]*object) error {
-	data, err := json.MarshalIndent(objs, "", "  ")
+	data, err := json.Marshal(objs)
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(d.cfg.StateDir, ObjectsFile), data)
+	path := filepath.Join(d.cfg.StateDir, ObjectsFile)
+	if err := writeAtomic(path, data); err != nil {
+		return err
+	}
+	d.cached, d.cachedFile = nil, nil
+	if fi, err := os.Stat(path); err == nil {
+		d.cached, d.cachedFile = cloneObjects(objs), fi
+	}
+	return nil
+}
+
+// cloneObjects copies objects, so that callers may change them; labels
+// are never changed in place.
+func cloneObjects(objs map[string]*object) map[string]*object {
+	out := make(map[string]*object, len(objs))
+	for id, o := range objs {
+		c := *o
+		out[id] = &c
+	}
+	return out
 }
 
 func writeAtomic(path string, data []byte) error {
