@@ -339,5 +339,8 @@ func TestNativePolicyThroughCLI(t *testing.T) {
 	if out := mustCorral(t, home, "sandbox", "exec", "pol", "--", "cat", "/proc/version"); !strings.Contains(out, "Linux") {
 		t.Fatalf("after update and start, /proc is still not readable: %q", out)
 	}
+	if hist := mustCorral(t, home, "sandbox", "history", "pol"); !strings.Contains(hist, "update ") || strings.Contains(hist, "pending") {
+		t.Fatalf("the journal should hold the settled update and nothing pending:\n%s", hist)
+	}
 	mustCorral(t, home, "sandbox", "delete", "pol")
 }

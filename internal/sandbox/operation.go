@@ -23,7 +23,7 @@ const (
 // IsRequest reports whether the kind is a caller's request, not a driver call.
 func (k OpKind) IsRequest() bool {
 	switch k {
-	case OpCreate, OpStart, OpStop, OpDelete:
+	case OpCreate, OpStart, OpStop, OpDelete, OpUpdate:
 		return true
 	}
 	return false

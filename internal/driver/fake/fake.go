@@ -66,7 +66,8 @@ func (o *object) public() driver.Object {
 // ObjectsFile is the name of the file that holds the objects in the state dir.
 const ObjectsFile = "objects.json"
 
-// load returns the objects, parsing the file only when it changed.
+// load returns the objects, parsing the file only when it changed. The
+// map is shared: callers only read it (update changes a copy).
 func (d *Driver) load() (map[string]*object, error) {
 	f, err := os.Open(filepath.Join(d.cfg.StateDir, ObjectsFile))
 	if errors.Is(err, os.ErrNotExist) {
@@ -81,13 +82,13 @@ func (d *Driver) load() (map[string]*object, error) {
 		return nil, err
 	}
 	if d.cachedFile != nil && os.SameFile(fi, d.cachedFile) && fi.Size() == d.cachedFile.Size() && fi.ModTime().Equal(d.cachedFile.ModTime()) {
-		return cloneObjects(d.cached), nil
+		return d.cached, nil
 	}
 	objs := map[string]*object{}
 	if err := json.NewDecoder(f).Decode(&objs); err != nil {
 		return nil, fmt.Errorf("fake driver: %s: %w", ObjectsFile, err)
 	}
-	d.cached, d.cachedFile = cloneObjects(objs), fi
+	d.cached, d.cachedFile = objs, fi
 	return objs, nil
 }
 
@@ -102,13 +103,13 @@ func (d *Driver) save(objs map[string]*object) error {
 	}
 	d.cached, d.cachedFile = nil, nil
 	if fi, err := os.Stat(path); err == nil {
-		d.cached, d.cachedFile = cloneObjects(objs), fi
+		d.cached, d.cachedFile = objs, fi
 	}
 	return nil
 }
 
-// cloneObjects copies objects, so that callers may change them; labels
-// are never changed in place.
+// cloneObjects copies objects, so that a copy may be changed while the
+// original is read; labels are never changed in place.
 func cloneObjects(objs map[string]*object) map[string]*object {
 	out := make(map[string]*object, len(objs))
 	for id, o := range objs {
@@ -140,10 +141,11 @@ func (d *Driver) update(fn func(objs map[string]*object) error) error {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return err
 	}
-	objs, err := d.load()
+	loaded, err := d.load()
 	if err != nil {
 		return err
 	}
+	objs := cloneObjects(loaded)
 	if err := fn(objs); err != nil {
 		return err
 	}
@@ -273,6 +275,22 @@ func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
 		return nil
 	})
 	return list, err
+}
+
+// Seed adds running objects for sandboxes, all in one write, as if they
+// had been created and started (benchmarks start from many of them).
+func Seed(stateDir, label string, specs []driver.Spec) error {
+	d := &Driver{cfg: driver.Config{Label: label, StateDir: stateDir}}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return err
+	}
+	return d.update(func(objs map[string]*object) error {
+		for _, spec := range specs {
+			objs[spec.ID] = &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateRunning,
+				Labels: driver.ObjectLabels(spec, label), Starts: 1}
+		}
+		return nil
+	})
 }
 
 // Exit makes the main process of a running fake object exit with code,
