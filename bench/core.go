@@ -15,7 +15,10 @@ import (
 	"time"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store/sqlite"
 )
 
 // figure is one measurement of the gateway's own path, with its goal.
@@ -132,22 +135,15 @@ func throughput(bin, home string, clients int, d time.Duration) (float64, error)
 	return float64(ops.Load()) / d.Seconds(), nil
 }
 
-// recovery makes n ready sandboxes, stops the gateway, and times a new
-// gateway from its start until it has compared every record with the
-// driver; it returns that time, the gateway's RSS then (MB), and the
-// store's size (MB).
+// recovery seeds n ready sandboxes (records in the store, running objects
+// in the fake driver), and times a gateway from its start until it has
+// compared every record with the driver; it returns that time, the
+// gateway's RSS then (MB), and the store's size (MB).
 func recovery(bin, home string, n int) (time.Duration, float64, float64, error) {
-	g, err := startGateway(bin, home, "--driver", "fake")
-	if err != nil {
+	if err := seed(home, n); err != nil {
 		return 0, 0, 0, err
 	}
-	if err := populate(g, n); err != nil {
-		g.close()
-		return 0, 0, 0, err
-	}
-	g.close()
 	size := fileMB(filepath.Join(home, "corral.db")) + fileMB(filepath.Join(home, "corral.db-wal"))
-
 	cmd := exec.Command(bin, append([]string{"--home", home, "gateway", "--driver", "fake", "--sandbox-label", "corral.bench", "--log-level", "info"}, gatewayArgs...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -172,49 +168,33 @@ func recovery(bin, home string, n int) (time.Duration, float64, float64, error) 
 	return 0, 0, 0, fmt.Errorf("the gateway exited without logging %q", recoveredLine)
 }
 
-// populate creates n sandboxes from 16 clients and waits until all are
-// ready.
-func populate(g *gateway, n int) error {
-	var next atomic.Int64
-	var failure atomic.Value
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-				_, err := g.api.CreateSandbox(context.Background(), &corralv1.CreateSandboxRequest{
-					Name: "r" + strconv.FormatInt(i, 10), Spec: &corralv1.SandboxSpec{Command: []string{"sleep", "1"}}})
-				if err != nil {
-					failure.Store(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, ok := failure.Load().(error); ok {
+// seed writes n ready sandboxes into a home: records (with their settled
+// create requests) through the store, objects through the fake driver.
+func seed(home string, n int) error {
+	if err := os.MkdirAll(home, 0o700); err != nil {
 		return err
 	}
-	for limit := time.Now().Add(5 * time.Minute); ; {
-		resp, err := g.api.ListSandboxes(context.Background(), &corralv1.ListSandboxesRequest{})
-		if err != nil {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(home, "corral.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	now := time.Now()
+	specs := make([]driver.Spec, 0, n)
+	for i := range n {
+		sb := &sandbox.Sandbox{ID: sandbox.NewID(), Name: "r" + strconv.Itoa(i),
+			Spec:    sandbox.Spec{Command: []string{"sleep", "1"}, RestartPolicy: sandbox.RestartOnFailure, MaxRestarts: sandbox.DefaultMaxRestarts},
+			Desired: sandbox.DesiredRunning, Phase: sandbox.PhaseReady, Generation: 1,
+			CreatedAt: now, UpdatedAt: now, Deadline: now.Add(5 * time.Minute)}
+		req := &sandbox.Operation{SandboxID: sb.ID, Kind: sandbox.OpCreate, State: sandbox.OpSucceeded, Owner: "bench",
+			Generation: 1, StartedAt: now, Deadline: now.Add(time.Minute), FinishedAt: now}
+		if _, _, err := st.CreateSandbox(ctx, sb, req); err != nil {
 			return err
 		}
-		ready := 0
-		for _, sb := range resp.Sandboxes {
-			if sb.Phase == "ready" {
-				ready++
-			}
-		}
-		if ready == n {
-			return nil
-		}
-		if time.Now().After(limit) {
-			return fmt.Errorf("%d of %d sandboxes ready after 5 minutes", ready, n)
-		}
-		time.Sleep(200 * time.Millisecond)
+		specs = append(specs, driver.Spec{ID: sb.ID, Name: sb.Name, Generation: 1})
 	}
+	return fake.Seed(filepath.Join(home, "fake"), "corral.bench", specs)
 }
 
 // sigtermExit times a gateway's exit after SIGTERM with nothing in

@@ -37,12 +37,12 @@ type actor struct {
 func (m *Manager) kick(id string) { m.kickObserved(id, nil) }
 
 // kickObserved is kick that has observed called after the actor's next
-// step.
-func (m *Manager) kickObserved(id string, observed func()) {
+// step. It reports false, calling nothing, when the manager is closing.
+func (m *Manager) kickObserved(id string, observed func()) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closing {
-		return
+		return false
 	}
 	a := m.actors[id]
 	if a == nil {
@@ -65,6 +65,7 @@ func (m *Manager) kickObserved(id string, observed func()) {
 		m.wg.Add(1)
 		go m.run(a)
 	}
+	return true
 }
 
 // run works on a sandbox until it has converged or must wait for a retry.

@@ -119,8 +119,13 @@ func (m *Manager) deadlineFor(d sandbox.DesiredState) time.Duration {
 	return m.cfg.ProvisioningTimeout
 }
 
+// recoveryConcurrency bounds the sandboxes whose first step after a
+// restart runs at once.
+const recoveryConcurrency = 64
+
 // Recover settles what dead instances left pending as interrupted, gives
-// unfinished intents a fresh deadline and wakes every sandbox's actor.
+// unfinished intents a fresh deadline and wakes every sandbox's actor,
+// returning once the last one is woken.
 func (m *Manager) Recover(ctx context.Context) error {
 	now := m.now()
 	n, err := 0, error(nil)
@@ -148,8 +153,13 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Info("every sandbox compared with the driver after recovery", "sandboxes", len(list), "took", took)
 		}
 	}
+	// At most recoveryConcurrency first steps at a time: thousands of
+	// actors queued on the store at once cost a stack each.
+	slots := make(chan struct{}, recoveryConcurrency)
 	for _, sb := range list {
-		if ctx.Err() != nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
 			return ctx.Err()
 		}
 		if !sb.Converged() {
@@ -161,7 +171,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 				return err
 			}
 		}
-		m.kickObserved(sb.ID, observed)
+		release := func() { <-slots }
+		if !m.kickObserved(sb.ID, func() { release(); observed() }) {
+			release() // closing: the actor will not step
+		}
 	}
 	m.log.Info("recovery done; reconciling", "sandboxes", len(list))
 	return nil
