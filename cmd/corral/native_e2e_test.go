@@ -18,10 +18,16 @@ import (
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
-// nativeGateway starts a gateway on the native driver.
+// nativeGateway starts a gateway on the native driver. Supervisors outlive
+// gateways by design, so those a failed test leaves are killed at its end.
 func nativeGateway(t *testing.T, home string, args ...string) *gatewayProc {
 	t.Helper()
 	testenv.RequireRoot(t)
+	t.Cleanup(func() {
+		for _, pid := range supervisorPids(t, home) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
 	return startGateway(t, home, append([]string{"--driver", "native"}, args...)...)
 }
 
