@@ -67,6 +67,7 @@ type report struct {
 	Runs    int       `json:"runs"`
 	Warmup  int       `json:"warmup"`
 	Tables  []*table  `json:"tables"`
+	Scaling []*figure `json:"scaling,omitempty"`
 	Core    []*figure `json:"core,omitempty"`
 }
 
@@ -94,23 +95,49 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 		}
 		r.Tables = append(r.Tables, t)
 	}
+	var drivers []string
+	for _, d := range []string{"docker", "native"} {
+		if which == "all" || which == d {
+			drivers = append(drivers, d)
+		}
+	}
+	if len(drivers) > 0 {
+		figs, err := benchScaling(bin, filepath.Join(dir, "scaling"), drivers, n, quick)
+		if err != nil {
+			return nil, fmt.Errorf("scaling: %w", err)
+		}
+		r.Scaling = figs
+		if err := printFigures(scalingTitle, figs); err != nil {
+			return nil, err
+		}
+	}
 	if which == "all" || which == "core" {
 		figs, err := benchCore(bin, filepath.Join(dir, "core"), quick)
 		if err != nil {
 			return nil, fmt.Errorf("core: %w", err)
 		}
 		r.Core = figs
-		fmt.Println("\ngateway core: fake driver, real SQLite store, every operation journaled")
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "measure\tvalue\tgoal\t")
-		for _, f := range figs {
-			fmt.Fprintf(tw, "%s\t%.4g %s\t%s\t\n", f.Name, f.Value, f.Unit, goalText(f))
-		}
-		if err := tw.Flush(); err != nil {
+		if err := printFigures(coreTitle, figs); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// The titles of the figure sections.
+const (
+	scalingTitle = "scaling: create→ready and create throughput by sandboxes already running"
+	coreTitle    = "gateway core: fake driver, real SQLite store, every operation journaled"
+)
+
+func printFigures(title string, figs []*figure) error {
+	fmt.Printf("\n%s\n", title)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "measure\tvalue\tgoal\t")
+	for _, f := range figs {
+		fmt.Fprintf(tw, "%s\t%.4g %s\t%s\t\n", f.Name, f.Value, f.Unit, goalText(f))
+	}
+	return tw.Flush()
 }
 
 // goalText is a figure's goal and whether it was met.

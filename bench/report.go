@@ -38,9 +38,15 @@ func (r *report) write(dir string) error {
 		t.markdown(&md)
 		fmt.Fprintf(&md, "\n![%s](%s)\n", t.Title, chart)
 	}
-	if len(r.Core) > 0 {
-		md.WriteString("\n### Gateway core: fake driver, real SQLite store, every operation journaled\n\n| measure | value | goal |\n| --- | --- | --- |\n")
-		for _, f := range r.Core {
+	for _, section := range []struct {
+		title string
+		figs  []*figure
+	}{{scalingTitle, r.Scaling}, {coreTitle, r.Core}} {
+		if len(section.figs) == 0 {
+			continue
+		}
+		fmt.Fprintf(&md, "\n### %s\n\n| measure | value | goal |\n| --- | --- | --- |\n", section.title)
+		for _, f := range section.figs {
 			fmt.Fprintf(&md, "| %s | %.4g %s | %s |\n", f.Name, f.Value, f.Unit, goalText(f))
 		}
 	}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// scalingClients is how many clients create at once for the throughput
+// figure.
+const scalingClients = 8
+
+// benchScaling measures, per driver, how create→ready latency and create
+// throughput change with the number of sandboxes already running: 1, 10
+// and 100 (1 and 10 with -quick).
+func benchScaling(bin, dir string, drivers []string, runs int, quick bool) ([]*figure, error) {
+	fleets := []int{1, 10, 100}
+	if quick {
+		fleets = []int{1, 10}
+	}
+	var figs []*figure
+	for _, drv := range drivers {
+		args := []string{"--driver", drv}
+		if drv == "docker" {
+			args = append(args, "--image-pull-policy", "never", "--default-image", testenv.TestImage)
+		}
+		g, err := startGateway(bin, filepath.Join(dir, drv), args...)
+		if err != nil {
+			return nil, err
+		}
+		live := 0
+		for _, fleet := range fleets {
+			for ; live < fleet; live++ {
+				if _, err := g.create(fmt.Sprintf("live-%d", live), &corralv1.SandboxSpec{Command: nativeCommand}); err != nil {
+					g.close()
+					return nil, err
+				}
+			}
+			lat, rate, err := scalingAt(g, fleet, runs)
+			if err != nil {
+				g.close()
+				return nil, fmt.Errorf("%s with %d live sandboxes: %w", drv, fleet, err)
+			}
+			figs = append(figs,
+				&figure{Name: fmt.Sprintf("%s: create→ready p50, %d live sandboxes", drv, fleet), Value: float64(lat.Microseconds()) / 1000, Unit: "ms"},
+				&figure{Name: fmt.Sprintf("%s: creates to ready per second (%d clients), %d live sandboxes", drv, scalingClients, fleet), Value: rate, Unit: "/s"})
+		}
+		err = g.removeAll()
+		g.close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return figs, nil
+}
+
+// scalingAt times runs creates one by one (p50 of create→ready), then
+// scalingClients×2 concurrent ones until all are ready; every sandbox made
+// here is deleted again, so the fleet stays as it was.
+func scalingAt(g *gateway, fleet, runs int) (time.Duration, float64, error) {
+	var lat []time.Duration
+	for i := range runs {
+		name := fmt.Sprintf("probe-%d-%d", fleet, i)
+		d, err := g.create(name, &corralv1.SandboxSpec{Command: nativeCommand})
+		if err != nil {
+			return 0, 0, err
+		}
+		lat = append(lat, d)
+		if _, err := g.timed(name, "", func() error { return g.remove(name) }); err != nil {
+			return 0, 0, err
+		}
+	}
+	n := scalingClients * 2
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	t0 := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := g.create(fmt.Sprintf("burst-%d-%d", fleet, i), &corralv1.SandboxSpec{Command: nativeCommand})
+			errs <- err
+		}()
+		if (i+1)%scalingClients == 0 {
+			wg.Wait() // scalingClients at a time
+		}
+	}
+	wg.Wait()
+	rate := float64(n) / time.Since(t0).Seconds()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	for i := range n {
+		name := fmt.Sprintf("burst-%d-%d", fleet, i)
+		if _, err := g.timed(name, "", func() error { return g.remove(name) }); err != nil {
+			return 0, 0, err
+		}
+	}
+	return stats(lat)[0], rate, nil
+}
+
+// removeAll deletes every sandbox of the gateway and waits until they are
+// gone.
+func (g *gateway) removeAll() error {
+	ctx := context.Background()
+	resp, err := g.api.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+	if err != nil {
+		return err
+	}
+	for _, sb := range resp.Sandboxes {
+		if _, err := g.timed(sb.Name, "", func() error { return g.remove(sb.Name) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
