@@ -512,7 +512,7 @@ func TestHarnessCatchesTheFailuresOfDesign(t *testing.T) {
 	for _, bug := range []string{"late-signal-handler", "unawaited-worker", "retained-claim"} {
 		t.Run(bug, func(t *testing.T) {
 			var caught []string
-			for seed := int64(1); seed <= 5 && len(caught) == 0; seed++ {
+			for seed := int64(1); seed <= 12 && len(caught) == 0; seed++ { // each failure shows only at some kill points
 				r := newRun(t, seed)
 				r.env = []string{"CORRAL_TEST_REINTRODUCE=" + bug}
 				r.torture(25)

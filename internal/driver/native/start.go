@@ -97,7 +97,7 @@ func (d *Driver) status(id string, gen int64) (string, error) {
 // spawn starts the supervisor of an incarnation, detached from the gateway
 // (its own session and namespaces), and waits for it to report readiness.
 func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) error {
-	for _, f := range []string{supervisor.ExitFile, supervisor.PIDFile, supervisor.StdoutFile, supervisor.StderrFile, supervisor.SupervisorLog} {
+	for _, f := range []string{supervisor.ExitFile, supervisor.PIDFile, supervisor.ProtectionsFile, supervisor.StdoutFile, supervisor.StderrFile, supervisor.SupervisorLog} {
 		if err := os.Remove(b.Path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("native start: %w", err)
 		}
