@@ -433,7 +433,9 @@ func (r *run) check() []string {
 	for id := range objs {
 		v = append(v, fmt.Sprintf("compute object %s has no record after the orphan grace period", id))
 	}
-	// 4. no journal entry is unsettled past its deadline
+	// 4. no journal entry is unsettled past its deadline, and none is
+	// left pending by an instance that is gone (recovery settles those)
+	current := instanceOf(g.out.String())
 	for _, sb := range list {
 		ops, err := c.ListOperations(ctx, &corralv1.ListOperationsRequest{Name: sb.Id})
 		if err != nil {
@@ -441,8 +443,12 @@ func (r *run) check() []string {
 			continue
 		}
 		for _, op := range ops.Operations {
-			if op.State == "pending" && op.Deadline.AsTime().Before(time.Now()) {
+			switch {
+			case op.State != "pending":
+			case op.Deadline.AsTime().Before(time.Now()):
 				v = append(v, fmt.Sprintf("journal entry %d (%s of %s) pending past its deadline", op.Id, op.Kind, sb.Name))
+			case op.Owner != current:
+				v = append(v, fmt.Sprintf("journal entry %d (%s of %s) still pending for instance %s, which is gone", op.Id, op.Kind, sb.Name, op.Owner))
 			}
 		}
 	}
@@ -492,6 +498,13 @@ func (r *run) restartFailed(c corralv1.SandboxServiceClient, list []*corralv1.Sa
 	return v
 }
 
+// instanceOf returns the instance id a gateway's log gives itself.
+func instanceOf(log string) string {
+	_, rest, _ := strings.Cut(log, `msg="gateway starting" instance=`)
+	id, _, _ := strings.Cut(rest, " ")
+	return id
+}
+
 // unconverged lists the records whose phase does not match their intent.
 func unconverged(list []*corralv1.Sandbox) []string {
 	var out []string
@@ -515,7 +528,7 @@ func TestHarnessCatchesTheFailuresOfDesign(t *testing.T) {
 			for seed := int64(1); seed <= 12 && len(caught) == 0; seed++ { // each failure shows only at some kill points
 				r := newRun(t, seed)
 				r.env = []string{"CORRAL_TEST_REINTRODUCE=" + bug}
-				r.torture(25)
+				r.torture(60)
 				caught = r.check()
 			}
 			if len(caught) == 0 {
