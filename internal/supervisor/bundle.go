@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 // Bundle is what the native driver hands a sandbox supervisor: one
@@ -34,17 +36,8 @@ type SandboxConfig struct {
 	// Socket is the control socket's path on the host.
 	Socket string `json:"socket"`
 	// Cgroup names the sandbox's cgroup; Limits are applied to it.
-	Cgroup string `json:"cgroup"`
-	Limits Limits `json:"limits"`
-}
-
-// Limits are the resource limits of a sandbox; zero means unlimited.
-type Limits struct {
-	MemoryBytes int64 `json:"memory_bytes,omitempty"`
-	// CPUMillis is the CPU time per second of wall time, in thousandths of
-	// a CPU (1500 is 1.5 CPUs).
-	CPUMillis int64 `json:"cpu_millis,omitempty"`
-	Pids      int64 `json:"pids,omitempty"`
+	Cgroup string        `json:"cgroup"`
+	Limits policy.Limits `json:"limits"`
 }
 
 // Exit is what a supervisor records when its main process has ended.

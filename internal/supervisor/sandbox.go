@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 // DefaultStopTimeout is how long the main process gets between SIGTERM and
@@ -214,7 +215,7 @@ func (s *sandboxSupervisor) cgroups() error {
 	if err == nil {
 		s.children.procs, err = cgroups.OpenProcs(s.cfg.Cgroup + "/sandbox")
 	}
-	if err != nil && l == (Limits{}) {
+	if err != nil && l == (policy.Limits{}) {
 		// No limits asked for: a cgroup is a convenience, not a promise.
 		fmt.Fprintf(os.Stderr, "corral supervise: no cgroup of its own (%v)\n", err)
 		return nil

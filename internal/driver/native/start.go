@@ -108,13 +108,12 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 	if err := removeCgroup(ctx, o.ID); err != nil { // a killed supervisor's
 		return err
 	}
-	l := o.Policy.Limits
 	cfg := supervisor.SandboxConfig{
 		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
 		Env:    sandboxEnv(o),
 		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide,
 		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
-		Limits: supervisor.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: l.Pids},
+		Limits: o.Policy.Limits,
 	}
 	if uid := o.Policy.Process.RunAsUser; uid != nil {
 		if err := os.Chown(cfg.Workdir, *uid, *uid); err != nil {
