@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"io"
+	"time"
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -28,13 +29,16 @@ func (m *Manager) Exec(ctx context.Context, nameOrID string, opts driver.ExecOpt
 	return x.Exec(ctx, sb.ID, opts)
 }
 
+// protectionsTimeout bounds the driver call behind a sandbox's protections.
+const protectionsTimeout = 2 * time.Second
+
 // Protections returns what the driver reports of the policy protecting a
 // ready sandbox's main process, or nothing.
 func (m *Manager) Protections(ctx context.Context, sb *sandbox.Sandbox) string {
 	if sb.Phase != sandbox.PhaseReady {
 		return ""
 	}
-	ictx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	ictx, cancel := context.WithTimeout(ctx, protectionsTimeout) // get must not wait on a hung driver
 	defer cancel()
 	obj, err := m.cfg.Driver.Inspect(ictx, sb.ID)
 	if err != nil || obj.Generation != sb.Generation {
