@@ -61,7 +61,7 @@ func RunSandbox(dir string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "corral supervise: %v\n", err)
 		// Never started: the incarnation is still just created.
-		if s != nil && s.bundle != nil {
+		if s != nil { // its bundle is open, and maybe no longer reachable by path
 			_ = unix.Unlinkat(int(s.bundle.Fd()), PIDFile, 0)
 		} else {
 			_ = os.Remove(Bundle{Dir: dir}.Path(PIDFile))
@@ -109,7 +109,9 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 		return nil, err
 	}
 	if pid, err := hostPID(); err == nil {
-		_ = WriteFileAtomic(b.Path(PIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+		// No fsync: it is rewritten at every start, and read only while
+		// the lock says this supervisor lives.
+		_ = os.WriteFile(b.Path(PIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o644)
 	}
 	if err := s.cgroups(); err != nil {
 		return s, err
