@@ -142,13 +142,13 @@ func (c *Conn) RecvFiles() (Reply, []*os.File, error) {
 	if !found {
 		more, err := c.r.ReadBytes('\n')
 		if err != nil {
-			closeAll(files)
+			CloseFiles(files)
 			return r, nil, err
 		}
 		line = append(line, more...)
 	}
 	if err := json.Unmarshal(line, &r); err != nil {
-		closeAll(files)
+		CloseFiles(files)
 		return r, nil, fmt.Errorf("control reply %q: %w", line, err)
 	}
 	return r, files, nil
@@ -182,7 +182,7 @@ func readRequest(c *net.UnixConn) (Request, []*os.File, error) {
 		return req, nil, err
 	}
 	if err := json.Unmarshal(buf[:n], &req); err != nil {
-		closeAll(files)
+		CloseFiles(files)
 		return req, nil, fmt.Errorf("control request: %w", err)
 	}
 	return req, files, nil
@@ -231,7 +231,8 @@ func writeMsg(c *net.UnixConn, data []byte, files []*os.File) error {
 	return err
 }
 
-func closeAll(files []*os.File) {
+// CloseFiles closes every file of files.
+func CloseFiles(files []*os.File) {
 	for _, f := range files {
 		f.Close()
 	}

@@ -341,7 +341,7 @@ func (s *sandboxSupervisor) handle(c *net.UnixConn) {
 		s.exec(c, req, files)
 		return
 	}
-	closeAll(files)
+	CloseFiles(files)
 	switch req.Op {
 	case OpStatus:
 		state := StateRunning
@@ -365,7 +365,7 @@ func (s *sandboxSupervisor) handle(c *net.UnixConn) {
 // terminal of the sandbox whose master goes to the caller; the command is
 // killed if the caller goes away before it ends.
 func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File) {
-	defer closeAll(files)
+	defer CloseFiles(files)
 	if s.isStopping() {
 		_ = writeReply(c, Reply{Error: "the sandbox is stopping"})
 		return
@@ -380,14 +380,14 @@ func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File)
 		env = append(env, "TERM=xterm")
 	}
 	pid, done, _, _, err := s.children.start(req.Command, env, stdio, req.TTY) // a command that cannot run exits 126 or 127
-	closeAll(stdio)
+	CloseFiles(stdio)
 	if err != nil {
 		_ = writeReply(c, Reply{Error: err.Error()})
-		closeAll(master)
+		CloseFiles(master)
 		return
 	}
 	_ = writeReply(c, Reply{PID: pid}, master...)
-	closeAll(master)
+	CloseFiles(master)
 	gone := make(chan struct{})
 	go func() { // the caller closes the connection: kill the command
 		_, _ = io.Copy(io.Discard, c)

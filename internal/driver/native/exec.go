@@ -69,7 +69,7 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 		for _, w := range []io.Writer{opts.Stdout, opts.Stderr} {
 			r, wr, err := os.Pipe()
 			if err != nil {
-				closeFiles(theirs)
+				supervisor.CloseFiles(theirs)
 				return 0, fmt.Errorf("exec: %w", err)
 			}
 			theirs = append(theirs, wr)
@@ -77,18 +77,18 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 		}
 	}
 	err = c.Send(req, theirs...)
-	closeFiles(theirs) // the supervisor has its own copies now
+	supervisor.CloseFiles(theirs) // the supervisor has its own copies now
 	if err != nil {
 		return 0, fmt.Errorf("exec: %w", err)
 	}
 	r, master, err := c.RecvFiles()
 	if err == nil && r.Error != "" {
-		closeFiles(master)
+		supervisor.CloseFiles(master)
 		return 0, fmt.Errorf("exec %s: %s", opts.Command[0], r.Error)
 	}
 	if err == nil && opts.TTY {
 		if len(master) != 1 {
-			closeFiles(master)
+			supervisor.CloseFiles(master)
 			return 0, fmt.Errorf("exec %s: the supervisor sent no terminal", opts.Command[0])
 		}
 		go func() {
@@ -128,12 +128,6 @@ func stdinFor(in io.Reader) (*os.File, error) {
 		w.Close()
 	}()
 	return r, nil
-}
-
-func closeFiles(files []*os.File) {
-	for _, f := range files {
-		f.Close()
-	}
 }
 
 // logPoll is how often Logs looks for new output when it follows.
