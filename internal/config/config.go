@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 // Config is every gateway setting. The TOML keys are the contract.
@@ -34,6 +36,9 @@ type Config struct {
 	// but no record is kept (and reported) before it is removed.
 	OrphanGrace time.Duration `toml:"orphan_grace"`
 	LogLevel    string        `toml:"log_level"`
+	// SandboxLogMaxSize caps what is kept of each sandbox's output on
+	// disk (a size such as 10Mi); older output is rotated away.
+	SandboxLogMaxSize string `toml:"sandbox_log_max_size"`
 	// Listen, when set (HOST:PORT), also serves the API over TCP with
 	// mutual TLS 1.3.
 	Listen string `toml:"listen"`
@@ -86,6 +91,7 @@ func Default() Config {
 		ResyncInterval:      30 * time.Second,
 		OrphanGrace:         5 * time.Minute,
 		LogLevel:            "info",
+		SandboxLogMaxSize:   "10Mi",
 	}
 }
 
@@ -127,10 +133,22 @@ func (c *Config) Validate() error {
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
 		errs = append(errs, fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel))
 	}
+	if _, err := c.SandboxLogMaxBytes(); err != nil {
+		errs = append(errs, err)
+	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		errs = append(errs, errors.New("tls: give both cert_file and key_file, or neither"))
 	}
 	return errors.Join(errs...)
+}
+
+// SandboxLogMaxBytes is sandbox_log_max_size in bytes.
+func (c *Config) SandboxLogMaxBytes() (int64, error) {
+	n, err := policy.ParseSize(c.SandboxLogMaxSize)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox_log_max_size: %w", err)
+	}
+	return n, nil
 }
 
 // DefaultHome is where the gateway keeps its state when neither --home nor

@@ -107,6 +107,20 @@ type Config struct {
 	Label string
 	// StateDir is a directory the driver may keep files in.
 	StateDir string
+	// LogMaxBytes caps what is kept on disk of each sandbox's output
+	// (0: DefaultLogMaxBytes).
+	LogMaxBytes int64
+}
+
+// DefaultLogMaxBytes is what is kept of a sandbox's output by default.
+const DefaultLogMaxBytes = 10 << 20
+
+// LogMax is the cap on a sandbox's kept output.
+func (c Config) LogMax() int64 {
+	if c.LogMaxBytes > 0 {
+		return c.LogMaxBytes
+	}
+	return DefaultLogMaxBytes
 }
 
 // Watcher is a driver that reports changes of its objects as they happen

@@ -57,7 +57,7 @@ func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.L
 		if err != nil {
 			return nil, err
 		}
-		return native.New(driver.Config{Label: cfg.SandboxLabel, StateDir: dir},
+		return native.New(driverConfig(cfg, dir),
 			native.Options{Supervisor: bin, Hide: []string{home}})
 	case "docker":
 		d, err := newDocker(cfg, home)
@@ -97,7 +97,7 @@ func newDocker(cfg config.Config, home string) (*docker.Driver, error) {
 	if host != "" && !strings.Contains(host, "://") {
 		host = "unix://" + host
 	}
-	return docker.New(driver.Config{Label: cfg.SandboxLabel, StateDir: dir},
+	return docker.New(driverConfig(cfg, dir),
 		docker.Options{Host: host, PullPolicy: cfg.ImagePullPolicy, Supervisor: bin})
 }
 
@@ -135,4 +135,10 @@ func installSupervisor(dir string) (string, error) {
 	}
 	// rename keeps the file that running containers mount intact
 	return dst, os.Rename(tmp.Name(), dst)
+}
+
+// driverConfig is what every real driver is built with.
+func driverConfig(cfg config.Config, stateDir string) driver.Config {
+	logMax, _ := cfg.SandboxLogMaxBytes() // validated with the rest
+	return driver.Config{Label: cfg.SandboxLabel, StateDir: stateDir, LogMaxBytes: logMax}
 }

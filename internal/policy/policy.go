@@ -71,6 +71,20 @@ type Limits struct {
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	CPUMillis   int64 `json:"cpu_millis,omitempty"` // thousandths of a CPU
 	Pids        int64 `json:"pids,omitempty"`
+	// TmpBytes is the size of the sandbox's private /tmp (a tmpfs);
+	// 0 means DefaultTmpBytes.
+	TmpBytes int64 `json:"tmp_bytes,omitempty"`
+}
+
+// DefaultTmpBytes is the size of a sandbox's /tmp when limits.tmp is not set.
+const DefaultTmpBytes = 64 << 20
+
+// Tmp is the size of the sandbox's /tmp.
+func (l Limits) Tmp() int64 {
+	if l.TmpBytes > 0 {
+		return l.TmpBytes
+	}
+	return DefaultTmpBytes
 }
 
 // Default is the policy of a sandbox created without one: no file system
@@ -196,6 +210,10 @@ func Parse(text string) (Policy, error) {
 				"pids": func(n *yaml.Node, f string) (err error) {
 					v, err := integer(n, f, 1, math.MaxInt32)
 					p.Limits.Pids = int64(v)
+					return err
+				},
+				"tmp": func(n *yaml.Node, f string) (err error) {
+					p.Limits.TmpBytes, err = byteSize(n, f)
 					return err
 				},
 			})
@@ -403,6 +421,15 @@ func byteSize(n *yaml.Node, field string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	size, err := ParseSize(s)
+	if err != nil {
+		return 0, &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want %s (1Mi at least), not %s", want, describe(n))}
+	}
+	return size, nil
+}
+
+// ParseSize reads a size such as 512Mi, 2Gi or 10M (1Mi to 1Pi).
+func ParseSize(s string) (int64, error) {
 	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
 	num, unit := s, ""
 	if i >= 0 {
@@ -411,7 +438,7 @@ func byteSize(n *yaml.Node, field string) (int64, error) {
 	f, err := strconv.ParseFloat(num, 64)
 	mult, ok := units[unit]
 	if err != nil || !ok || f*mult < 1<<20 || f*mult > 1<<50 {
-		return 0, &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want %s (1Mi at least), not %s", want, describe(n))}
+		return 0, fmt.Errorf("%q is not a size such as 512Mi or 2Gi (1Mi at least)", s)
 	}
 	return int64(f * mult), nil
 }
