@@ -41,6 +41,21 @@ var probes = map[string]func() string{
 		return valueResult(v, err)
 	},
 	"uid": func() string { return fmt.Sprint(os.Getuid()) },
+	// No entries and no parameters: EINVAL or EFAULT where io_uring is
+	// allowed at all, and no ring is made.
+	"io_uring": func() string {
+		_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 0, 0, 0)
+		return errnoResult(e)
+	},
+	// Turn off address space randomization, then back: "ok" where it
+	// is allowed.
+	"personality": func() string {
+		prev, _, e := unix.Syscall(unix.SYS_PERSONALITY, addrNoRandomize, 0, 0)
+		if e == 0 {
+			_, _, _ = unix.Syscall(unix.SYS_PERSONALITY, prev, 0, 0)
+		}
+		return errnoResult(e)
+	},
 }
 
 // noSuchPID is past the largest pid Linux hands out (2^22).
@@ -83,3 +98,6 @@ func valueResult(v int, err error) string {
 	}
 	return fmt.Sprint(v)
 }
+
+// addrNoRandomize is personality(2)'s ADDR_NO_RANDOMIZE.
+const addrNoRandomize = 0x0040000

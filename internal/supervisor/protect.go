@@ -44,6 +44,27 @@ var defaultDenied = []string{
 	"settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
 	"swapon", "swapoff", "reboot", "acct", "quotactl", "syslog", "iopl", "ioperm", "uselib",
 	"open_by_handle_at", "name_to_handle_at", "lookup_dcookie",
+	"io_uring_setup", "io_uring_enter", "io_uring_register",
+}
+
+// allowedPersonalities are the personality(2) values the default filter
+// lets through, as container runtimes do: Linux, its 32-bit and uname26
+// forms, and the query. Anything else (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC,
+// ...) weakens the process's memory protections and is refused.
+var allowedPersonalities = []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
+
+// defaultFilter is the default seccomp policy: everything but
+// defaultDenied, and personality changes outside allowedPersonalities.
+func defaultFilter() seccomp.Policy {
+	var persona seccomp.ArgumentConditions
+	for _, v := range allowedPersonalities {
+		persona = append(persona, seccomp.Condition{Argument: 0, Operation: seccomp.NotEqual, Value: v})
+	}
+	return seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: []seccomp.SyscallGroup{{
+		Names:              defaultDenied,
+		NamesWithCondtions: []seccomp.NameWithConditions{{Name: "personality", Conditions: persona}},
+		Action:             seccomp.ActionErrno,
+	}}}
 }
 
 // PolicyFromEnv returns the policy the gateway passed, and whether there
@@ -187,8 +208,7 @@ type seccompProfile struct {
 
 // loadSeccomp installs the default filter or a profile's, on every thread.
 func loadSeccomp(setting string) error {
-	pol := seccomp.Policy{DefaultAction: seccomp.ActionAllow,
-		Syscalls: []seccomp.SyscallGroup{{Names: defaultDenied, Action: seccomp.ActionErrno}}}
+	pol := defaultFilter()
 	if setting != policy.SeccompDefault {
 		var err error
 		if pol, err = readSeccompProfile(setting); err != nil {

@@ -86,6 +86,8 @@ var policyCases = []policyCase{
 	{name: "bpf", command: probe("bpf"), ok: true, output: []string{"bpf: EPERM"}},
 	{name: "keyctl", command: probe("keyctl"), ok: true, output: []string{"keyctl: EPERM"}},
 	{name: "unshare", command: probe("unshare"), ok: true, output: []string{"unshare: EPERM"}},
+	{name: "io_uring", command: probe("io_uring"), ok: true, output: []string{"io_uring: EPERM"}},
+	{name: "personality ADDR_NO_RANDOMIZE", command: probe("personality"), ok: true, output: []string{"personality: EPERM"}},
 	{name: "no_new_privs", command: probe("no_new_privs"), ok: true, output: []string{"no_new_privs: 1"}},
 	{name: "seccomp filter", command: probe("seccomp"), ok: true, output: []string{"seccomp: 2"}},
 	{name: "run_as_user", command: probe("uid"), ok: true, output: []string{fmt.Sprintf("uid: %d", PolicyUser)}},
