@@ -50,16 +50,14 @@ func (m *Manager) Create(ctx context.Context, name, requestID string, spec sandb
 	if err := sandbox.ValidateName(name); err != nil {
 		return nil, false, err
 	}
-	for k := range spec.Labels {
-		if err := validateLabelKey(k); err != nil {
-			return nil, false, err
-		}
-	}
 	if err := spec.ValidateRestart(); err != nil {
 		return nil, false, err
 	}
 	if spec.Image == "" {
 		spec.Image = m.cfg.DefaultImage
+	}
+	if err := validateInput(name, requestID, spec); err != nil {
+		return nil, false, err
 	}
 	if err := m.validate(name, spec.Image, spec.Command, spec.Policy); err != nil {
 		return nil, false, err
@@ -175,6 +173,9 @@ func (m *Manager) Delete(ctx context.Context, nameOrID string, force bool) (*san
 // UpdatePolicy replaces the policy of a stopped sandbox; its next start (a
 // new incarnation) runs under it.
 func (m *Manager) UpdatePolicy(ctx context.Context, nameOrID, text string) (*sandbox.Sandbox, error) {
+	if err := validatePolicySize(nameOrID, text); err != nil {
+		return nil, err
+	}
 	return m.changeIntent(ctx, nameOrID, sandbox.OpUpdate, "", func(sb *sandbox.Sandbox) error {
 		if sb.Desired != sandbox.DesiredStopped || sb.Phase != sandbox.PhaseStopped {
 			return errdefs.FailedPrecondition("sandbox %q is %s (desired %s): a policy can be replaced only on a stopped sandbox; stop it first", sb.Name, sb.Phase, sb.Desired)
@@ -244,16 +245,6 @@ func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbo
 	m.log.Info("intent changed", "sandbox", sb.Name, "desired", sb.Desired, "generation", sb.Generation)
 	m.kick(sb.ID)
 	return sb, nil
-}
-
-func validateLabelKey(k string) error {
-	if k == "" || len(k) > 253 {
-		return errdefs.InvalidArgument("invalid label key %q: it must be 1 to 253 characters", k)
-	}
-	if len(k) >= 7 && k[:7] == "corral." {
-		return errdefs.InvalidArgument("invalid label key %q: the corral. prefix is reserved", k)
-	}
-	return nil
 }
 
 // claimPending is the retained-claim failure of DESIGN.md, re-introduced

@@ -1,0 +1,185 @@
+package lifecycle
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+// The bounds on what a request may carry. Every driver gets them: they are
+// checked before anything is recorded, so a record never holds what no
+// driver could run or what would make every list of sandboxes heavy.
+const (
+	// MaxLabels is the most labels a sandbox may have.
+	MaxLabels = 64
+	// MaxLabelKeyBytes is the longest label key (a DNS subdomain's length).
+	MaxLabelKeyBytes = 253
+	// MaxLabelValueBytes is the longest label value.
+	MaxLabelValueBytes = 256
+	// MaxCommandArgs is the most arguments a command may have.
+	MaxCommandArgs = 1024
+	// MaxCommandBytes bounds a command's arguments in all, each counted
+	// with the NUL that ends it, as execve counts them.
+	MaxCommandBytes = 128 << 10
+	// MaxImageBytes is the longest image string.
+	MaxImageBytes = 4096
+	// MaxRequestIDBytes is the longest create request id.
+	MaxRequestIDBytes = 256
+	// MaxPolicyBytes is the largest policy text.
+	MaxPolicyBytes = 256 << 10
+)
+
+// labelKeyRE is a label key's charset: letters, digits, '.', '_', '-' and
+// '/', starting and ending with a letter or digit (team,
+// com.example.owner, example.com/tier).
+var labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$`)
+
+// validateInput checks the generic bounds of a create: request id, labels,
+// command, image and policy size. The driver's own checks come after.
+func validateInput(name, requestID string, spec sandbox.Spec) error {
+	if err := validateRequestID(name, requestID); err != nil {
+		return err
+	}
+	if err := validateLabels(name, spec.Labels); err != nil {
+		return err
+	}
+	if err := validateCommand(name, "command", spec.Command); err != nil {
+		return err
+	}
+	if err := validateImage(name, spec.Image); err != nil {
+		return err
+	}
+	return validatePolicySize(name, spec.Policy)
+}
+
+func validateRequestID(name, id string) error {
+	if len(id) > MaxRequestIDBytes {
+		return invalid(name, "request id", "%d bytes, more than %d", len(id), MaxRequestIDBytes)
+	}
+	return printable(name, "request id", id)
+}
+
+func validateLabels(name string, labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return invalid(name, "labels", "%d labels, more than %d", len(labels), MaxLabels)
+	}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the first bad one in order, so the message is stable
+	for _, k := range keys {
+		field := "label key " + quote(k)
+		switch {
+		case k == "" || len(k) > MaxLabelKeyBytes:
+			return invalid(name, field, "it must be 1 to %d bytes", MaxLabelKeyBytes)
+		case strings.HasPrefix(k, "corral."):
+			return invalid(name, field, "the corral. prefix is reserved")
+		case !labelKeyRE.MatchString(k):
+			return invalid(name, field, "use letters, digits, '.', '_', '-' and '/', starting and ending with a letter or digit")
+		}
+		v := labels[k]
+		field = "label " + quote(k)
+		if len(v) > MaxLabelValueBytes {
+			return invalid(name, field, "value is %d bytes, more than %d", len(v), MaxLabelValueBytes)
+		}
+		if err := printable(name, field+" value", v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateCommand checks a main or exec command: what execve can take. An
+// empty command is left to the caller (create runs the image's own).
+func validateCommand(name, field string, command []string) error {
+	if len(command) > MaxCommandArgs {
+		return invalid(name, field, "%d arguments, more than %d", len(command), MaxCommandArgs)
+	}
+	total := 0
+	for _, arg := range command {
+		total += len(arg) + 1
+	}
+	if total > MaxCommandBytes {
+		return invalid(name, field, "%d bytes in all, more than %d (128 KiB)", total, MaxCommandBytes)
+	}
+	if len(command) > 0 && command[0] == "" {
+		return invalid(name, field, "the first argument, the program to run, is empty")
+	}
+	for i, arg := range command {
+		switch {
+		case strings.IndexByte(arg, 0) >= 0:
+			return invalid(name, field, "argument %d contains a NUL byte, which no program can be given", i+1)
+		case !utf8.ValidString(arg):
+			return invalid(name, field, "argument %d is not valid UTF-8", i+1)
+		}
+	}
+	return nil
+}
+
+// validateImage is the byte-level check of an image string; what it means
+// (a Docker reference, a directory) is the driver's to check.
+func validateImage(name, image string) error {
+	field := "image " + quote(image)
+	if len(image) > MaxImageBytes {
+		return invalid(name, "image", "%d bytes, more than %d", len(image), MaxImageBytes)
+	}
+	if !utf8.ValidString(image) {
+		return invalid(name, field, "not valid UTF-8")
+	}
+	for i, r := range image {
+		switch {
+		case unicode.IsControl(r):
+			return invalid(name, field, "a control character at byte %d", i)
+		case unicode.IsSpace(r):
+			return invalid(name, field, "white space at byte %d", i)
+		}
+	}
+	return nil
+}
+
+func validatePolicySize(name, text string) error {
+	if len(text) > MaxPolicyBytes {
+		return invalid(name, "policy", "%d bytes, more than %d (256 KiB)", len(text), MaxPolicyBytes)
+	}
+	return nil
+}
+
+// printable refuses invalid UTF-8 and control characters (NUL, newlines,
+// escapes) in a one-line string.
+func printable(name, field, s string) error {
+	if !utf8.ValidString(s) {
+		return invalid(name, field, "not valid UTF-8")
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return invalid(name, field, "a control character at byte %d", i)
+		}
+	}
+	return nil
+}
+
+// invalid is the one-line error of an invalid field of a sandbox's request.
+func invalid(name, field, format string, args ...any) error {
+	return errdefs.InvalidArgument("sandbox %s: %s: %s", quote(name), field, fmt.Sprintf(format, args...))
+}
+
+// quote quotes s for a message, cut to a readable length: an error must
+// not echo a megabyte back.
+func quote(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return fmt.Sprintf("%q", s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q...", s[:cut])
+}
