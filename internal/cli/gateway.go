@@ -49,7 +49,7 @@ HOME/corral.toml when it exists); flags override the file.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "TOML config file (default HOME/corral.toml when it exists)")
-	f.StringVar(&flags.ComputeDriver, "driver", flags.ComputeDriver, "compute driver: auto (docker when an engine answers, else native), docker, native or fake")
+	f.StringVar(&flags.ComputeDriver, "driver", flags.ComputeDriver, "compute driver: auto (docker when an engine answers, else native; neither: refuse to start), docker, native or fake (simulated, for tests)")
 	f.StringVar(&flags.Drivers.Docker.SocketPath, "docker-host", "", "Docker Engine address, unix:///var/run/docker.sock (default $DOCKER_HOST)")
 	f.StringVar(&flags.SandboxLabel, "sandbox-label", flags.SandboxLabel, "label key that marks this gateway's compute objects")
 	f.StringVar(&flags.ImagePullPolicy, "image-pull-policy", flags.ImagePullPolicy, "never, if_not_present or always")

@@ -17,28 +17,23 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver/native"
 )
 
-// openDriver builds the configured compute driver. "auto" picks docker when
-// an engine answers, else the best other driver this build has.
+// The probes of "auto": whether a Docker engine answers (returning its
+// driver), and why this host cannot run native sandboxes. Variables, so a
+// test can stand in for a host.
+var (
+	probeDocker     = pingDocker
+	nativeSupported = native.Supported
+)
+
+// openDriver builds the configured compute driver; "auto" is autoDriver's
+// choice.
 func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (driver.Driver, error) {
 	name := cfg.ComputeDriver
 	if name == "auto" {
-		d, err := newDocker(cfg, home)
-		if err == nil {
-			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			err = d.Ping(pctx)
-			cancel()
-			if err == nil {
-				log.Info("compute driver: docker (an engine answers)")
-				return d, nil
-			}
-			d.Close()
-		}
-		if nerr := native.Supported(); nerr != nil {
-			log.Warn("no Docker engine answers and this host cannot run native sandboxes; using the fake driver, whose sandboxes are simulated", "docker", err, "native", nerr)
-			name = "fake"
-		} else {
-			log.Info("compute driver: native (no Docker engine answers)", "docker", err)
-			name = "native"
+		var d driver.Driver
+		var err error
+		if name, d, err = autoDriver(ctx, cfg, home, log); err != nil || d != nil {
+			return d, err
 		}
 	}
 	switch name {
@@ -49,7 +44,7 @@ func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.L
 		}
 		return fake.New(driver.Config{Label: cfg.SandboxLabel, StateDir: dir})
 	case "native":
-		if err := native.Supported(); err != nil {
+		if err := nativeSupported(); err != nil {
 			return nil, fmt.Errorf("native driver: %w", err)
 		}
 		dir := filepath.Join(home, "native")
@@ -74,6 +69,42 @@ func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.L
 		return d, nil
 	}
 	return nil, fmt.Errorf("unknown compute driver %q: this build has auto, docker, native and fake", name)
+}
+
+// autoDriver picks docker when an engine answers (and returns its driver),
+// else native when this host can run it. With neither it is an error that
+// says what to install or run: auto never means the fake driver, whose
+// sandboxes do not exist.
+func autoDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (string, driver.Driver, error) {
+	d, derr := probeDocker(ctx, cfg, home)
+	if derr == nil {
+		log.Info("compute driver: docker (an engine answers)")
+		return "docker", d, nil
+	}
+	nerr := nativeSupported()
+	if nerr == nil {
+		log.Info("compute driver: native (no Docker engine answers)", "docker", derr)
+		return "native", nil, nil
+	}
+	return "", nil, fmt.Errorf("--driver auto found no compute driver: no Docker engine answers (%v), and this host cannot run native sandboxes (%v). "+
+		"Install and start Docker (apt-get install docker.io, then start dockerd, or give --docker-host), "+
+		"or run the gateway as root or where unprivileged user namespaces are enabled for --driver native; "+
+		"--driver fake simulates sandboxes, for tests only", derr, nerr)
+}
+
+// pingDocker returns a Docker driver whose engine answers.
+func pingDocker(ctx context.Context, cfg config.Config, home string) (driver.Driver, error) {
+	d, err := newDocker(cfg, home)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := d.Ping(pctx); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
 }
 
 // defaultImage is the image of sandboxes created without one.

@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/corral-sandbox/corral/internal/config"
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/fake"
+)
+
+// host stands in for a machine: what the Docker probe and native's support
+// check say. It counts the calls of each.
+type host struct {
+	docker      driver.Driver // nil: no engine answers
+	nativeErr   error
+	dockerCalls int
+	nativeCalls int
+}
+
+func (h *host) install(t *testing.T) {
+	t.Helper()
+	oldDocker, oldNative := probeDocker, nativeSupported
+	t.Cleanup(func() { probeDocker, nativeSupported = oldDocker, oldNative })
+	probeDocker = func(context.Context, config.Config, string) (driver.Driver, error) {
+		h.dockerCalls++
+		if h.docker == nil {
+			return nil, errors.New("docker engine at unix:///nobody.sock: connection refused")
+		}
+		return h.docker, nil
+	}
+	nativeSupported = func() error {
+		h.nativeCalls++
+		return h.nativeErr
+	}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func autoConfig(t *testing.T, drv string) (config.Config, string) {
+	cfg := config.Default()
+	cfg.ComputeDriver = drv
+	return cfg, t.TempDir()
+}
+
+func TestAutoWithNoRealDriverRefusesToStart(t *testing.T) {
+	h := &host{nativeErr: errors.New("not root, and user namespaces are disabled (user.max_user_namespaces=0)")}
+	h.install(t)
+	cfg, home := autoConfig(t, "auto")
+	d, err := openDriver(context.Background(), cfg, home, quiet())
+	if err == nil {
+		d.Close()
+		t.Fatalf("auto chose the %s driver on a host with no real one", d.Name())
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		"--driver auto found no compute driver",
+		"connection refused", "user.max_user_namespaces=0", // both reasons
+		"apt-get install docker.io", "start dockerd", // what to install and run
+		"as root", "unprivileged user namespaces", "--driver native",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the error lacks %q: %s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("the error is more than one line: %q", msg)
+	}
+	if _, err := os.Stat(filepath.Join(home, "fake")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the fake driver's state directory was made: %v", err)
+	}
+	if h.dockerCalls != 1 || h.nativeCalls != 1 {
+		t.Errorf("docker probed %d times, native %d, want once each", h.dockerCalls, h.nativeCalls)
+	}
+}
+
+func TestAutoPrefersDockerThenNative(t *testing.T) {
+	t.Run("an engine answers", func(t *testing.T) {
+		engine, err := fake.New(driver.Config{Label: "corral.test", StateDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &host{docker: engine, nativeErr: errors.New("unsupported")}
+		h.install(t)
+		cfg, home := autoConfig(t, "auto")
+		name, d, err := autoDriver(context.Background(), cfg, home, quiet())
+		if err != nil || name != "docker" || d != engine {
+			t.Fatalf("auto = %q, %v, %v; want docker and its driver", name, d, err)
+		}
+		if h.nativeCalls != 0 {
+			t.Fatal("native was checked although an engine answers")
+		}
+	})
+	t.Run("no engine, native supported", func(t *testing.T) {
+		h := &host{}
+		h.install(t)
+		cfg, home := autoConfig(t, "auto")
+		name, d, err := autoDriver(context.Background(), cfg, home, quiet())
+		if err != nil || name != "native" || d != nil {
+			t.Fatalf("auto = %q, %v, %v; want native, built by openDriver", name, d, err)
+		}
+	})
+}
+
+func TestExplicitDrivers(t *testing.T) {
+	h := &host{nativeErr: errors.New("not root, and user namespaces are disabled")}
+	h.install(t)
+	t.Run("fake stays available", func(t *testing.T) {
+		cfg, home := autoConfig(t, "fake")
+		d, err := openDriver(context.Background(), cfg, home, quiet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		if d.Name() != "fake" {
+			t.Fatalf("driver %s, want fake", d.Name())
+		}
+	})
+	t.Run("native where unsupported", func(t *testing.T) {
+		cfg, home := autoConfig(t, "native")
+		if d, err := openDriver(context.Background(), cfg, home, quiet()); err == nil || !strings.Contains(err.Error(), "native driver: not root") {
+			if d != nil {
+				d.Close()
+			}
+			t.Fatalf("err = %v", err)
+		}
+	})
+	if h.dockerCalls != 0 {
+		t.Fatalf("explicit drivers probed docker %d times", h.dockerCalls)
+	}
+}
