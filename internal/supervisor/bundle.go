@@ -25,20 +25,40 @@ type SandboxConfig struct {
 	Hostname   string   `json:"hostname"`
 	Command    []string `json:"command"`
 	Env        []string `json:"env,omitempty"`
-	// RootFS is a root filesystem directory; empty means the host's root,
-	// mounted read-only.
+	// RootFS is a root filesystem directory, mounted read-only; empty
+	// means the host's operating system directories only (HostOSDirs,
+	// with /etc's secrets masked).
 	RootFS string `json:"rootfs,omitempty"`
 	// Workdir is the host directory mounted read-write at /sandbox.
 	Workdir string `json:"workdir"`
 	// Hide are host directories covered by an empty read-only directory
-	// (the gateway's home, with its keys and store).
+	// wherever they appear in the sandbox's root (the gateway's home,
+	// with its keys, its store and the other sandboxes).
 	Hide []string `json:"hide,omitempty"`
+	// IDs, when set, is the host id range of the user namespace every
+	// process of the sandbox runs in: uid and gid 0 inside are IDs.Base
+	// outside.
+	IDs *IDRange `json:"ids,omitempty"`
+	// TmpBytes is the size of the sandbox's /tmp.
+	TmpBytes int64 `json:"tmp_bytes"`
+	// LogMaxBytes caps what is kept of the main process's output, both
+	// streams together.
+	LogMaxBytes int64 `json:"log_max_bytes"`
 	// Socket is the control socket's path on the host.
 	Socket string `json:"socket"`
 	// Cgroup names the sandbox's cgroup; Limits are applied to it.
 	Cgroup string        `json:"cgroup"`
 	Limits policy.Limits `json:"limits"`
 }
+
+// IDRange is a range of host user and group ids.
+type IDRange struct {
+	Base uint32 `json:"base"`
+	Size uint32 `json:"size"`
+}
+
+// Host is the host id of id inside the range's user namespace.
+func (r IDRange) Host(id int) int { return int(r.Base) + id }
 
 // Exit is what a supervisor records when its main process has ended.
 type Exit struct {

@@ -13,19 +13,36 @@ import (
 // CAP_NET_RAW. Without CAP_SYS_ADMIN nothing can be mounted or remounted,
 // without CAP_SYS_PTRACE the supervisor cannot be traced, and no module
 // can be loaded.
-var keptCapabilities = []int{
-	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FSETID, unix.CAP_FOWNER,
-	unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETPCAP, unix.CAP_SETFCAP,
-	unix.CAP_NET_BIND_SERVICE, unix.CAP_SYS_CHROOT, unix.CAP_KILL, unix.CAP_AUDIT_WRITE,
+// The Docker driver gives a container exactly these (by name).
+var keptCapabilities = []struct {
+	bit  int
+	name string
+}{
+	{unix.CAP_CHOWN, "CAP_CHOWN"}, {unix.CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"},
+	{unix.CAP_FSETID, "CAP_FSETID"}, {unix.CAP_FOWNER, "CAP_FOWNER"},
+	{unix.CAP_SETGID, "CAP_SETGID"}, {unix.CAP_SETUID, "CAP_SETUID"},
+	{unix.CAP_SETPCAP, "CAP_SETPCAP"}, {unix.CAP_SETFCAP, "CAP_SETFCAP"},
+	{unix.CAP_NET_BIND_SERVICE, "CAP_NET_BIND_SERVICE"}, {unix.CAP_SYS_CHROOT, "CAP_SYS_CHROOT"},
+	{unix.CAP_KILL, "CAP_KILL"}, {unix.CAP_AUDIT_WRITE, "CAP_AUDIT_WRITE"},
 }
 
 // KeptCapabilities returns the mask of keptCapabilities.
 func KeptCapabilities() uint64 {
 	var mask uint64
 	for _, c := range keptCapabilities {
-		mask |= 1 << c
+		mask |= 1 << c.bit
 	}
 	return mask
+}
+
+// KeptCapabilityNames returns the names of keptCapabilities
+// ("CAP_CHOWN", ...), as container engines take them.
+func KeptCapabilityNames() []string {
+	names := make([]string, len(keptCapabilities))
+	for i, c := range keptCapabilities {
+		names[i] = c.name
+	}
+	return names
 }
 
 // dropCapabilities removes every other capability from the bounding,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -56,10 +57,26 @@ var (
 	procMasked   = []string{"kcore", "keys", "timer_list", "sched_debug"}
 )
 
+// HostOSDirs are the top-level directories of the host's root that a
+// sandbox on the host's operating system (no image) sees, read-only:
+// programs and libraries, and /etc without its secrets (etcMasked).
+// Nothing else of the host is there: no /run and its sockets, /var, /home,
+// /root, /srv, /mnt, /opt, no users' files.
+var HostOSDirs = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc"}
+
+// etcMasked are the files (patterns) under /etc that a sandbox on the
+// host's operating system must not read: password hashes, sudo rules,
+// SSH host keys, private TLS keys.
+var etcMasked = []string{
+	"shadow", "shadow-", "gshadow", "gshadow-", "security/opasswd",
+	"sudoers", "sudoers.d", "ssh/ssh_host_*", "ssl/private",
+}
+
 // enterRoot builds the sandbox's root file system on newRoot and pivots the
-// mount namespace into it: the source root (cfg.RootFS, or the host's /)
-// read-only, fresh /proc, /dev and /tmp, and the workdir at /sandbox. The
-// directories of cfg.Hide are covered by empty ones.
+// mount namespace into it: the source root read-only (cfg.RootFS, or the
+// host's HostOSDirs), fresh /proc, /dev and /tmp, and the workdir at
+// /sandbox. The directories of cfg.Hide are covered by empty ones wherever
+// they fall inside the source root.
 func enterRoot(cfg SandboxConfig, newRoot string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
@@ -77,7 +94,7 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if provided[name] {
+		if provided[name] || (cfg.RootFS == "" && !slices.Contains(HostOSDirs, name)) {
 			continue
 		}
 		from, to := filepath.Join(src, name), filepath.Join(newRoot, name)
@@ -97,8 +114,13 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 		}
 	}
 	if cfg.RootFS == "" {
-		for _, dir := range cfg.Hide {
-			if err := hide(filepath.Join(newRoot, dir)); err != nil {
+		if err := maskEtc(filepath.Join(newRoot, "etc")); err != nil {
+			return err
+		}
+	}
+	for _, dir := range cfg.Hide {
+		if rel, ok := Within(src, dir); ok {
+			if err := hide(filepath.Join(newRoot, rel)); err != nil {
 				return err
 			}
 		}
@@ -112,7 +134,8 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	if err := mountSys(filepath.Join(newRoot, "sys")); err != nil {
 		return err
 	}
-	if err := mkdirMount("tmpfs", filepath.Join(newRoot, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	tmp := fmt.Sprintf("mode=1777,size=%d", cfg.TmpBytes)
+	if err := mkdirMount("tmpfs", filepath.Join(newRoot, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmp); err != nil {
 		return err
 	}
 	workdir := filepath.Join(newRoot, "sandbox")
@@ -126,6 +149,45 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 		return fmt.Errorf("make the root read-only: %w", err)
 	}
 	return pivot(newRoot)
+}
+
+// Within reports whether path lies inside (or is) root, both resolved on
+// the host, and where relative to root.
+func Within(root, path string) (string, bool) {
+	if r, err := filepath.EvalSymlinks(root); err == nil {
+		root = r
+	}
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		path = p
+	}
+	rel, err := filepath.Rel(root, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return rel, true
+}
+
+// maskEtc covers the secrets of the host's /etc (bound at etc): files
+// with /dev/null, directories with an empty one.
+func maskEtc(etc string) error {
+	for _, pattern := range etcMasked {
+		matches, _ := filepath.Glob(filepath.Join(etc, pattern))
+		for _, p := range matches {
+			fi, err := os.Lstat(p)
+			switch {
+			case err != nil || fi.Mode()&os.ModeSymlink != 0:
+				continue // a link leads to a path that is masked or not bound
+			case fi.IsDir():
+				err = hide(p)
+			default:
+				err = mount("/dev/null", p, "", unix.MS_BIND, "")
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func mount(source, target, fstype string, flags uintptr, data string) error {

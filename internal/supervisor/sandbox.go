@@ -88,6 +88,7 @@ type sandboxSupervisor struct {
 	children children
 	main     int
 	mainDone <-chan int
+	outputs  sync.WaitGroup // the copies of the main process's output
 
 	mu       sync.Mutex
 	stopping bool
@@ -102,7 +103,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 		return nil, err
 	}
 	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan Request, 4)}
-	s.children.dir, s.children.dropCaps = "/sandbox", true
+	s.children.dir, s.children.dropCaps, s.children.ids = "/sandbox", true, cfg.IDs
 	signal.Notify(s.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
 	s.lock = os.NewFile(LockFD, "lock")
 	if s.bundle, err = os.Open(b.Dir); err != nil {
@@ -116,11 +117,11 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err := s.cgroups(); err != nil {
 		return s, err
 	}
-	stdout, err := os.OpenFile(b.Path(StdoutFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	stdout, err := s.output(StdoutFile)
 	if err != nil {
 		return s, err
 	}
-	stderr, err := os.OpenFile(b.Path(StderrFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	stderr, err := s.output(StderrFile)
 	if err != nil {
 		return s, err
 	}
@@ -137,6 +138,13 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	}
 	if err := loopbackUp(); err != nil {
 		return s, err
+	}
+	if cfg.IDs != nil {
+		// Root of the sandbox's user namespace is no root of its network
+		// namespace: let it bind the ports below 1024 as root could.
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_unprivileged_port_start", []byte("0"), 0); err != nil {
+			return s, fmt.Errorf("open the low ports: %w", err)
+		}
 	}
 	root := b.Path("root")
 	if err := os.MkdirAll(root, 0o755); err != nil {
@@ -161,6 +169,23 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	}
 	go s.serve(ln)
 	return s, nil
+}
+
+// output returns the write end of a pipe whose output goes, capped and
+// rotated, to the bundle file name.
+func (s *sandboxSupervisor) output(name string) (*os.File, error) {
+	l, err := newRotatingLog(int(s.bundle.Fd()), name, max(s.cfg.LogMaxBytes/2, 2))
+	if err != nil {
+		return nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		l.f.Close()
+		return nil, err
+	}
+	s.outputs.Add(1)
+	go copyOutput(r, l, &s.outputs)
+	return w, nil
 }
 
 // ErrLocked is returned by Lock when a supervisor holds the lock.
@@ -295,6 +320,12 @@ func (s *sandboxSupervisor) killAll() { _ = unix.Kill(-1, unix.SIGKILL) }
 // in the sandbox die with the supervisor, PID 1 of their namespace.
 func (s *sandboxSupervisor) finish(e Exit) {
 	s.killAll()
+	flushed := make(chan struct{})
+	go func() { s.outputs.Wait(); close(flushed) }()
+	select { // the last words of the main process, as long as they come
+	case <-flushed:
+	case <-time.After(time.Second):
+	}
 	data, _ := json.Marshal(e) // an int and a bool always marshal
 	if err := s.writeBundleFile(ExitFile, data); err != nil {
 		fmt.Fprintf(os.Stderr, "corral supervise: record the exit: %v\n", err)
@@ -429,6 +460,7 @@ func execStdio(req Request, files []*os.File) (stdio, master []*os.File, err err
 type children struct {
 	dir      string        // their working directory; "" is the supervisor's
 	dropCaps bool          // they keep only keptCapabilities
+	ids      *IDRange      // their user namespace's host ids, if they get one
 	procs    cgroups.Procs // the sandbox's cgroup, when it has one
 	mu       sync.Mutex
 	waiters  map[int]chan int
@@ -460,6 +492,16 @@ func (c *children) start(command, env []string, stdio []*os.File, tty bool) (pid
 	argv = append(append(argv, "--"), command...)
 	attr := &os.ProcAttr{Dir: c.dir, Env: env, Files: append(stdio[:n:n], gate, reported),
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty, Ctty: 0}}
+	if r := c.ids; r != nil {
+		// Its own user namespace, mapped to the sandbox's host ids: root
+		// inside is an unprivileged id outside, and no capability it has
+		// reaches a file or namespace of the host.
+		m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(r.Base), Size: int(r.Size)}}
+		attr.Sys.Cloneflags = unix.CLONE_NEWUSER
+		attr.Sys.UidMappings, attr.Sys.GidMappings = m, m
+		attr.Sys.GidMappingsEnableSetgroups = true
+		attr.Sys.Credential = &syscall.Credential{Uid: 0, Gid: 0} // become that root before the exec
+	}
 	if pid, done, err = c.startLocked(argv, attr); err != nil {
 		return 0, nil, "", nil, err
 	}

@@ -165,15 +165,21 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 	}
 }
 
-// logStream is one output file that Logs copies.
+// logStream is one output file that Logs copies, in two parts once the
+// supervisor has rotated it (path+supervisor.RotatedSuffix, then path).
 type logStream struct {
 	path string
 	w    io.Writer
 	f    *os.File
 }
 
-// start opens the file at the start of its last tail lines (all for 0).
+// start writes the last tail lines kept (all for 0), previous part first,
+// and opens the current part at its end, to follow it.
 func (s *logStream) start(tail int) error {
+	prev, err := os.ReadFile(s.path + supervisor.RotatedSuffix)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	f, err := os.Open(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // nothing printed yet
@@ -182,14 +188,15 @@ func (s *logStream) start(tail int) error {
 		return err
 	}
 	s.f = f
-	if tail <= 0 {
-		return nil
-	}
-	data, err := io.ReadAll(f)
+	cur, err := io.ReadAll(f)
 	if err != nil {
 		return err
 	}
-	_, err = f.Seek(int64(tailOffset(data, tail)), io.SeekStart)
+	data := append(prev, cur...)
+	if tail > 0 {
+		data = data[tailOffset(data, tail):]
+	}
+	_, err = s.w.Write(data)
 	return err
 }
 
@@ -209,18 +216,36 @@ func tailOffset(data []byte, n int) int {
 	return end + 1
 }
 
-// copy writes what was added to the file since the last copy.
+// copy writes what was added to the file since the last copy; when the
+// supervisor has rotated it meanwhile, the rest of the old part and then
+// the new part.
 func (s *logStream) copy() error {
 	if s.f == nil {
-		if err := s.start(0); err != nil || s.f == nil {
+		f, err := os.Open(s.path)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
+		s.f = f
 	}
-	_, err := io.Copy(s.w, bufio.NewReader(s.f))
-	if errors.Is(err, syscall.EIO) {
-		return nil
+	for {
+		if _, err := io.Copy(s.w, bufio.NewReader(s.f)); err != nil && !errors.Is(err, syscall.EIO) {
+			return err
+		}
+		cur, err := os.Stat(s.path)
+		old, oerr := s.f.Stat()
+		if err != nil || oerr != nil || os.SameFile(cur, old) {
+			return nil
+		}
+		f, err := os.Open(s.path)
+		if err != nil {
+			return nil // rotated again just now: the next copy takes it
+		}
+		s.f.Close()
+		s.f = f
 	}
-	return err
 }
 
 func (s *logStream) close() {

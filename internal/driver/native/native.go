@@ -52,6 +52,8 @@ type Driver struct {
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // one per sandbox id: calls on one id are serialized
+
+	idsMu sync.Mutex // held while a sandbox's host id range is chosen and saved
 }
 
 var (
@@ -62,8 +64,10 @@ var (
 	_ driver.Validator = (*Driver)(nil)
 )
 
-// HostImage is the image name of sandboxes on the host's root file system
-// (read-only); so is an empty image.
+// HostImage is the image name of sandboxes on the host's operating system:
+// its program and library directories and /etc without secrets, read-only
+// (supervisor.HostOSDirs); so is an empty image. The host's whole root is
+// the image "/", asked for by name.
 const HostImage = "host"
 
 // object is what the driver keeps of a sandbox between incarnations.
@@ -73,6 +77,9 @@ type object struct {
 	Generation int64             `json:"generation"`
 	Labels     map[string]string `json:"labels"`
 	RootFS     string            `json:"rootfs,omitempty"`
+	// IDBase is the first of the sandbox's own 65536 host user and group
+	// ids (when the gateway runs as root); 0 inside is IDBase outside.
+	IDBase uint32 `json:"id_base,omitempty"`
 	Command    []string          `json:"command"`
 	Policy     policy.Policy     `json:"policy"`
 }
@@ -153,6 +160,18 @@ func cgroup(id string) string { return "corral/" + id }
 // load reads the object of id; another gateway's object (another label)
 // is not found.
 func (d *Driver) load(id string) (*object, error) {
+	o, err := d.loadAny(id)
+	if err != nil {
+		return nil, err
+	}
+	if o.Labels[d.cfg.Label] != "true" {
+		return nil, errdefs.NotFound("no native sandbox %s with label %s", id, d.cfg.Label)
+	}
+	return o, nil
+}
+
+// loadAny reads the object of id, whichever gateway's it is.
+func (d *Driver) loadAny(id string) (*object, error) {
 	if !validID(id) {
 		return nil, errdefs.NotFound("no native sandbox %q", id)
 	}
@@ -166,9 +185,6 @@ func (d *Driver) load(id string) (*object, error) {
 	var o object
 	if err := json.Unmarshal(data, &o); err != nil {
 		return nil, fmt.Errorf("native driver: object of %s: %w", id, err)
-	}
-	if o.Labels[d.cfg.Label] != "true" {
-		return nil, errdefs.NotFound("no native sandbox %s with label %s", id, d.cfg.Label)
 	}
 	return &o, nil
 }
@@ -293,7 +309,7 @@ func (d *Driver) Validate(spec driver.Spec) error {
 
 // check validates a spec and returns its root file system and policy.
 func (d *Driver) check(spec driver.Spec) (string, policy.Policy, error) {
-	rootfs, err := rootFS(spec.Image)
+	rootfs, err := d.rootFS(spec.Image)
 	if err != nil {
 		return "", policy.Policy{}, err
 	}
@@ -344,24 +360,33 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err := os.MkdirAll(filepath.Join(d.sandboxDir(spec.ID), "workdir"), 0o755); err != nil {
 		return fmt.Errorf("native create: %w", err)
 	}
-	return d.save(&object{
+	o := &object{
 		ID: spec.ID, Name: spec.Name, Generation: spec.Generation, RootFS: rootfs,
 		Labels: driver.ObjectLabels(spec, d.cfg.Label), Command: spec.Command, Policy: pol,
-	})
+	}
+	if old != nil {
+		o.IDBase = old.IDBase // its files in /sandbox keep their owners
+	}
+	return d.saveNew(o)
 }
 
-// rootFS checks an image name: the host's root, or a root file system
-// directory.
-func rootFS(image string) (string, error) {
+// rootFS checks an image name: the host's operating system, or a root
+// file system directory outside the gateway's home.
+func (d *Driver) rootFS(image string) (string, error) {
 	if image == "" || image == HostImage {
 		return "", nil
 	}
 	if !filepath.IsAbs(image) {
-		return "", errdefs.InvalidArgument("the native driver runs the host's root file system (no image, or %q) or a root file system directory given by its absolute path; %q is neither", HostImage, image)
+		return "", errdefs.InvalidArgument("the native driver runs the host's operating system (no image, or %q) or a root file system directory given by its absolute path; %q is neither", HostImage, image)
 	}
 	fi, err := os.Stat(image)
 	if err != nil || !fi.IsDir() {
 		return "", errdefs.InvalidArgument("root file system %s is not a directory", image)
+	}
+	for _, hidden := range d.opts.Hide {
+		if rel, ok := supervisor.Within(hidden, image); ok {
+			return "", errdefs.InvalidArgument("root file system %s is inside the gateway's home %s (at %s): a sandbox may not see it", image, hidden, rel)
+		}
 	}
 	return filepath.Clean(image), nil
 }

@@ -63,6 +63,12 @@ func ctx(t *testing.T) context.Context {
 
 func startSandbox(t *testing.T, d *Driver, name, policy string, command ...string) *testSandbox {
 	t.Helper()
+	return startSandboxOf(t, d, HostImage, name, policy, command...)
+}
+
+// startSandboxOf starts a sandbox of image.
+func startSandboxOf(t *testing.T, d *Driver, image, name, policy string, command ...string) *testSandbox {
+	t.Helper()
 	if len(command) == 0 {
 		command = []string{"sleep", "3600"}
 	}
@@ -72,7 +78,7 @@ func startSandbox(t *testing.T, d *Driver, name, policy string, command ...strin
 			t.Errorf("delete: %v", err)
 		}
 	})
-	spec := driver.Spec{ID: s.id, Name: name, Generation: 1, Image: HostImage, Command: command, Policy: policy}
+	spec := driver.Spec{ID: s.id, Name: name, Generation: 1, Image: image, Command: command, Policy: policy}
 	if err := d.Create(ctx(t), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -442,8 +448,9 @@ func TestConcurrentStartsFromTwoGateways(t *testing.T) {
 	}
 }
 
-// visibleDir makes a directory of the host that host-root sandboxes see
-// (read-only), holding a copy of the file at src as name.
+// visibleDir makes a directory of the host that sandboxes of the host's
+// whole root (image "/") see (read-only), holding a copy of the file at src
+// as name.
 func visibleDir(t *testing.T, src, name string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("/var/tmp", "corral-test-")
@@ -468,7 +475,7 @@ func visibleDir(t *testing.T, src, name string) string {
 func TestPolicyCases(t *testing.T) {
 	d := newTestDriver(t, "corral.test")
 	probes, outside := visibleDir(t, corral, "corral"), visibleDir(t, "/bin/true", "true")
-	s := startSandbox(t, d, "policy", drivertest.Policy(probes))
+	s := startSandboxOf(t, d, "/", "policy", drivertest.Policy(probes))
 	drivertest.RunPolicyCases(t, drivertest.PolicySandbox{
 		Exec: func(t *testing.T, command ...string) (int, string, string) {
 			t.Helper()

@@ -18,6 +18,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
@@ -97,7 +98,8 @@ func (d *Driver) status(id string, gen int64) (string, error) {
 // spawn starts the supervisor of an incarnation, detached from the gateway
 // (its own session and namespaces), and waits for it to report readiness.
 func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) error {
-	for _, f := range []string{supervisor.ExitFile, supervisor.PIDFile, supervisor.ProtectionsFile, supervisor.StdoutFile, supervisor.StderrFile, supervisor.SupervisorLog} {
+	for _, f := range []string{supervisor.ExitFile, supervisor.PIDFile, supervisor.ProtectionsFile, supervisor.StdoutFile, supervisor.StderrFile,
+		supervisor.StdoutFile + supervisor.RotatedSuffix, supervisor.StderrFile + supervisor.RotatedSuffix, supervisor.SupervisorLog} {
 		if err := os.Remove(b.Path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("native start: %w", err)
 		}
@@ -108,15 +110,24 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 	if err := removeCgroup(ctx, o.ID); err != nil { // a killed supervisor's
 		return err
 	}
+	pol, ids := o.Policy, o.ids()
+	if pol.Process.RunAsUser == nil && ids != nil {
+		user := DefaultUser // root inside is for those who ask for it
+		pol.Process.RunAsUser = &user
+	}
 	cfg := supervisor.SandboxConfig{
 		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
-		Env:    sandboxEnv(o),
+		Env:    sandboxEnv(o.Name, pol),
 		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide,
 		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
-		Limits: o.Policy.Limits,
+		Limits: pol.Limits, IDs: ids, TmpBytes: pol.Limits.Tmp(), LogMaxBytes: d.cfg.LogMax(),
 	}
-	if uid := o.Policy.Process.RunAsUser; uid != nil {
-		if err := os.Chown(cfg.Workdir, *uid, *uid); err != nil {
+	if uid := pol.Process.RunAsUser; uid != nil {
+		owner := *uid
+		if ids != nil {
+			owner = ids.Host(owner)
+		}
+		if err := os.Chown(cfg.Workdir, owner, owner); err != nil {
 			return fmt.Errorf("native start: give /sandbox to user %d: %w", *uid, err)
 		}
 	}
@@ -187,11 +198,16 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 	}
 }
 
+// DefaultUser is the uid (and gid) a sandbox's processes run as when its
+// policy names no run_as_user and the sandbox has a user namespace of its
+// own.
+const DefaultUser = 1000
+
 // sandboxEnv is the environment of a sandbox's processes, with the policy
 // for the exec stage (which removes it).
-func sandboxEnv(o *object) []string {
-	env := []string{supervisor.DefaultPath, "HOME=/sandbox", "HOSTNAME=" + hostname(o.Name),
-		supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(o.Policy)}
+func sandboxEnv(name string, pol policy.Policy) []string {
+	env := []string{supervisor.DefaultPath, "HOME=/sandbox", "HOSTNAME=" + hostname(name),
+		supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(pol)}
 	if abi, ok := os.LookupEnv(supervisor.LandlockABIEnv); ok {
 		env = append(env, supervisor.LandlockABIEnv+"="+abi) // a test's simulated kernel
 	}
