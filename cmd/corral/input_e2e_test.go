@@ -4,15 +4,24 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/lifecycle"
+	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 func fileHash(t *testing.T, path string) [32]byte {
@@ -255,5 +264,197 @@ func TestMetricsEndpoint(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// Issue 12: unbounded input is refused at create, naming the sandbox and
+// the field, and nothing is recorded. The CLI passes what argv can carry
+// (one argument is at most 128 KiB, so a 1 MB label value is sent over the
+// API below).
+func TestCreateRefusesUnboundedInput(t *testing.T) {
+	home := t.TempDir()
+	startGateway(t, home)
+	mustCorral(t, home, "sandbox", "create", "--name", "kept")
+	before := mustCorral(t, home, "sandbox", "list", "-o", "json")
+	var manyLabels []string
+	for i := range 10000 {
+		manyLabels = append(manyLabels, "--label", fmt.Sprintf("k%d=v", i))
+	}
+	manyArgs := []string{"--"}
+	for range lifecycle.MaxCommandArgs + 1 {
+		manyArgs = append(manyArgs, "x")
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--label", "k=" + strings.Repeat("v", 100<<10)}, `sandbox "x": label "k": value is 102400 bytes, more than 256`},
+		{manyLabels, `sandbox "x": labels: 10000 labels, more than 64`},
+		{[]string{"--label", "a b=1"}, `sandbox "x": label key "a b": use letters`},
+		{[]string{"--label", "k=line\nbreak"}, `sandbox "x": label "k" value: a control character at byte 4`},
+		{manyArgs, `sandbox "x": command: 1025 arguments, more than 1024`},
+		{[]string{"--", strings.Repeat("a", 70<<10), strings.Repeat("b", 70<<10)}, `sandbox "x": command: 143362 bytes in all, more than 131072`},
+		{[]string{"--", "", "x"}, `sandbox "x": command: the first argument, the program to run, is empty`},
+		{[]string{"--image", "busy box"}, `sandbox "x": image "busy box": white space at byte 4`},
+		{[]string{"--image", strings.Repeat("i", 5000)}, `sandbox "x": image: 5000 bytes, more than 4096`},
+		{[]string{"--request-id", strings.Repeat("r", 300)}, `sandbox "x": request id: 300 bytes, more than 256`},
+	}
+	for _, tc := range cases {
+		args := append([]string{"sandbox", "create", "--name", "x"}, tc.args...)
+		_, errOut, code := corral(t, home, args...)
+		what := strings.Join(tc.args, " ")
+		if len(what) > 60 {
+			what = what[:60] + "..."
+		}
+		if code != 1 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("create %s: exit %d, stderr %.300q, want exit 1 and %q", what, code, errOut, tc.want)
+		}
+		if strings.Count(strings.TrimSpace(errOut), "\n") > 0 || len(errOut) > 400 {
+			t.Errorf("create %s: the error is not one short line: %.300q", what, errOut)
+		}
+	}
+	if after := mustCorral(t, home, "sandbox", "list", "-o", "json"); after != before {
+		t.Fatalf("refused creates changed the sandboxes:\nbefore %s\nafter %s", before, after)
+	}
+	if objs := fakeObjects(t, home); len(objs) != 1 {
+		t.Fatalf("%d driver objects, want the one kept", len(objs))
+	}
+}
+
+// What argv cannot carry (NUL, a megabyte) is refused at the API too.
+func TestAPIRefusesInputTheCLICannotSend(t *testing.T) {
+	home := t.TempDir()
+	startGateway(t, home)
+	mustCorral(t, home, "sandbox", "create", "--name", "box")
+	before := mustCorral(t, home, "sandbox", "list", "-o", "json")
+	c := api(t, home)
+	ctx := context.Background()
+	sleep := []string{"sleep", "1d"}
+	cases := []struct {
+		name string
+		spec *corralv1.SandboxSpec
+		want string
+	}{
+		{"nul-arg", &corralv1.SandboxSpec{Command: []string{"sh", "-c", "echo a\x00b"}}, `sandbox "nul-arg": command: argument 3 contains a NUL byte`},
+		{"huge-label", &corralv1.SandboxSpec{Command: sleep, Labels: map[string]string{"k": strings.Repeat("v", 1<<20)}}, `sandbox "huge-label": label "k": value is 1048576 bytes, more than 256`},
+		{"nul-label", &corralv1.SandboxSpec{Command: sleep, Labels: map[string]string{"k": "\x00"}}, `sandbox "nul-label": label "k" value: a control character at byte 0`},
+		{"nul-image", &corralv1.SandboxSpec{Command: sleep, Image: "busybox\x00"}, `sandbox "nul-image": image "busybox\x00": a control character at byte 7`},
+		{"big-policy", &corralv1.SandboxSpec{Command: sleep, Policy: "# " + strings.Repeat("x", 1<<20)}, `sandbox "big-policy": policy: 1048578 bytes, more than 262144`},
+	}
+	for _, tc := range cases {
+		_, err := c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: tc.name, Spec: tc.spec})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
+			t.Errorf("create %s: %v, want InvalidArgument and %q", tc.name, err, tc.want)
+		}
+	}
+	// exec with a NUL is refused before the driver is asked (the fake
+	// driver cannot exec: a valid command gets to its Unimplemented).
+	for _, tc := range []struct {
+		command []string
+		code    codes.Code
+		want    string
+	}{
+		{[]string{"cat", "a\x00b"}, codes.InvalidArgument, `sandbox "box": exec command: argument 2 contains a NUL byte`},
+		{[]string{""}, codes.InvalidArgument, `sandbox "box": exec command: the first argument, the program to run, is empty`},
+		{[]string{"true"}, codes.Unimplemented, "cannot exec"},
+	} {
+		stream, err := c.ExecSandbox(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&corralv1.ExecRequest{Msg: &corralv1.ExecRequest_Start{Start: &corralv1.ExecStart{Name: "box", Command: tc.command}}}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = stream.Recv()
+		if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.want) {
+			t.Errorf("exec %q: %v, want %s and %q", tc.command, err, tc.code, tc.want)
+		}
+	}
+	if after := mustCorral(t, home, "sandbox", "list", "-o", "json"); after != before {
+		t.Fatalf("refused creates changed the sandboxes:\nbefore %s\nafter %s", before, after)
+	}
+}
+
+// Issue 12: --driver auto (the default) on a host with no Docker engine
+// answering and no native support refuses to start and says what to
+// install, instead of running the fake driver. The host is made honestly:
+// the gateway runs as a non-root user in a user namespace whose own
+// user.max_user_namespaces is 0 (so it really cannot make the namespaces
+// native needs), with --docker-host naming a socket nobody serves.
+func TestAutoDriverWithNoRealOneRefusesToStart(t *testing.T) {
+	testenv.RequireRoot(t) // to map ids into a user namespace
+	for _, tool := range []string{"sh", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s: %v", tool, err)
+		}
+	}
+	const base = 100000 // host ids of the namespace's 0..65535; the gateway is 1000 inside
+	dir, err := os.MkdirTemp("", "corral-auto-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	home := filepath.Join(dir, "home")
+	data, err := os.ReadFile(bin)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "corral"), data, 0o755)
+	}
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err == nil {
+		err = os.Mkdir(home, 0o700)
+	}
+	if err == nil {
+		err = os.Chown(home, base+1000, base+1000)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `echo 0 > /proc/sys/user/max_user_namespaces || exit 99
+exec setpriv --reuid 1000 --regid 1000 --clear-groups "$@"`
+	cmd := exec.Command("sh", "-c", script, "sh", filepath.Join(dir, "corral"), "--home", home,
+		"gateway", "--docker-host", "unix://"+filepath.Join(dir, "nobody.sock"))
+	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+filepath.Join(dir, "nobody.sock"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 65536}},
+		// root of the namespace until setpriv: it may set its namespace's limit
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+		GidMappingsEnableSetgroups: true,
+	}
+	done := make(chan struct{})
+	var out []byte
+	go func() { out, err = cmd.CombinedOutput(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("the gateway did not exit; it serves on no driver:\n%s", out)
+	}
+	code := cmd.ProcessState.ExitCode()
+	if code == 99 {
+		t.Skipf("cannot set user.max_user_namespaces in a user namespace here: %s", out)
+	}
+	if code != 1 {
+		t.Fatalf("gateway exit %d, want 1:\n%s", code, out)
+	}
+	t.Logf("the gateway said: %s", out)
+	for _, want := range []string{"--driver auto found no compute driver", "nobody.sock", "max_user_namespaces=0",
+		"apt-get install docker.io", "start dockerd", "as root", "unprivileged user namespaces"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the gateway's error lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "fake driver") {
+		t.Errorf("the gateway mentions the fake driver as a choice:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(home, "fake")); !os.IsNotExist(err) {
+		t.Errorf("the fake driver's state directory exists: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(home, "corral.sock")); !os.IsNotExist(err) {
+		t.Errorf("the API socket exists: %v", err)
 	}
 }
