@@ -79,9 +79,9 @@ type object struct {
 	RootFS     string            `json:"rootfs,omitempty"`
 	// IDBase is the first of the sandbox's own 65536 host user and group
 	// ids (when the gateway runs as root); 0 inside is IDBase outside.
-	IDBase uint32 `json:"id_base,omitempty"`
-	Command    []string          `json:"command"`
-	Policy     policy.Policy     `json:"policy"`
+	IDBase  uint32        `json:"id_base,omitempty"`
+	Command []string      `json:"command"`
+	Policy  policy.Policy `json:"policy"`
 }
 
 // New returns a native driver.
