@@ -27,6 +27,7 @@ type Relay struct {
 	hold     *regexp.Regexp
 	released chan struct{}
 	held     chan string // a held request's "METHOD path", once per hold
+	seen     []string    // every request's "METHOD request-URI", as sent
 	srv      *http.Server
 }
 
@@ -113,10 +114,19 @@ func (r *Relay) Held(ctx context.Context) (string, error) {
 	}
 }
 
+// Seen returns every request the relay received, as "METHOD request-URI"
+// exactly as the client sent it (escapes included), oldest first.
+func (r *Relay) Seen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.seen...)
+}
+
 func (r *Relay) serve(w http.ResponseWriter, req *http.Request) {
 	line := req.Method + " " + req.URL.Path
 	r.mu.Lock()
 	hold, released := r.hold, r.released
+	r.seen = append(r.seen, req.Method+" "+req.RequestURI)
 	r.mu.Unlock()
 	if hold != nil && hold.MatchString(line) {
 		select {

@@ -39,22 +39,41 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err != nil {
 		return err
 	}
-	dir := d.readyDir(spec.ID, spec.Generation)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("docker create: %w", err)
-	}
-	clearRunDir(dir)
-
 	pol, err := policy.Parse(spec.Policy)
 	if err != nil {
 		return errdefs.InvalidArgument("sandbox %s: %v", spec.Name, err)
 	}
+	pol = withDefaultUser(pol)
+	// The run directory is the gateway's (root's, when the gateway runs as
+	// root) and not writable by others: a workload as DefaultUser cannot
+	// touch the reports. Only the supervisor, root in the container, writes.
+	dir := d.readyDir(spec.ID, spec.Generation)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("docker create: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("docker create: %w", err)
+	}
+	clearRunDir(dir)
 	env := []string{supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(pol)}
 	if abi, ok := os.LookupEnv(supervisor.LandlockABIEnv); ok {
 		env = append(env, supervisor.LandlockABIEnv+"="+abi) // a test's simulated kernel
 	}
 	l := pol.Limits
 	labels := driver.ObjectLabels(spec, d.cfg.Label)
+	hc := &container.HostConfig{
+		Resources: container.Resources{Memory: l.MemoryBytes, MemorySwap: l.MemoryBytes,
+			NanoCPUs: l.CPUMillis * 1e6, PidsLimit: pidsLimit(l.Pids)},
+		NetworkMode:   "none",
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled}, // the gateway owns restarts
+		Mounts: []mount.Mount{
+			{Type: mount.TypeBind, Source: d.opts.Supervisor, Target: supervisorPath, ReadOnly: true},
+			{Type: mount.TypeBind, Source: dir, Target: runDir},
+			{Type: mount.TypeVolume, Source: d.volumeName(spec.ID), Target: workdir,
+				VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{d.cfg.Label: "true", driver.LabelSandboxID: spec.ID}}},
+		},
+	}
+	d.harden(hc, pol)
 	_, err = d.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.Name, spec.ID),
 		Config: &container.Config{
@@ -66,19 +85,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			Cmd:        command,
 			WorkingDir: workdir,
 		},
-		HostConfig: &container.HostConfig{
-			Resources: container.Resources{Memory: l.MemoryBytes, MemorySwap: l.MemoryBytes,
-				NanoCPUs: l.CPUMillis * 1e6, PidsLimit: pidsLimit(l.Pids)},
-			NetworkMode:   "none",
-			Tmpfs:         map[string]string{"/tmp": "mode=1777,nosuid,nodev"},            // private, and anyone's, as on native
-			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled}, // the gateway owns restarts
-			Mounts: []mount.Mount{
-				{Type: mount.TypeBind, Source: d.opts.Supervisor, Target: supervisorPath, ReadOnly: true},
-				{Type: mount.TypeBind, Source: dir, Target: runDir},
-				{Type: mount.TypeVolume, Source: d.volumeName(spec.ID), Target: workdir,
-					VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{d.cfg.Label: "true", driver.LabelSandboxID: spec.ID}}},
-			},
-		},
+		HostConfig: hc,
 	})
 	if cerrdefs.IsConflict(err) {
 		// A create whose reply was lost already made it: adopt it if it is ours.
@@ -90,10 +97,11 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 }
 
 // clearRunDir removes what a supervisor reported in an incarnation's run
-// directory.
+// directory (whatever a workload put in their place: RemoveAll follows no
+// symlink).
 func clearRunDir(dir string) {
-	for _, f := range []string{"ready", supervisor.FailedFile, supervisor.ProtectionsFile} {
-		_ = os.Remove(filepath.Join(dir, f))
+	for _, f := range []string{readyName, supervisor.FailedFile, supervisor.ProtectionsFile} {
+		_ = os.RemoveAll(filepath.Join(dir, f))
 	}
 }
 
@@ -108,8 +116,8 @@ func pidsLimit(n int64) *int64 {
 // prepareImage applies the pull policy and returns the command to run: the
 // spec's, else the image's entrypoint and command.
 func (d *Driver) prepareImage(ctx context.Context, spec driver.Spec) ([]string, error) {
-	if spec.Image == "" {
-		return nil, errdefs.InvalidArgument("sandbox %s names no image and the gateway has no default_image", spec.Name)
+	if err := d.Validate(spec); err != nil {
+		return nil, err // a record made before Validate refused such images
 	}
 	if d.opts.PullPolicy == "always" {
 		if err := d.pull(ctx, spec.Image); err != nil {
@@ -119,7 +127,7 @@ func (d *Driver) prepareImage(ctx context.Context, spec driver.Spec) ([]string, 
 	img, err := d.api.ImageInspect(ctx, spec.Image)
 	if cerrdefs.IsNotFound(err) {
 		if d.opts.PullPolicy == "never" {
-			return nil, errdefs.FailedPrecondition("image %q is not on the engine and image_pull_policy is never", spec.Image)
+			return nil, errdefs.InvalidArgument("image %q is not on the engine and image_pull_policy is never", spec.Image)
 		}
 		if err := d.pull(ctx, spec.Image); err != nil {
 			return nil, err
@@ -142,16 +150,23 @@ func (d *Driver) prepareImage(ctx context.Context, spec driver.Spec) ([]string, 
 	return command, nil
 }
 
+// pull pulls an image. When the engine answers but cannot pull it (no such
+// image, no registry), that is the spec's fault until someone provides the
+// image: InvalidArgument, so the create fails at once. An engine that does
+// not answer, or a call past its deadline, is retried.
 func (d *Driver) pull(ctx context.Context, image string) error {
 	resp, err := d.api.ImagePull(ctx, image, client.ImagePullOptions{})
 	if err == nil {
 		defer resp.Close()
 		err = resp.Wait(ctx)
 	}
-	if err != nil {
-		return errdefs.FailedPrecondition("image %q is not on the engine and cannot be pulled: %s", image, rootCause(d.wrap(err, "pull")))
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil, client.IsErrConnectionFailed(err):
+		return d.wrap(err, fmt.Sprintf("pull image %q", image))
 	}
-	return nil
+	return errdefs.InvalidArgument("image %q is not on the engine and cannot be pulled: %s", image, rootCause(d.wrap(err, "pull")))
 }
 
 // Start implements driver.Driver. It returns once the supervisor reports
@@ -168,26 +183,33 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	if g := generation(c.Labels); g != ref.Generation {
 		return errdefs.FailedPrecondition("container %s is generation %d, not %d", c.Names[0], g, ref.Generation)
 	}
-	ready := filepath.Join(d.readyDir(ref.ID, ref.Generation), "ready")
+	dir := d.readyDir(ref.ID, ref.Generation)
 	switch stateOf(c.State) {
 	case driver.StateRunning:
 		return nil
 	case driver.StateStopped:
-		clearRunDir(filepath.Dir(ready)) // a restart of the same incarnation
+		clearRunDir(dir) // a restart of the same incarnation
 	}
 	if _, err := d.api.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
 		return d.wrap(err, "start container "+c.Names[0])
 	}
-	return d.waitReady(ctx, c.ID, ready)
+	return d.waitReady(ctx, c.ID, dir)
 }
 
-// waitReady waits for the supervisor's ready file, checking now and then
-// that the container has not exited instead.
-func (d *Driver) waitReady(ctx context.Context, containerID, ready string) error {
+// ready tells whether the supervisor reported readiness in dir (a regular
+// file, never a symlink or a FIFO a workload put there).
+func ready(dir string) bool {
+	_, err := supervisor.ReadReport(dir, readyName)
+	return err == nil
+}
+
+// waitReady waits for the supervisor's ready file in dir, checking now and
+// then that the container has not exited instead.
+func (d *Driver) waitReady(ctx context.Context, containerID, dir string) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for i := 0; ; i++ {
-		if _, err := os.Stat(ready); err == nil {
+		if ready(dir) {
 			return nil
 		}
 		if i%100 == 99 {
@@ -196,11 +218,11 @@ func (d *Driver) waitReady(ctx context.Context, containerID, ready string) error
 				return d.wrap(err, "inspect container")
 			}
 			if st := res.Container.State; st != nil && !st.Running {
-				if _, err := os.Stat(ready); err == nil {
+				if ready(dir) {
 					return nil // it ran, and is done already
 				}
-				if why, err := os.ReadFile(filepath.Join(filepath.Dir(ready), supervisor.FailedFile)); err == nil {
-					return errdefs.InvalidArgument("the sandbox's command cannot run: %s", why)
+				if why, err := supervisor.ReadReport(dir, supervisor.FailedFile); err == nil {
+					return errdefs.InvalidArgument("the sandbox's command cannot run: %s", printable(string(why)))
 				}
 				return fmt.Errorf("the container exited (code %d) before its main process started: %s", st.ExitCode, d.tail(ctx, containerID))
 			}

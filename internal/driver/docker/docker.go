@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
@@ -23,7 +24,6 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
-	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
 // Options configure the Docker driver.
@@ -41,7 +41,8 @@ type Options struct {
 const (
 	supervisorPath = "/.corral/bin/corral"
 	runDir         = "/.corral/run"
-	readyFile      = runDir + "/ready"
+	readyName      = "ready"
+	readyFile      = runDir + "/" + readyName
 	workdir        = "/sandbox"
 )
 
@@ -51,6 +52,10 @@ type Driver struct {
 	opts Options
 	api  *client.Client
 	host string
+
+	mu          sync.Mutex
+	userns      bool // the engine remaps user ids (known once usernsKnown)
+	usernsKnown bool
 }
 
 var (
@@ -146,6 +151,9 @@ func (d *Driver) volumeName(id string) string {
 }
 
 // readyDir is the host directory mounted at runDir for one incarnation.
+// The supervisor writes its reports there, and so can a workload that runs
+// as root: the gateway reads them only with supervisor.ReadReport, and
+// removes the directory with os.RemoveAll, which follows no symlink.
 func (d *Driver) readyDir(id string, gen int64) string {
 	return filepath.Join(d.cfg.StateDir, "run", id+"-"+strconv.FormatInt(gen, 10))
 }
@@ -193,9 +201,7 @@ func (d *Driver) Inspect(ctx context.Context, id string) (driver.Object, error) 
 	c := list[0]
 	obj := driver.Object{ID: id, Generation: generation(c.Labels), State: stateOf(c.State), Labels: c.Labels, Message: c.Status}
 	if obj.State == driver.StateRunning {
-		if data, err := os.ReadFile(filepath.Join(d.readyDir(id, obj.Generation), supervisor.ProtectionsFile)); err == nil {
-			obj.Protections = string(data)
-		}
+		obj.Protections = d.protections(ctx, d.readyDir(id, obj.Generation))
 	}
 	if obj.State == driver.StateStopped {
 		res, err := d.api.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
