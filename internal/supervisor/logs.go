@@ -72,9 +72,22 @@ func (l *rotatingLog) Write(p []byte) (int, error) {
 }
 
 // rotate makes the current part the previous one and starts a new one.
+// The current part's name never goes missing: a reader always finds it.
 func (l *rotatingLog) rotate() error {
 	l.f.Close()
-	if err := unix.Renameat(l.dir, l.name, l.dir, l.name+RotatedSuffix); err != nil && !errors.Is(err, unix.ENOENT) {
+	prev, next := l.name+RotatedSuffix, l.name+".new"
+	if err := unix.Unlinkat(l.dir, prev, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	if err := unix.Linkat(l.dir, l.name, l.dir, prev, 0); err != nil {
+		return err
+	}
+	fd, err := unix.Openat(l.dir, next, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	unix.Close(fd)
+	if err := unix.Renameat(l.dir, next, l.dir, l.name); err != nil {
 		return err
 	}
 	return l.open()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -61,17 +62,31 @@ var probes = map[string]func() string{
 // noSuchPID is past the largest pid Linux hands out (2^22).
 const noSuchPID = 1<<22 + 1
 
-// Probe runs the named probes and returns "name: result" lines.
+// Probe runs the named probes and returns "name: result" lines. A name
+// "connect:PATH" connects to the Unix socket at PATH (and closes it).
 func Probe(names []string) ([]string, error) {
 	var out []string
 	for _, n := range names {
 		p, ok := probes[n]
+		if path, isConnect := strings.CutPrefix(n, "connect:"); isConnect {
+			p, ok = func() string { return connectUnix(path) }, true
+		}
 		if !ok {
 			return nil, fmt.Errorf("unknown probe %q", n)
 		}
 		out = append(out, n+": "+p())
 	}
 	return out, nil
+}
+
+// connectUnix connects to the stream socket at path: "ok", or the errno.
+func connectUnix(path string) string {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return result(err)
+	}
+	defer unix.Close(fd)
+	return result(unix.Connect(fd, &unix.SockaddrUnix{Name: path}))
 }
 
 func result(err error) string {

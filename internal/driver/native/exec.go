@@ -230,18 +230,18 @@ func (s *logStream) copy() error {
 		}
 		s.f = f
 	}
-	for {
+	for hop := 0; ; hop++ {
 		if _, err := io.Copy(s.w, bufio.NewReader(s.f)); err != nil && !errors.Is(err, syscall.EIO) {
 			return err
 		}
 		cur, err := os.Stat(s.path)
 		old, oerr := s.f.Stat()
-		if err != nil || oerr != nil || os.SameFile(cur, old) {
-			return nil
+		if hop > 0 || err != nil || oerr != nil || os.SameFile(cur, old) {
+			return nil // one rotation a call: the next call takes the rest
 		}
 		f, err := os.Open(s.path)
 		if err != nil {
-			return nil // rotated again just now: the next copy takes it
+			return nil
 		}
 		s.f.Close()
 		s.f = f
