@@ -54,8 +54,13 @@ var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 // procMasked are those it may not even read (they leak the host's state).
 var (
 	procReadOnly = []string{"sys", "sysrq-trigger", "irq", "bus", "fs"}
-	procMasked   = []string{"kcore", "keys", "timer_list", "sched_debug"}
+	procMasked   = []string{"kcore", "keys", "timer_list", "timer_stats", "sched_debug", "latency_stats", "asound", "acpi", "scsi"}
 )
+
+// sysMasked are the parts of /sys a sandbox may not read, as container
+// runtimes mask them: firmware tables and power measurements (which leak
+// what other tenants compute).
+var sysMasked = []string{"firmware", "devices/virtual/powercap"}
 
 // HostOSDirs are the top-level directories of the host's root that a
 // sandbox on the host's operating system (no image) sees, read-only:
@@ -114,7 +119,7 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 		}
 	}
 	if cfg.RootFS == "" {
-		if err := maskEtc(filepath.Join(newRoot, "etc")); err != nil {
+		if err := maskAll(filepath.Join(newRoot, "etc"), etcMasked); err != nil {
 			return err
 		}
 	}
@@ -167,11 +172,11 @@ func Within(root, path string) (string, bool) {
 	return rel, true
 }
 
-// maskEtc covers the secrets of the host's /etc (bound at etc): files
-// with /dev/null, directories with an empty one.
-func maskEtc(etc string) error {
-	for _, pattern := range etcMasked {
-		matches, _ := filepath.Glob(filepath.Join(etc, pattern))
+// maskAll covers what the patterns match under dir: files with /dev/null,
+// directories with an empty one.
+func maskAll(dir string, patterns []string) error {
+	for _, pattern := range patterns {
+		matches, _ := filepath.Glob(filepath.Join(dir, pattern))
 		for _, p := range matches {
 			fi, err := os.Lstat(p)
 			switch {
@@ -254,15 +259,7 @@ func mountProc(dir string) error {
 			return err
 		}
 	}
-	for _, name := range procMasked {
-		p := filepath.Join(dir, name)
-		if _, err := os.Stat(p); err == nil {
-			if err := mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return maskAll(dir, procMasked)
 }
 
 func mountDev(dir string) error {
@@ -307,15 +304,13 @@ func readOnlyTop(dir string) error {
 }
 
 func mountSys(dir string) error {
-	err := mkdirMount("sysfs", dir, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-	if err == nil {
-		return nil
+	if err := mkdirMount("sysfs", dir, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		// Without the right to mount sysfs (a user namespace), the host's.
+		if err := bindReadOnly("/sys", dir); err != nil {
+			return fmt.Errorf("sysfs: %w", err)
+		}
 	}
-	// Without the right to mount sysfs (a user namespace), the host's.
-	if err := bindReadOnly("/sys", dir); err != nil {
-		return fmt.Errorf("sysfs: %w", err)
-	}
-	return nil
+	return maskAll(dir, sysMasked)
 }
 
 // pivot makes newRoot the root of the mount namespace and detaches the old

@@ -171,6 +171,11 @@ func TestContainmentHostFiles(t *testing.T) {
 					t.Errorf("the host's OS image shows /run, /var, /home, ...: exit %d, %q; want none of them", code, out)
 				}
 			}
+			for _, dir := range []string{"/sys/firmware", "/proc/acpi", "/proc/scsi"} {
+				if code, out, _ := s.exec("ls", "-A", dir); code == 0 && strings.TrimSpace(out) != "" {
+					t.Errorf("ls %s in the sandbox shows %q; want it masked", dir, out)
+				}
+			}
 			if image == "/" {
 				_, out, _ := s.exec(probe, "supervise", "probe", "connect:"+sock, "connect:/var/run/docker.sock")
 				if strings.Contains(out, ": ok") {
