@@ -253,3 +253,51 @@ func TestContainmentDisk(t *testing.T) {
 		t.Errorf("logs --tail 3 of a stopped sandbox after rotation: %d bytes ending %q, %v; want 3 lines of corral (the last maybe cut)", len(got), got[max(0, len(got)-100):], err)
 	}
 }
+
+// Must hold 3 on native: whatever a sandbox leaves in what it can write
+// (symlinks to host files, FIFOs, a deep tree, files it cannot read back),
+// inspect, logs and delete neither hang nor touch the host's files.
+func TestContainmentHostileWorkdir(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	marker := filepath.Join(t.TempDir(), "host-marker")
+	if err := os.WriteFile(marker, []byte("host file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startSandbox(t, d, "hostile", "", "sh", "-c", "ln -s "+marker+" /sandbox/stdout; ln -s /etc /sandbox/etc; "+
+		"mkfifo /sandbox/fifo /sandbox/protections; mkdir -p /sandbox/a/b/c/d/e/f/g/h; echo x > /sandbox/a/b/c/d/e/f/g/h/x; "+
+		"chmod 000 /sandbox/a; echo ready; sleep 3600")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var out strings.Builder
+		if err := d.Logs(ctx(t), s.id, driver.LogOptions{}, &out, &out); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out.String(), "ready") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sandbox never got ready: %q", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	obj, err := d.Inspect(ctx(t), s.id)
+	if err != nil || obj.State != driver.StateRunning || strings.Contains(obj.Protections, "host file") {
+		t.Errorf("inspect: %+v, %v", obj, err)
+	}
+	start := time.Now()
+	if err := d.Delete(ctx(t), s.id); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("delete took %s", took)
+	}
+	if data, err := os.ReadFile(marker); err != nil || string(data) != "host file\n" {
+		t.Errorf("the host file a sandbox linked to: %q, %v; want it untouched", data, err)
+	}
+	if _, err := os.Stat("/etc/passwd"); err != nil {
+		t.Errorf("the host's /etc after deleting a sandbox that linked to it: %v", err)
+	}
+	if _, err := os.Stat(d.sandboxDir(s.id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the sandbox's files after delete: %v; want them gone", err)
+	}
+}
