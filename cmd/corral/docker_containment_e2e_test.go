@@ -1,0 +1,90 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// Must hold 3 of issue 12, on Docker, end to end: a sandbox whose workload
+// runs as root puts a symlink to a host file, then FIFOs, where its
+// supervisor reports. `get` prints no host content and returns at once,
+// the gateway keeps answering, and delete (graceful and forced) completes
+// within its timeout without touching the host file.
+func TestDockerHostileReportsCannotReachOrBlockTheGateway(t *testing.T) {
+	testenv.RequireDocker(t)
+	home, label := t.TempDir(), newLabel(t)
+	dockerGateway(t, home, label)
+	dir := t.TempDir()
+	marker, content := filepath.Join(dir, "marker"), "corral-host-marker-"+sandbox.NewID()
+	pol := filepath.Join(dir, "root.yaml")
+	for path, data := range map[string]string{marker: content + "\n", pol: "version: 1\nprocess: {run_as_user: 0}\n"} {
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	timed := func(t *testing.T, limit time.Duration, args ...string) string {
+		t.Helper()
+		start := time.Now()
+		out, errOut, code := corral(t, home, args...)
+		if took := time.Since(start); code != 0 || took > limit {
+			t.Fatalf("corral %s: exit %d after %s (limit %s)\n%s%s", strings.Join(args, " "), code, took.Round(time.Millisecond), limit, out, errOut)
+		}
+		if strings.Contains(out+errOut, content) {
+			t.Fatalf("corral %s printed the host file:\n%s%s", strings.Join(args, " "), out, errOut)
+		}
+		return out
+	}
+	for name, verb := range map[string]string{"hostile": "delete", "hostile-forced": "delete --force"} {
+		t.Run(verb, func(t *testing.T) {
+			mustCorral(t, home, "sandbox", "create", "--name", name, "--policy", pol, "--", "sleep", "1000")
+			mustCorral(t, home, "sandbox", "exec", name, "--", "ln", "-sf", marker, "/.corral/run/protections")
+			for _, o := range []string{"table", "json"} {
+				timed(t, 10*time.Second, "sandbox", "get", name, "-o", o)
+			}
+			mustCorral(t, home, "sandbox", "exec", name, "--", "sh", "-c",
+				"cd /.corral/run && rm -f protections failed ready && mkfifo protections failed && ln -s "+marker+" ready")
+			for _, o := range []string{"table", "json"} {
+				timed(t, 10*time.Second, "sandbox", "get", name, "-o", o)
+			}
+			timed(t, 10*time.Second, "sandbox", "list")
+			timed(t, 40*time.Second, append([]string{"sandbox"}, append(strings.Fields(verb), "--timeout", "30s", name)...)...)
+			if got := containersOf(t, label); len(got) != 0 {
+				t.Fatalf("containers left after %s: %v", verb, got)
+			}
+			if data, err := os.ReadFile(marker); err != nil || string(data) != content+"\n" {
+				t.Fatalf("the host file after %s: %q, %v", verb, data, err)
+			}
+		})
+	}
+}
+
+// Must hold 5 of issue 12, on Docker: a missing image that cannot be pulled
+// fails the create within 10 s naming the image (exit 1), and a reference
+// that does not parse is refused before any sandbox is recorded.
+func TestDockerMissingImageFailsFast(t *testing.T) {
+	testenv.RequireDocker(t)
+	home, label := t.TempDir(), newLabel(t)
+	dockerGateway(t, home, label, "--image-pull-policy", "if_not_present")
+	start := time.Now()
+	out, errOut, code := corral(t, home, "sandbox", "create", "--name", "nosuch", "--image", "nosuch:1", "--", "sleep", "1")
+	if took := time.Since(start); code != 1 || took > 10*time.Second || !strings.Contains(errOut, "nosuch:1") {
+		t.Fatalf("create --image nosuch:1: exit %d after %s: %s%s; want exit 1 within 10 s naming the image", code, took.Round(time.Millisecond), out, errOut)
+	}
+	t.Logf("refused after %s: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(errOut))
+	for _, image := range []string{"x/../../containers/json", "busybox?all=1", "busybox#x", "busybox%2e%2e"} {
+		out, errOut, code := corral(t, home, "sandbox", "create", "--name", "bad", "--image", image, "--", "sleep", "1")
+		if code != 1 || !strings.Contains(errOut, image) || !strings.Contains(errOut, "not a valid image reference") {
+			t.Errorf("create --image %q: exit %d: %s%s; want it refused, naming the image", image, code, out, errOut)
+		}
+	}
+	if out := mustCorral(t, home, "sandbox", "list"); strings.Contains(out, "bad") {
+		t.Errorf("an invalid image made a record:\n%s", out)
+	}
+	mustCorral(t, home, "sandbox", "delete", "--all")
+}
