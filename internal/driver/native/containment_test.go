@@ -107,6 +107,12 @@ func TestContainmentHostIDs(t *testing.T) {
 	if code, _, _ := root.exec("cat", "/proc/1/root/etc/hostname"); code == 0 {
 		t.Errorf("root of a sandbox reads through its supervisor's root")
 	}
+	if code, _, _ := root.exec("kill", "-TERM", "1"); code == 0 {
+		t.Errorf("root of a sandbox signals its supervisor")
+	}
+	if obj, err := d.Inspect(ctx(t), root.id); err != nil || obj.State != driver.StateRunning {
+		t.Errorf("after root of the sandbox tried to signal its supervisor: %+v, %v; want it running", obj, err)
+	}
 }
 
 // Break 1, 4 and 5, must hold 2: from inside a sandbox with no policy, no
