@@ -87,6 +87,21 @@ func (l Limits) Tmp() int64 {
 	return DefaultTmpBytes
 }
 
+// DefaultUser is the uid (and gid) a sandbox's processes run as when its
+// policy names no run_as_user: an unprivileged user, on every driver that
+// can give the sandbox one.
+const DefaultUser = 1000
+
+// WithDefaultUser returns p with run_as_user DefaultUser unless it names a
+// user (0 included).
+func (p Policy) WithDefaultUser() Policy {
+	if p.Process.RunAsUser == nil {
+		uid := DefaultUser
+		p.Process.RunAsUser = &uid
+	}
+	return p
+}
+
 // Default is the policy of a sandbox created without one: no file system
 // lists, the default seccomp filter, no_new_privs, no limits.
 func Default() Policy {

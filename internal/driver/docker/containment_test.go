@@ -215,7 +215,7 @@ func TestUnprivilegedByDefault(t *testing.T) {
 	if uid, gid := statusField(t, main, "Uid"), statusField(t, main, "Gid"); uid != "1000\t1000\t1000\t1000" || gid != "1000\t1000\t1000\t1000" {
 		t.Errorf("the main process runs as host uid %q gid %q; want 1000", uid, gid)
 	}
-	if out := mustExec(t, d, id, "id -u; id -g; echo hi > /sandbox/f && cat /sandbox/f; echo t > /tmp/t && cat /tmp/t"); out != "1000\n1000\nhi\nt\n" {
+	if out := mustExec(t, d, id, "id -u; id -g; echo hi > /sandbox/f && cat /sandbox/f; echo t > /tmp/t && cat /tmp/t; echo $HOME; touch ~/.profile"); out != "1000\n1000\nhi\nt\n/sandbox\n" {
 		t.Errorf("exec as the default user: %q", out)
 	}
 	for _, script := range []string{"touch " + runDir + "/x", "ln -s /etc/passwd " + runDir + "/" + supervisor.ProtectionsFile + ".tmp",

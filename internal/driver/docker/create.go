@@ -43,9 +43,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err != nil {
 		return errdefs.InvalidArgument("sandbox %s: %v", spec.Name, err)
 	}
-	pol = withDefaultUser(pol)
+	pol = pol.WithDefaultUser()
 	// The run directory is the gateway's (root's, when the gateway runs as
-	// root) and not writable by others: a workload as DefaultUser cannot
+	// root) and not writable by others: a workload as policy.DefaultUser cannot
 	// touch the reports. Only the supervisor, root in the container, writes.
 	dir := d.readyDir(spec.ID, spec.Generation)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -55,7 +55,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		return fmt.Errorf("docker create: %w", err)
 	}
 	clearRunDir(dir)
-	env := []string{supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(pol)}
+	env := []string{"HOME=" + workdir, supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(pol)} // the root is read-only
 	if abi, ok := os.LookupEnv(supervisor.LandlockABIEnv); ok {
 		env = append(env, supervisor.LandlockABIEnv+"="+abi) // a test's simulated kernel
 	}

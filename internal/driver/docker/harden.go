@@ -18,10 +18,6 @@ import (
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
-// DefaultUser is the uid (and gid) a sandbox's processes run as when its
-// policy names no run_as_user.
-const DefaultUser = 1000
-
 var _ driver.Validator = (*Driver)(nil)
 
 // Validate implements driver.Validator: the image must be a valid
@@ -42,16 +38,6 @@ func checkImage(image string) error {
 		return errdefs.InvalidArgument("image %q is not a valid image reference: %v", image, err)
 	}
 	return nil
-}
-
-// withDefaultUser returns pol with run_as_user DefaultUser unless it names
-// a user (uid 0 included).
-func withDefaultUser(pol policy.Policy) policy.Policy {
-	if pol.Process.RunAsUser == nil {
-		uid := DefaultUser
-		pol.Process.RunAsUser = &uid
-	}
-	return pol
 }
 
 // harden sets what every container gets, whatever its policy: a read-only

@@ -12,6 +12,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
@@ -87,8 +88,8 @@ func TestContainmentHostIDs(t *testing.T) {
 	}
 	oPlain, _ := d.load(plain.id)
 	oRoot, _ := d.load(root.id)
-	if want := int(oPlain.IDBase) + DefaultUser; plainIDs[0] != want {
-		t.Errorf("a sandbox without a policy runs as host uid %d, want %d (uid %d of its range)", plainIDs[0], want, DefaultUser)
+	if want := int(oPlain.IDBase) + policy.DefaultUser; plainIDs[0] != want {
+		t.Errorf("a sandbox without a policy runs as host uid %d, want %d (uid %d of its range)", plainIDs[0], want, policy.DefaultUser)
 	}
 	if rootIDs[0] != int(oRoot.IDBase) {
 		t.Errorf("run_as_user 0 runs as host uid %d, want its range's base %d", rootIDs[0], oRoot.IDBase)
@@ -96,8 +97,8 @@ func TestContainmentHostIDs(t *testing.T) {
 	if lo, hi := min(oPlain.IDBase, oRoot.IDBase), max(oPlain.IDBase, oRoot.IDBase); hi-lo < idRangeSize {
 		t.Errorf("two sandboxes' id ranges overlap: %d and %d", oPlain.IDBase, oRoot.IDBase)
 	}
-	if got := strings.TrimSpace(plain.mustExec("id", "-u")); got != strconv.Itoa(DefaultUser) {
-		t.Errorf("id -u in a sandbox without a policy: %q, want %d", got, DefaultUser)
+	if got := strings.TrimSpace(plain.mustExec("id", "-u")); got != strconv.Itoa(policy.DefaultUser) {
+		t.Errorf("id -u in a sandbox without a policy: %q, want %d", got, policy.DefaultUser)
 	}
 	// Root inside still owns the sandbox's own files, not the host's.
 	root.mustExec("sh", "-c", "echo x > /sandbox/f && chown 123 /sandbox/f")

@@ -111,9 +111,8 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 		return err
 	}
 	pol, ids := o.Policy, o.ids()
-	if pol.Process.RunAsUser == nil && ids != nil {
-		user := DefaultUser // root inside is for those who ask for it
-		pol.Process.RunAsUser = &user
+	if ids != nil { // root inside is for those who ask for it
+		pol = pol.WithDefaultUser()
 	}
 	cfg := supervisor.SandboxConfig{
 		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
@@ -197,11 +196,6 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 		return fmt.Errorf("waiting for the main process to start: %w", ctx.Err())
 	}
 }
-
-// DefaultUser is the uid (and gid) a sandbox's processes run as when its
-// policy names no run_as_user and the sandbox has a user namespace of its
-// own.
-const DefaultUser = 1000
 
 // sandboxEnv is the environment of a sandbox's processes, with the policy
 // for the exec stage (which removes it).
