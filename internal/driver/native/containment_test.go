@@ -2,6 +2,7 @@ package native
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -96,6 +97,9 @@ func TestContainmentHostIDs(t *testing.T) {
 	}
 	if lo, hi := min(oPlain.IDBase, oRoot.IDBase), max(oPlain.IDBase, oRoot.IDBase); hi-lo < idRangeSize {
 		t.Errorf("two sandboxes' id ranges overlap: %d and %d", oPlain.IDBase, oRoot.IDBase)
+	}
+	if obj, err := d.Inspect(ctx(t), plain.id); err != nil || !strings.Contains(obj.Protections, fmt.Sprintf("user 1000; seccomp default; user namespace (host ids %d-", oPlain.IDBase)) {
+		t.Errorf("protections of a sandbox without a policy: %q, %v; want its user and its host id range", obj.Protections, err)
 	}
 	if got := strings.TrimSpace(plain.mustExec("id", "-u")); got != strconv.Itoa(policy.DefaultUser) {
 		t.Errorf("id -u in a sandbox without a policy: %q, want %d", got, policy.DefaultUser)

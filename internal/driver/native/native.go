@@ -235,6 +235,9 @@ func (d *Driver) observe(o *object) (driver.Object, error) {
 		if data, err := os.ReadFile(b.Path(supervisor.ProtectionsFile)); err == nil {
 			obj.Protections = string(data)
 		}
+		if r := o.ids(); r != nil {
+			obj.Protections += fmt.Sprintf("; user namespace (host ids %d-%d)", r.Base, r.Base+r.Size-1)
+		}
 		return obj, nil
 	}
 	if exit, err := b.ReadExit(); err == nil {
