@@ -350,3 +350,21 @@ func TestNativePolicyThroughCLI(t *testing.T) {
 	}
 	mustCorral(t, home, "sandbox", "delete", "pol")
 }
+
+// Must hold 5 of issue 12, on native: an image the driver cannot run fails
+// the create at once, naming it, and no sandbox is recorded; so does a
+// directory inside the gateway's home.
+func TestNativeMissingImageFailsFast(t *testing.T) {
+	home := t.TempDir()
+	nativeGateway(t, home)
+	for _, image := range []string{"nosuch:1", "/no/such/dir", filepath.Join(home, "native")} {
+		start := time.Now()
+		out, errOut, code := corral(t, home, "sandbox", "create", "--name", "nosuch", "--image", image, "--", "sleep", "1")
+		if took := time.Since(start); code != 1 || took > 10*time.Second || !strings.Contains(errOut, image) {
+			t.Errorf("create --image %s: exit %d after %s: %s%s; want exit 1 within 10 s naming the image", image, code, took.Round(time.Millisecond), out, errOut)
+		}
+	}
+	if out := mustCorral(t, home, "sandbox", "list", "-o", "json"); strings.Contains(out, "nosuch") {
+		t.Errorf("a create with an image native cannot run made a record:\n%s", out)
+	}
+}
