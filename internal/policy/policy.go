@@ -76,6 +76,18 @@ type Limits struct {
 	TmpBytes int64 `json:"tmp_bytes,omitempty"`
 }
 
+// DefaultPids caps the processes of a sandbox whose policy sets no
+// limits.pids: a fork bomb exhausts its sandbox, not the host.
+const DefaultPids = 4096
+
+// PidsMax is the cap on the sandbox's processes.
+func (l Limits) PidsMax() int64 {
+	if l.Pids > 0 {
+		return l.Pids
+	}
+	return DefaultPids
+}
+
 // DefaultTmpBytes is the size of a sandbox's /tmp when limits.tmp is not set.
 const DefaultTmpBytes = 64 << 20
 

@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
-	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 // DefaultStopTimeout is how long the main process gets between SIGTERM and
@@ -237,13 +236,14 @@ func (s *sandboxSupervisor) cgroups() error {
 	l := s.cfg.Limits
 	err := joinCgroup(s.cfg.Cgroup + "/supervisor")
 	if err == nil {
-		err = cgroups.Create(s.cfg.Cgroup+"/sandbox", cgroups.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: l.Pids})
+		err = cgroups.Create(s.cfg.Cgroup+"/sandbox", cgroups.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: l.PidsMax()})
 	}
 	if err == nil {
 		s.children.procs, err = cgroups.OpenProcs(s.cfg.Cgroup + "/sandbox")
 	}
-	if err != nil && l == (policy.Limits{}) {
-		// No limits asked for: a cgroup is a convenience, not a promise.
+	if err != nil && l.MemoryBytes == 0 && l.CPUMillis == 0 && l.Pids == 0 {
+		// No limits asked for: a cgroup (and its default pids cap) is a
+		// convenience, not a promise.
 		fmt.Fprintf(os.Stderr, "corral supervise: no cgroup of its own (%v)\n", err)
 		return nil
 	}

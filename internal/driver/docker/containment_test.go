@@ -17,6 +17,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 	"github.com/corral-sandbox/corral/internal/testenv"
@@ -258,6 +259,9 @@ func TestHardenedLikeNative(t *testing.T) {
 	if got := statusField(t, sup, "CapEff"); got != want {
 		t.Errorf("supervisor CapEff %s, want %s", got, want)
 	}
+	if got := hostPidsMax(t, main); got != strconv.Itoa(policy.DefaultPids) {
+		t.Errorf("pids.max of a sandbox whose policy sets none: %q, want %d", got, policy.DefaultPids)
+	}
 	for _, path := range []string{"/x", "/etc/x", "/bin/x", "/.corral/x"} {
 		code, _, errOut := execIn(t, d, id, "touch", path)
 		if code == 0 || !strings.Contains(errOut, "Read-only file system") {
@@ -413,4 +417,34 @@ func TestImagesFailFast(t *testing.T) {
 	if err == nil || errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("Create with the engine down = %v; want a retryable error", err)
 	}
+}
+
+// hostPidsMax reads, on the host, pids.max of the cgroup that holds pid
+// (cgroup v1 or v2).
+func hostPidsMax(t *testing.T, pid int) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		dir := ""
+		switch {
+		case parts[1] == "pids":
+			dir = "/sys/fs/cgroup/pids"
+		case parts[0] == "0" && parts[1] == "":
+			dir = "/sys/fs/cgroup"
+		default:
+			continue
+		}
+		if max, err := os.ReadFile(dir + parts[2] + "/pids.max"); err == nil {
+			return strings.TrimSpace(string(max))
+		}
+	}
+	t.Fatalf("no pids cgroup for pid %d in %q", pid, data)
+	return ""
 }

@@ -63,7 +63,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	labels := driver.ObjectLabels(spec, d.cfg.Label)
 	hc := &container.HostConfig{
 		Resources: container.Resources{Memory: l.MemoryBytes, MemorySwap: l.MemoryBytes,
-			NanoCPUs: l.CPUMillis * 1e6, PidsLimit: pidsLimit(l.Pids)},
+			NanoCPUs: l.CPUMillis * 1e6, PidsLimit: ptr(l.PidsMax())},
 		NetworkMode:   "none",
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled}, // the gateway owns restarts
 		Mounts: []mount.Mount{
@@ -103,14 +103,6 @@ func clearRunDir(dir string) {
 	for _, f := range []string{readyName, supervisor.FailedFile, supervisor.ProtectionsFile} {
 		_ = os.RemoveAll(filepath.Join(dir, f))
 	}
-}
-
-// pidsLimit is Docker's form of a pids limit: nil for none.
-func pidsLimit(n int64) *int64 {
-	if n == 0 {
-		return nil
-	}
-	return &n
 }
 
 // prepareImage applies the pull policy and returns the command to run: the
@@ -234,3 +226,5 @@ func (d *Driver) waitReady(ctx context.Context, containerID, dir string) error {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

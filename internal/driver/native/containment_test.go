@@ -312,3 +312,19 @@ func TestContainmentHostileWorkdir(t *testing.T) {
 		t.Errorf("the sandbox's files after delete: %v; want them gone", err)
 	}
 }
+
+// A sandbox whose policy sets no pids limit still has one: a fork bomb
+// exhausts its sandbox, not the host (read from the host's cgroup files).
+func TestContainmentDefaultPids(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "pids", "")
+	var got []string
+	for _, dir := range []string{"/sys/fs/cgroup/pids/", "/sys/fs/cgroup/"} {
+		if data, err := os.ReadFile(dir + cgroup(s.id) + "/sandbox/pids.max"); err == nil {
+			got = append(got, strings.TrimSpace(string(data)))
+		}
+	}
+	if len(got) != 1 || got[0] != strconv.Itoa(policy.DefaultPids) {
+		t.Errorf("pids.max of a sandbox without limits: %v; want %d", got, policy.DefaultPids)
+	}
+}
