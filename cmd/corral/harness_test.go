@@ -332,3 +332,32 @@ func fakeObjects(t *testing.T, home string) []driver.Object {
 	}
 	return list
 }
+
+// homeFor makes a directory anyone may enter holding a copy of the corral
+// binary and a private home owned by uid, for a gateway run as that user.
+func homeFor(t *testing.T, prefix string, uid int) (dir, home string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	home = filepath.Join(dir, "home")
+	data, err := os.ReadFile(bin)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "corral"), data, 0o755)
+	}
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err == nil {
+		err = os.Mkdir(home, 0o700)
+	}
+	if err == nil {
+		err = os.Chown(home, uid, uid)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, home
+}

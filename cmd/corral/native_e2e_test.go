@@ -224,28 +224,7 @@ func TestNativeBadCommandIsReported(t *testing.T) {
 func TestNativeUnprivilegedGateway(t *testing.T) {
 	testenv.RequireRoot(t) // to become nobody
 	const nobody = 65534
-	dir, err := os.MkdirTemp("", "corral-nobody-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	home := filepath.Join(dir, "home")
-	data, err := os.ReadFile(bin)
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, "corral"), data, 0o755)
-	}
-	if err == nil {
-		err = os.Chmod(dir, 0o755)
-	}
-	if err == nil {
-		err = os.Mkdir(home, 0o700)
-	}
-	if err == nil {
-		err = os.Chown(home, nobody, nobody)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, home := homeFor(t, "corral-nobody-", nobody)
 	asNobody := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(filepath.Join(dir, "corral"), append([]string{"--home", home}, args...)...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}

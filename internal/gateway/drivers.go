@@ -59,9 +59,7 @@ func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.L
 		if err != nil {
 			return nil, err
 		}
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		if err := d.Ping(pctx); err != nil {
+		if err := ping(ctx, d); err != nil {
 			// Not fatal: records stay visible with the reason, and the
 			// gateway converges once the engine answers.
 			log.Error("the Docker engine does not answer yet; sandboxes wait for it", "err", err)
@@ -98,9 +96,7 @@ func pingDocker(ctx context.Context, cfg config.Config, home string) (driver.Dri
 	if err != nil {
 		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if err := d.Ping(pctx); err != nil {
+	if err := ping(ctx, d); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -172,4 +168,11 @@ func installSupervisor(dir string) (string, error) {
 func driverConfig(cfg config.Config, stateDir string) driver.Config {
 	logMax, _ := cfg.SandboxLogMaxBytes() // validated with the rest
 	return driver.Config{Label: cfg.SandboxLabel, StateDir: stateDir, LogMaxBytes: logMax}
+}
+
+// ping asks the engine to answer within a few seconds.
+func ping(ctx context.Context, d *docker.Driver) error {
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return d.Ping(pctx)
 }
