@@ -100,5 +100,11 @@ func summary(p policy.Policy) string {
 	if l.Pids > 0 {
 		parts = append(parts, fmt.Sprintf("pids %d", l.Pids))
 	}
+	if l.TmpBytes > 0 {
+		parts = append(parts, fmt.Sprintf("/tmp %d MiB", l.TmpBytes>>20))
+	}
+	if l.DiskBytes > 0 {
+		parts = append(parts, fmt.Sprintf("/sandbox %d MiB", l.DiskBytes>>20))
+	}
 	return strings.Join(parts, "; ")
 }

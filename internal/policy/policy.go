@@ -74,6 +74,9 @@ type Limits struct {
 	// TmpBytes is the size of the sandbox's private /tmp (a tmpfs);
 	// 0 means DefaultTmpBytes.
 	TmpBytes int64 `json:"tmp_bytes,omitempty"`
+	// DiskBytes, when set, is the size of the sandbox's /sandbox: a file
+	// system of its own, set when the sandbox is created.
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
 }
 
 // DefaultPids caps the processes of a sandbox whose policy sets no
@@ -87,6 +90,9 @@ func (l Limits) PidsMax() int64 {
 	}
 	return DefaultPids
 }
+
+// MinDiskBytes is the smallest limits.disk.
+const MinDiskBytes = 8 << 20
 
 // DefaultTmpBytes is the size of a sandbox's /tmp when limits.tmp is not set.
 const DefaultTmpBytes = 64 << 20
@@ -241,6 +247,13 @@ func Parse(text string) (Policy, error) {
 				},
 				"tmp": func(n *yaml.Node, f string) (err error) {
 					p.Limits.TmpBytes, err = byteSize(n, f)
+					return err
+				},
+				"disk": func(n *yaml.Node, f string) (err error) {
+					p.Limits.DiskBytes, err = byteSize(n, f)
+					if err == nil && p.Limits.DiskBytes < MinDiskBytes {
+						err = &Error{Line: n.Line, Field: f, Msg: fmt.Sprintf("want %d Mi at least, not %s", MinDiskBytes>>20, describe(n))}
+					}
 					return err
 				},
 			})
