@@ -31,6 +31,11 @@ type SandboxConfig struct {
 	RootFS string `json:"rootfs,omitempty"`
 	// Workdir is the host directory mounted read-write at /sandbox.
 	Workdir string `json:"workdir"`
+	// WorkdirImage, when set, is mounted at /sandbox instead of Workdir:
+	// a disk image of the sandbox's own size (limits.disk), whose root
+	// is given to WorkdirOwner (a host uid).
+	WorkdirImage string `json:"workdir_image,omitempty"`
+	WorkdirOwner int    `json:"workdir_owner,omitempty"`
 	// Hide are host directories covered by an empty read-only directory
 	// wherever they appear in the sandbox's root (the gateway's home,
 	// with its keys, its store and the other sandboxes).

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/diskimage"
 )
 
 // These run inside the new namespaces the native driver starts a
@@ -143,17 +145,31 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	if err := mkdirMount("tmpfs", filepath.Join(newRoot, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmp); err != nil {
 		return err
 	}
-	workdir := filepath.Join(newRoot, "sandbox")
-	if err := mkdirMount(cfg.Workdir, workdir, "", unix.MS_BIND, ""); err != nil {
-		return err
-	}
-	if err := mount("", workdir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+	if err := mountWorkdir(cfg, filepath.Join(newRoot, "sandbox")); err != nil {
 		return err
 	}
 	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("make the root read-only: %w", err)
 	}
 	return pivot(newRoot)
+}
+
+// mountWorkdir mounts the sandbox's workdir (its directory, or its disk
+// image) on dir, without setuid and device files.
+func mountWorkdir(cfg SandboxConfig, dir string) error {
+	if cfg.WorkdirImage == "" {
+		if err := mkdirMount(cfg.Workdir, dir, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+		return mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, "")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := diskimage.Mount(cfg.WorkdirImage, dir); err != nil {
+		return err
+	}
+	return os.Chown(dir, cfg.WorkdirOwner, cfg.WorkdirOwner)
 }
 
 // Within reports whether path lies inside (or is) root, both resolved on

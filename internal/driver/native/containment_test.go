@@ -328,3 +328,63 @@ func TestContainmentDefaultPids(t *testing.T) {
 		t.Errorf("pids.max of a sandbox without limits: %v; want %d", got, policy.DefaultPids)
 	}
 }
+
+// Must hold 4 on native: /sandbox past limits.disk gets ENOSPC, the
+// sandbox keeps running, what it wrote survives a stop and a start, and
+// delete leaves no loop device behind.
+func TestContainmentDiskLimit(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "disk", "version: 1\nlimits: {disk: 16Mi}\n")
+	s.mustExec("sh", "-c", "echo kept > /sandbox/kept")
+	code, _, errOut := s.exec("dd", "if=/dev/zero", "of=/sandbox/fill", "bs=1M", "count=32")
+	if code == 0 || !strings.Contains(errOut, "No space left on device") {
+		t.Errorf("32 MiB into a /sandbox of 16 MiB: exit %d, %q; want ENOSPC", code, errOut)
+	}
+	if obj, err := d.Inspect(ctx(t), s.id); err != nil || obj.State != driver.StateRunning {
+		t.Errorf("after /sandbox filled up: %+v, %v; want it running", obj, err)
+	}
+	if entries, _ := os.ReadDir(d.workdir(s.id)); len(entries) != 0 {
+		t.Errorf("the sandbox wrote into its host directory, not its disk: %v", entries)
+	}
+	if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: 1}, driver.StopOptions{Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	spec := driver.Spec{ID: s.id, Name: "disk", Generation: 2, Image: HostImage, Command: []string{"sleep", "3600"}, Policy: "version: 1\nlimits: {disk: 16Mi}\n"}
+	if err := d.Create(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	s.gen = 2
+	if got := s.mustExec("cat", "/sandbox/kept"); got != "kept\n" {
+		t.Errorf("after stop and start: %q; want what the sandbox wrote", got)
+	}
+	if held := loopsBacking(t, s.id); len(held) == 0 {
+		t.Fatalf("no loop device holds the disk of %s while it runs?", s.id)
+	}
+	if err := d.Delete(ctx(t), s.id); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for held := loopsBacking(t, s.id); len(held) > 0; held = loopsBacking(t, s.id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("loop devices still hold the deleted sandbox's disk: %v", held)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// loopsBacking lists the loop devices whose backing file's path (wherever
+// it was moved since, deleted or not) names the sandbox id.
+func loopsBacking(t *testing.T, id string) []string {
+	t.Helper()
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	var held []string
+	for _, f := range files {
+		if data, err := os.ReadFile(f); err == nil && strings.Contains(string(data), id) {
+			held = append(held, f)
+		}
+	}
+	return held
+}

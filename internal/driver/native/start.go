@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/diskimage"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
@@ -121,14 +123,15 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
 		Limits: pol.Limits, IDs: ids, TmpBytes: pol.Limits.Tmp(), LogMaxBytes: d.cfg.LogMax(),
 	}
+	owner := -1 // the workdir's owner on the host; -1: leave it
 	if uid := pol.Process.RunAsUser; uid != nil {
-		owner := *uid
+		owner = *uid
 		if ids != nil {
 			owner = ids.Host(owner)
 		}
-		if err := os.Chown(cfg.Workdir, owner, owner); err != nil {
-			return fmt.Errorf("native start: give /sandbox to user %d: %w", *uid, err)
-		}
+	}
+	if err := d.prepareWorkdir(o, pol, &cfg, owner); err != nil {
+		return err
 	}
 	if err := b.WriteConfig(cfg); err != nil {
 		return fmt.Errorf("native start: %w", err)
@@ -195,6 +198,43 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the main process to start: %w", ctx.Err())
 	}
+}
+
+// prepareWorkdir gives the sandbox's workdir to owner (a host uid, or -1
+// for none): its
+// directory, or, with limits.disk, its disk image, made or grown to size.
+// A disk is set when the sandbox is created: one added later would hide
+// what its directory holds, and one is never taken away (what it holds
+// stays, at its size).
+func (d *Driver) prepareWorkdir(o *object, pol policy.Policy, cfg *supervisor.SandboxConfig, owner int) error {
+	img := filepath.Join(d.sandboxDir(o.ID), "disk.ext4")
+	_, err := os.Stat(img)
+	hasDisk := err == nil
+	if size := pol.Limits.DiskBytes; size > 0 {
+		if o.ids() == nil {
+			return errdefs.InvalidArgument("limits.disk needs a gateway that runs as root (a loop device for the sandbox's disk)")
+		}
+		if !hasDisk {
+			if entries, _ := os.ReadDir(cfg.Workdir); len(entries) > 0 {
+				return errdefs.FailedPrecondition("limits.disk is set when a sandbox is created: /sandbox of %s already holds files outside a disk", o.Name)
+			}
+		}
+		if err := diskimage.Ensure(img, size, owner, owner); err != nil {
+			return fmt.Errorf("native start: the disk of /sandbox: %w", err)
+		}
+		hasDisk = true
+	}
+	if hasDisk {
+		cfg.WorkdirImage, cfg.WorkdirOwner = img, owner
+		return nil
+	}
+	if owner < 0 {
+		return nil
+	}
+	if err := os.Chown(cfg.Workdir, owner, owner); err != nil {
+		return fmt.Errorf("native start: give /sandbox to host user %d: %w", owner, err)
+	}
+	return nil
 }
 
 // sandboxEnv is the environment of a sandbox's processes, with the policy
