@@ -448,3 +448,43 @@ func hostPidsMax(t *testing.T, pid int) string {
 	t.Fatalf("no pids cgroup for pid %d in %q", pid, data)
 	return ""
 }
+
+// Must hold 4 of issue 12, on Docker: /sandbox past limits.disk gets
+// ENOSPC, the sandbox keeps running, what it wrote survives a new
+// incarnation, and delete unmounts and removes the disk.
+func TestDiskLimit(t *testing.T) {
+	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
+	const pol = "version: 1\nlimits: {disk: 16Mi}\n"
+	id := startPolicySandbox(t, d, "disk", pol)
+	mustExec(t, d, id, "echo kept > /sandbox/kept")
+	code, _, errOut := execIn(t, d, id, "dd", "if=/dev/zero", "of=/sandbox/fill", "bs=1M", "count=32")
+	if code == 0 || !strings.Contains(errOut, "No space left on device") {
+		t.Errorf("32 MiB into a /sandbox of 16 MiB: exit %d, %q; want ENOSPC", code, errOut)
+	}
+	if obj, err := d.Inspect(context.Background(), id); err != nil || obj.State != driver.StateRunning {
+		t.Errorf("after /sandbox filled up: %+v, %v; want it running", obj, err)
+	}
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.Stop(c, driver.Ref{ID: id, Generation: 1}, driver.StopOptions{Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	spec := driver.Spec{ID: id, Name: "disk", Generation: 2, Image: testenv.TestImage, Command: []string{"sleep", "3600"}, Policy: pol}
+	if err := d.Create(c, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(c, driver.Ref{ID: id, Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustExec(t, d, id, "cat /sandbox/kept; id -u; stat -c %u /sandbox"); out != "kept\n1000\n1000\n" {
+		t.Errorf("a new incarnation on the disk: %q; want what was written, as user 1000", out)
+	}
+	if err := d.Delete(c, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{d.diskImage(id), d.diskMount(id)} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after delete: %v; want it gone", p, err)
+		}
+	}
+}

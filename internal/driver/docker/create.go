@@ -59,6 +59,10 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if abi, ok := os.LookupEnv(supervisor.LandlockABIEnv); ok {
 		env = append(env, supervisor.LandlockABIEnv+"="+abi) // a test's simulated kernel
 	}
+	work, err := d.workdirMount(ctx, spec, pol)
+	if err != nil {
+		return err
+	}
 	l := pol.Limits
 	labels := driver.ObjectLabels(spec, d.cfg.Label)
 	hc := &container.HostConfig{
@@ -69,8 +73,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		Mounts: []mount.Mount{
 			{Type: mount.TypeBind, Source: d.opts.Supervisor, Target: supervisorPath, ReadOnly: true},
 			{Type: mount.TypeBind, Source: dir, Target: runDir},
-			{Type: mount.TypeVolume, Source: d.volumeName(spec.ID), Target: workdir,
-				VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{d.cfg.Label: "true", driver.LabelSandboxID: spec.ID}}},
+			work,
 		},
 	}
 	d.harden(hc, pol)
@@ -181,6 +184,9 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 		return nil
 	case driver.StateStopped:
 		clearRunDir(dir) // a restart of the same incarnation
+	}
+	if err := d.remountDisk(ref.ID); err != nil {
+		return err
 	}
 	if _, err := d.api.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
 		return d.wrap(err, "start container "+c.Names[0])

@@ -280,6 +280,9 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	if _, err := d.api.VolumeRemove(ctx, d.volumeName(id), client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		return d.wrap(err, "remove volume "+d.volumeName(id))
 	}
+	if err := d.removeDisk(id); err != nil {
+		return err
+	}
 	matches, _ := filepath.Glob(filepath.Join(d.cfg.StateDir, "run", id+"-*"))
 	for _, m := range matches {
 		_ = os.RemoveAll(m)
