@@ -21,6 +21,9 @@ import (
 // MinSize is the smallest file system Ensure makes (policy.MinDiskBytes).
 const MinSize = 8 << 20
 
+// ErrShrink is returned by Ensure for an image larger than asked for.
+var ErrShrink = errors.New("a disk cannot shrink")
+
 // Ensure makes the image at path of size bytes, its root directory owned
 // by uid and gid, unless it exists; an existing image smaller than size is
 // grown (it must not be mounted then). Shrinking is refused: it would lose
@@ -38,7 +41,7 @@ func Ensure(path string, size int64, uid, gid int) error {
 	case fi.Size() == size:
 		return nil
 	case fi.Size() > size:
-		return fmt.Errorf("the disk is %d MiB and cannot shrink to %d MiB without losing what the sandbox wrote", fi.Size()>>20, size>>20)
+		return fmt.Errorf("%w: the disk is %d MiB and cannot shrink to %d MiB without losing what the sandbox wrote", ErrShrink, fi.Size()>>20, size>>20)
 	}
 	if err := os.Truncate(path, size); err != nil {
 		return err

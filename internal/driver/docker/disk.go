@@ -41,7 +41,7 @@ func (d *Driver) workdirMount(ctx context.Context, spec driver.Spec, pol policy.
 		if !hasDisk {
 			_, err := d.api.VolumeInspect(ctx, d.volumeName(spec.ID), client.VolumeInspectOptions{})
 			if err == nil {
-				return mount.Mount{}, errdefs.FailedPrecondition("limits.disk is set when a sandbox is created: /sandbox of %s is already a volume", spec.Name)
+				return mount.Mount{}, errdefs.InvalidArgument("limits.disk is set when a sandbox is created: /sandbox of %s is already a volume", spec.Name)
 			}
 			if !cerrdefs.IsNotFound(err) {
 				return mount.Mount{}, d.wrap(err, "inspect volume "+d.volumeName(spec.ID))
@@ -81,7 +81,9 @@ func (d *Driver) mountDisk(img, mnt string, size int64, uid int) error {
 			}
 			mounted = false
 		}
-		if err := diskimage.Ensure(img, size, uid, uid); err != nil {
+		if err := diskimage.Ensure(img, size, uid, uid); errors.Is(err, diskimage.ErrShrink) {
+			return errdefs.InvalidArgument("limits.disk: %v", err)
+		} else if err != nil {
 			return fmt.Errorf("docker: the disk of /sandbox: %w", err)
 		}
 	}

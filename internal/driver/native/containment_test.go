@@ -360,6 +360,28 @@ func TestContainmentDiskLimit(t *testing.T) {
 	if got := s.mustExec("cat", "/sandbox/kept"); got != "kept\n" {
 		t.Errorf("after stop and start: %q; want what the sandbox wrote", got)
 	}
+	// A policy update may grow the disk, never shrink it.
+	for _, tc := range []struct {
+		gen  int64
+		disk string
+		ok   bool
+	}{{3, "8Mi", false}, {4, "32Mi", true}} {
+		if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: tc.gen - 1}, driver.StopOptions{Timeout: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		spec.Generation, spec.Policy = tc.gen, "version: 1\nlimits: {disk: "+tc.disk+"}\n"
+		if err := d.Create(ctx(t), spec); err != nil {
+			t.Fatal(err)
+		}
+		err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: tc.gen})
+		if tc.ok != (err == nil) || (!tc.ok && !errors.Is(err, errdefs.ErrInvalidArgument)) {
+			t.Fatalf("start with limits.disk %s after 16Mi: %v; want ok=%v (or invalid argument)", tc.disk, err, tc.ok)
+		}
+	}
+	s.gen = 4
+	if out := s.mustExec("sh", "-c", "cat /sandbox/kept; dd if=/dev/zero of=/sandbox/fill bs=1M count=24 >/dev/null 2>&1 && echo wrote"); out != "kept\nwrote\n" {
+		t.Errorf("after growing the disk to 32 MiB: %q; want the old files and room for 24 MiB more", out)
+	}
 	if held := loopsBacking(t, s.id); len(held) == 0 {
 		t.Fatalf("no loop device holds the disk of %s while it runs?", s.id)
 	}
