@@ -30,6 +30,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/metrics"
+	"github.com/corral-sandbox/corral/internal/service"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
 	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
@@ -239,7 +240,7 @@ func background(log *slog.Logger, what string, serve func() error, stopped error
 // newServer is a gRPC server with the API, health checking and reflection.
 func newServer(mgr *lifecycle.Manager, opts ...grpc.ServerOption) *grpc.Server {
 	srv := grpc.NewServer(opts...)
-	corralv1.RegisterSandboxServiceServer(srv, &service{m: mgr})
+	corralv1.RegisterSandboxServiceServer(srv, service.New(mgr))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(corralv1.SandboxService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -1,4 +1,4 @@
-package gateway
+package service
 
 import (
 	"context"
@@ -19,6 +19,9 @@ type service struct {
 	corralv1.UnimplementedSandboxServiceServer
 	m *lifecycle.Manager
 }
+
+// New is the API served on a lifecycle manager.
+func New(m *lifecycle.Manager) corralv1.SandboxServiceServer { return &service{m: m} }
 
 func (s *service) CreateSandbox(ctx context.Context, req *corralv1.CreateSandboxRequest) (*corralv1.CreateSandboxResponse, error) {
 	sb, created, err := s.m.Create(ctx, req.GetName(), req.GetRequestId(), specFromProto(req.GetSpec()))
