@@ -22,11 +22,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 
-	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/metrics"
@@ -222,7 +218,7 @@ func serve(home string, mgr *lifecycle.Manager, log *slog.Logger) (*grpc.Server,
 		lis.Close()
 		return nil, fmt.Errorf("chmod %s: %w", path, err)
 	}
-	srv := newServer(mgr)
+	srv := service.NewServer(mgr)
 	background(log, "API server", func() error { return srv.Serve(lis) }, grpc.ErrServerStopped)
 	return srv, nil
 }
@@ -235,18 +231,6 @@ func background(log *slog.Logger, what string, serve func() error, stopped error
 			log.Error(what, "err", err)
 		}
 	}()
-}
-
-// newServer is a gRPC server with the API, health checking and reflection.
-func newServer(mgr *lifecycle.Manager, opts ...grpc.ServerOption) *grpc.Server {
-	srv := grpc.NewServer(opts...)
-	corralv1.RegisterSandboxServiceServer(srv, service.New(mgr))
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(corralv1.SandboxService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(srv, hs)
-	reflection.Register(srv)
-	return srv
 }
 
 // serveTLS serves the API on cfg.Listen with mutual TLS 1.3, making the
@@ -276,7 +260,7 @@ func serveTLS(cfg config.Config, home string, mgr *lifecycle.Manager, log *slog.
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	srv := newServer(mgr, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	srv := service.NewServer(mgr, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	background(log, "API server (TCP)", func() error { return srv.Serve(lis) }, grpc.ErrServerStopped)
 	log.Info("serving the API with mutual TLS", "address", lis.Addr().String(), "ca", filepath.Join(home, "tls", "ca.crt"))
 	return srv, nil

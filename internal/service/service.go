@@ -1,27 +1,72 @@
+// Package service is the API edge: corral.v1.SandboxService over gRPC on
+// the lifecycle's requests. It maps errors to gRPC codes here and nowhere
+// else. It knows the lifecycle only through Lifecycle, and no driver or
+// store at all; which ones serve it is the wiring's business
+// (internal/gateway).
 package service
 
 import (
 	"context"
+	"io"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
-// service implements corral.v1.SandboxService on a lifecycle.Manager. It
-// maps errors to gRPC codes here and nowhere else.
-type service struct {
-	corralv1.UnimplementedSandboxServiceServer
-	m *lifecycle.Manager
+// Lifecycle is what the API asks of the lifecycle: the requests it
+// serves, one method each. *lifecycle.Manager is the one implementation.
+type Lifecycle interface {
+	Create(ctx context.Context, name, requestID string, spec sandbox.Spec) (*sandbox.Sandbox, bool, error)
+	Get(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+	List(ctx context.Context) ([]*sandbox.Sandbox, error)
+	Operations(ctx context.Context, nameOrID string) ([]*sandbox.Operation, error)
+	Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+	Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+	Delete(ctx context.Context, nameOrID string, force bool) (*sandbox.Sandbox, error)
+	AssumeGone(ctx context.Context, nameOrID, who, why string) (*sandbox.Sandbox, error)
+	UpdatePolicy(ctx context.Context, nameOrID, text string) (*sandbox.Sandbox, error)
+	Protections(ctx context.Context, sb *sandbox.Sandbox) string
+	Doctor(ctx context.Context) ([]lifecycle.Finding, error)
+	Watch() (<-chan lifecycle.Event, func())
+	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
+	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
 }
 
-// New is the API served on a lifecycle manager.
-func New(m *lifecycle.Manager) corralv1.SandboxServiceServer { return &service{m: m} }
+var _ Lifecycle = (*lifecycle.Manager)(nil)
+
+// service implements corral.v1.SandboxService on a Lifecycle.
+type service struct {
+	corralv1.UnimplementedSandboxServiceServer
+	m Lifecycle
+}
+
+// New is the API served on a lifecycle.
+func New(m Lifecycle) corralv1.SandboxServiceServer { return &service{m: m} }
+
+// NewServer is a gRPC server with the API, health checking and
+// reflection; the caller gives it its listeners.
+func NewServer(m Lifecycle, opts ...grpc.ServerOption) *grpc.Server {
+	srv := grpc.NewServer(opts...)
+	corralv1.RegisterSandboxServiceServer(srv, New(m))
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(corralv1.SandboxService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	reflection.Register(srv)
+	return srv
+}
 
 func (s *service) CreateSandbox(ctx context.Context, req *corralv1.CreateSandboxRequest) (*corralv1.CreateSandboxResponse, error) {
 	sb, created, err := s.m.Create(ctx, req.GetName(), req.GetRequestId(), specFromProto(req.GetSpec()))
