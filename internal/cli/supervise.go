@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
@@ -31,7 +32,7 @@ func newSuperviseCmd() *cobra.Command {
 		Short: "Run as PID 1 of a native sandbox, started by the native driver in new namespaces",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return &exitError{code: supervisor.RunSandbox(args[0])}
+			return &exitError{code: shim.RunSandbox(args[0])}
 		},
 	})
 	cmd.AddCommand(&cobra.Command{

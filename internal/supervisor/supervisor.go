@@ -1,7 +1,12 @@
-// Package supervisor is PID 1 of a sandbox (`corral supervise`): it starts
-// the main process through the exec stage (where the policy is applied),
-// reports readiness, forwards signals, reaps every zombie and exits with
-// the main process's status.
+// Package supervisor is what every driver's supervisor shares: the exec
+// stage (`corral supervise exec`: Landlock, seccomp, no_new_privs,
+// capabilities and the user switch, applied just before a command runs),
+// Children (processes started through it), the reports a supervisor leaves
+// for the gateway and how the gateway reads them, the probes, and the
+// Docker driver's PID 1 (`corral supervise`, Run): it starts the main
+// process, reports readiness, forwards signals, reaps every zombie and
+// exits with the main process's status. The native driver's own
+// supervisor is internal/driver/native/shim.
 package supervisor
 
 import (
@@ -56,8 +61,8 @@ func Run(cfg Config) (int, error) {
 		_ = os.Chown(Workdir, *pol.Process.RunAsUser, *pol.Process.RunAsUser)
 		_ = os.Chmod("/tmp", 0o777|os.ModeSticky)
 	}
-	var c children
-	main, done, applied, failed, err := c.start(cfg.Command, os.Environ(), []*os.File{os.Stdin, os.Stdout, os.Stderr}, false)
+	var c Children
+	main, done, applied, failed, err := c.Start(cfg.Command, os.Environ(), []*os.File{os.Stdin, os.Stdout, os.Stderr}, false)
 	if err != nil {
 		return 0, fmt.Errorf("supervise: start %s: %w", cfg.Command[0], err)
 	}
@@ -80,7 +85,7 @@ func Run(cfg Config) (int, error) {
 			return status, nil
 		case sig := <-sigs:
 			if sig == syscall.SIGCHLD {
-				c.reap()
+				c.Reap()
 				continue
 			}
 			_ = syscall.Kill(main, sig.(syscall.Signal))

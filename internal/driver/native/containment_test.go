@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
@@ -237,7 +238,7 @@ func TestContainmentDisk(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	b := d.bundle(s.id, s.gen)
 	var total int64
-	for _, name := range []string{supervisor.StdoutFile, supervisor.StdoutFile + supervisor.RotatedSuffix, supervisor.StderrFile, supervisor.StderrFile + supervisor.RotatedSuffix} {
+	for _, name := range []string{shim.StdoutFile, shim.StdoutFile + shim.RotatedSuffix, shim.StderrFile, shim.StderrFile + shim.RotatedSuffix} {
 		if fi, err := os.Stat(b.Path(name)); err == nil {
 			total += fi.Size()
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
-	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
 // running returns the object of a sandbox whose supervisor lives.
@@ -40,7 +40,7 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 	if err != nil {
 		return 0, err
 	}
-	c, err := supervisor.Dial(d.socket(id, o.Generation))
+	c, err := shim.Dial(d.socket(id, o.Generation))
 	if err != nil {
 		return 0, errdefs.FailedPrecondition("sandbox %s is not running: %v", id, err)
 	}
@@ -57,7 +57,7 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 			_, _ = io.Copy(w, r) // a terminal's master ends with EIO once its replica is gone
 		}()
 	}
-	req := supervisor.Request{Op: supervisor.OpExec, Command: opts.Command, TTY: opts.TTY,
+	req := shim.Request{Op: shim.OpExec, Command: opts.Command, TTY: opts.TTY,
 		Rows: uint16(opts.Size.Rows), Cols: uint16(opts.Size.Cols)}
 	var theirs []*os.File // the command's stdio, sent to the supervisor
 	if !opts.TTY {
@@ -69,7 +69,7 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 		for _, w := range []io.Writer{opts.Stdout, opts.Stderr} {
 			r, wr, err := os.Pipe()
 			if err != nil {
-				supervisor.CloseFiles(theirs)
+				shim.CloseFiles(theirs)
 				return 0, fmt.Errorf("exec: %w", err)
 			}
 			theirs = append(theirs, wr)
@@ -77,18 +77,18 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 		}
 	}
 	err = c.Send(req, theirs...)
-	supervisor.CloseFiles(theirs) // the supervisor has its own copies now
+	shim.CloseFiles(theirs) // the supervisor has its own copies now
 	if err != nil {
 		return 0, fmt.Errorf("exec: %w", err)
 	}
 	r, master, err := c.RecvFiles()
 	if err == nil && r.Error != "" {
-		supervisor.CloseFiles(master)
+		shim.CloseFiles(master)
 		return 0, fmt.Errorf("exec %s: %s", opts.Command[0], r.Error)
 	}
 	if err == nil && opts.TTY {
 		if len(master) != 1 {
-			supervisor.CloseFiles(master)
+			shim.CloseFiles(master)
 			return 0, fmt.Errorf("exec %s: the supervisor sent no terminal", opts.Command[0])
 		}
 		go func() {
@@ -140,7 +140,7 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 		return err
 	}
 	b := d.bundle(id, o.Generation)
-	streams := []*logStream{{path: b.Path(supervisor.StdoutFile), w: stdout}, {path: b.Path(supervisor.StderrFile), w: stderr}}
+	streams := []*logStream{{path: b.Path(shim.StdoutFile), w: stdout}, {path: b.Path(shim.StderrFile), w: stderr}}
 	for _, s := range streams {
 		if err := s.start(opts.Tail); err != nil {
 			return err
@@ -166,7 +166,7 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 }
 
 // logStream is one output file that Logs copies, in two parts once the
-// supervisor has rotated it (path+supervisor.RotatedSuffix, then path).
+// supervisor has rotated it (path+shim.RotatedSuffix, then path).
 type logStream struct {
 	path string
 	w    io.Writer
@@ -176,7 +176,7 @@ type logStream struct {
 // start writes the last tail lines kept (all for 0), previous part first,
 // and opens the current part at its end, to follow it.
 func (s *logStream) start(tail int) error {
-	prev, err := os.ReadFile(s.path + supervisor.RotatedSuffix)
+	prev, err := os.ReadFile(s.path + shim.RotatedSuffix)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}

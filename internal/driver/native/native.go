@@ -8,7 +8,7 @@
 //
 //	sandboxes/ID/object.json   the object: id, generation, labels, spec
 //	sandboxes/ID/workdir/      mounted read-write at /sandbox
-//	sandboxes/ID/gen-N/        the bundle of incarnation N (supervisor.Bundle)
+//	sandboxes/ID/gen-N/        the bundle of incarnation N (shim.Bundle)
 //	run/ID-N.sock              the control socket of incarnation N
 //	trash/ID                   a deleted sandbox's files, on their way out
 //
@@ -31,6 +31,7 @@ import (
 	"sync"
 
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
@@ -66,7 +67,7 @@ var (
 
 // HostImage is the image name of sandboxes on the host's operating system:
 // its program and library directories and /etc without secrets, read-only
-// (supervisor.HostOSDirs); so is an empty image. The host's whole root is
+// (shim.HostOSDirs); so is an empty image. The host's whole root is
 // the image "/", asked for by name.
 const HostImage = "host"
 
@@ -144,8 +145,8 @@ func (d *Driver) sandboxDir(id string) string {
 	return filepath.Join(d.cfg.StateDir, "sandboxes", id)
 }
 
-func (d *Driver) bundle(id string, gen int64) supervisor.Bundle {
-	return supervisor.Bundle{Dir: filepath.Join(d.sandboxDir(id), "gen-"+strconv.FormatInt(gen, 10))}
+func (d *Driver) bundle(id string, gen int64) shim.Bundle {
+	return shim.Bundle{Dir: filepath.Join(d.sandboxDir(id), "gen-"+strconv.FormatInt(gen, 10))}
 }
 
 // socket is the control socket of one incarnation, named by id and
@@ -218,8 +219,8 @@ func (d *Driver) generations(id string) []int64 {
 }
 
 // alive reports whether the supervisor of an incarnation lives.
-func alive(b supervisor.Bundle) (bool, error) {
-	return supervisor.Alive(b.Path(supervisor.LockFile))
+func alive(b shim.Bundle) (bool, error) {
+	return shim.Alive(b.Path(shim.LockFile))
 }
 
 // observe is the driver's view of an object.
@@ -244,10 +245,10 @@ func (d *Driver) observe(o *object) (driver.Object, error) {
 		obj.State, obj.ExitCode = driver.StateStopped, exit.Code
 		return obj, nil
 	}
-	if _, err := os.Stat(b.Path(supervisor.PIDFile)); err == nil {
+	if _, err := os.Stat(b.Path(shim.PIDFile)); err == nil {
 		obj.State = driver.StateFailed
 		obj.Message = fmt.Sprintf("the supervisor of generation %d ended without recording its main process's exit (killed?)%s",
-			o.Generation, lastLine(b.Path(supervisor.SupervisorLog)))
+			o.Generation, lastLine(b.Path(shim.SupervisorLog)))
 	}
 	return obj, nil
 }
@@ -387,7 +388,7 @@ func (d *Driver) rootFS(image string) (string, error) {
 		return "", errdefs.InvalidArgument("root file system %s is not a directory", image)
 	}
 	for _, hidden := range d.opts.Hide {
-		if rel, ok := supervisor.Within(hidden, image); ok {
+		if rel, ok := shim.Within(hidden, image); ok {
 			return "", errdefs.InvalidArgument("root file system %s is inside the gateway's home %s (at %s): a sandbox may not see it", image, hidden, rel)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/drivertest"
+	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/supervisor"
@@ -360,7 +361,7 @@ func TestControlSocketPathTooLongForSockaddr(t *testing.T) {
 	if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: 1}, driver.StopOptions{Timeout: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	if live, _ := supervisor.Alive(d.bundle(s.id, 1).Path(supervisor.LockFile)); live {
+	if live, _ := shim.Alive(d.bundle(s.id, 1).Path(shim.LockFile)); live {
 		t.Errorf("the supervisor lives after Stop")
 	}
 }

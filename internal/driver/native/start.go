@@ -19,6 +19,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/diskimage"
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
@@ -74,8 +75,8 @@ func (d *Driver) awaitRunning(ctx context.Context, id string, gen int64) bool {
 		state, err := d.status(id, gen)
 		switch {
 		case err == nil:
-			return state == supervisor.StateRunning
-		case !errors.Is(err, supervisor.ErrGone) || ctx.Err() != nil || time.Now().After(limit):
+			return state == shim.StateRunning
+		case !errors.Is(err, shim.ErrGone) || ctx.Err() != nil || time.Now().After(limit):
 			return false
 		}
 		time.Sleep(10 * pollInterval)
@@ -84,12 +85,12 @@ func (d *Driver) awaitRunning(ctx context.Context, id string, gen int64) bool {
 
 // status asks a supervisor for its state.
 func (d *Driver) status(id string, gen int64) (string, error) {
-	c, err := supervisor.Dial(d.socket(id, gen))
+	c, err := shim.Dial(d.socket(id, gen))
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	if err := c.Send(supervisor.Request{Op: supervisor.OpStatus}); err != nil {
+	if err := c.Send(shim.Request{Op: shim.OpStatus}); err != nil {
 		return "", err
 	}
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -99,9 +100,9 @@ func (d *Driver) status(id string, gen int64) (string, error) {
 
 // spawn starts the supervisor of an incarnation, detached from the gateway
 // (its own session and namespaces), and waits for it to report readiness.
-func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) error {
-	for _, f := range []string{supervisor.ExitFile, supervisor.PIDFile, supervisor.ProtectionsFile, supervisor.StdoutFile, supervisor.StderrFile,
-		supervisor.StdoutFile + supervisor.RotatedSuffix, supervisor.StderrFile + supervisor.RotatedSuffix, supervisor.SupervisorLog} {
+func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
+	for _, f := range []string{shim.ExitFile, shim.PIDFile, supervisor.ProtectionsFile, shim.StdoutFile, shim.StderrFile,
+		shim.StdoutFile + shim.RotatedSuffix, shim.StderrFile + shim.RotatedSuffix, shim.SupervisorLog} {
 		if err := os.Remove(b.Path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("native start: %w", err)
 		}
@@ -116,7 +117,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 	if ids != nil { // root inside is for those who ask for it
 		pol = pol.WithDefaultUser()
 	}
-	cfg := supervisor.SandboxConfig{
+	cfg := shim.SandboxConfig{
 		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
 		Env:    sandboxEnv(o.Name, pol),
 		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide,
@@ -136,14 +137,14 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 	if err := b.WriteConfig(cfg); err != nil {
 		return fmt.Errorf("native start: %w", err)
 	}
-	log, err := os.OpenFile(b.Path(supervisor.SupervisorLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	log, err := os.OpenFile(b.Path(shim.SupervisorLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("native start: %w", err)
 	}
 	defer log.Close()
 	// The lock is taken here and inherited: a supervisor that this
 	// gateway dies before seeing still holds it, and is never started twice.
-	lock, err := supervisor.Lock(b.Path(supervisor.LockFile))
+	lock, err := shim.Lock(b.Path(shim.LockFile))
 	if err != nil {
 		return fmt.Errorf("native start: %w", err)
 	}
@@ -157,7 +158,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 	cmd := exec.Command(d.opts.Supervisor, "supervise", "sandbox", b.Dir)
 	cmd.Args[0] = "corral-supervise"
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.ExtraFiles = []*os.File{readyW, lock} // supervisor.ReadyFD, supervisor.LockFD
+	cmd.ExtraFiles = []*os.File{readyW, lock} // shim.ReadyFD, shim.LockFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: namespaces}
 	if os.Geteuid() != 0 {
 		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWUSER
@@ -188,13 +189,13 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 		if err := d.stopIncarnation(ctx, o.ID, o.Generation, driver.StopOptions{Force: true}); err != nil {
 			return err
 		}
-		if reason, ok := strings.CutPrefix(line, supervisor.ReadyCommandFailed); ok {
+		if reason, ok := strings.CutPrefix(line, shim.ReadyCommandFailed); ok {
 			return errdefs.InvalidArgument("the sandbox's command cannot run: %s", reason)
 		}
-		if reason, ok := strings.CutPrefix(line, supervisor.ReadyFailed); ok {
+		if reason, ok := strings.CutPrefix(line, shim.ReadyFailed); ok {
 			return fmt.Errorf("the sandbox did not start: %s", reason)
 		}
-		return fmt.Errorf("the supervisor exited before the main process started%s", lastLine(b.Path(supervisor.SupervisorLog)))
+		return fmt.Errorf("the supervisor exited before the main process started%s", lastLine(b.Path(shim.SupervisorLog)))
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the main process to start: %w", ctx.Err())
 	}
@@ -206,7 +207,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b supervisor.Bundle) erro
 // A disk is set when the sandbox is created: one added later would hide
 // what its directory holds, and one is never taken away (what it holds
 // stays, at its size).
-func (d *Driver) prepareWorkdir(o *object, pol policy.Policy, cfg *supervisor.SandboxConfig, owner int) error {
+func (d *Driver) prepareWorkdir(o *object, pol policy.Policy, cfg *shim.SandboxConfig, owner int) error {
 	img := filepath.Join(d.sandboxDir(o.ID), "disk.ext4")
 	_, err := os.Stat(img)
 	hasDisk := err == nil
@@ -242,7 +243,7 @@ func (d *Driver) prepareWorkdir(o *object, pol policy.Policy, cfg *supervisor.Sa
 // sandboxEnv is the environment of a sandbox's processes, with the policy
 // for the exec stage (which removes it).
 func sandboxEnv(name string, pol policy.Policy) []string {
-	env := []string{supervisor.DefaultPath, "HOME=/sandbox", "HOSTNAME=" + hostname(name),
+	env := []string{shim.DefaultPath, "HOME=/sandbox", "HOSTNAME=" + hostname(name),
 		supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(pol)}
 	if abi, ok := os.LookupEnv(supervisor.LandlockABIEnv); ok {
 		env = append(env, supervisor.LandlockABIEnv+"="+abi) // a test's simulated kernel
@@ -298,8 +299,8 @@ func (d *Driver) stopIncarnation(ctx context.Context, id string, gen int64, opts
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl.Add(-100 * time.Millisecond) // leave time to kill it
 	}
-	if c, err := supervisor.Dial(d.socket(id, gen)); err == nil {
-		err = c.Send(supervisor.Request{Op: supervisor.OpStop, TimeoutMillis: opts.Timeout.Milliseconds(), Force: opts.Force})
+	if c, err := shim.Dial(d.socket(id, gen)); err == nil {
+		err = c.Send(shim.Request{Op: shim.OpStop, TimeoutMillis: opts.Timeout.Milliseconds(), Force: opts.Force})
 		if err == nil {
 			_ = c.SetDeadline(deadline)
 			for err == nil {
@@ -332,7 +333,7 @@ func (d *Driver) stopIncarnation(ctx context.Context, id string, gen int64, opts
 
 // waitGone polls until the supervisor of b is gone, ctx ends or the
 // deadline passes; it reports whether it is gone.
-func waitGone(ctx context.Context, b supervisor.Bundle, deadline time.Time) bool {
+func waitGone(ctx context.Context, b shim.Bundle, deadline time.Time) bool {
 	for {
 		if live, err := alive(b); err == nil && !live {
 			return true
@@ -344,8 +345,8 @@ func waitGone(ctx context.Context, b supervisor.Bundle, deadline time.Time) bool
 	}
 }
 
-func readPID(b supervisor.Bundle) (int, error) {
-	data, err := os.ReadFile(b.Path(supervisor.PIDFile))
+func readPID(b shim.Bundle) (int, error) {
+	data, err := os.ReadFile(b.Path(shim.PIDFile))
 	if err != nil {
 		return 0, err
 	}

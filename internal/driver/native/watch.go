@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/driver"
-	"github.com/corral-sandbox/corral/internal/supervisor"
+	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 )
 
 // scanInterval is how often Watch looks for incarnations it does not
@@ -64,14 +64,14 @@ func (d *Driver) Watch(ctx context.Context, changed func(id string)) error {
 
 // waitEnd returns when the supervisor on socket is gone or ctx ends.
 func waitEnd(ctx context.Context, socket string) {
-	c, err := supervisor.Dial(socket)
+	c, err := shim.Dial(socket)
 	if err != nil {
 		return
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	if c.Send(supervisor.Request{Op: supervisor.OpWait}) != nil {
+	if c.Send(shim.Request{Op: shim.OpWait}) != nil {
 		return
 	}
 	for {

@@ -1,4 +1,4 @@
-package supervisor
+package shim
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/corral-sandbox/corral/internal/policy"
+	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
 // Bundle is what the native driver hands a sandbox supervisor: one
@@ -43,7 +44,7 @@ type SandboxConfig struct {
 	// IDs, when set, is the host id range of the user namespace every
 	// process of the sandbox runs in: uid and gid 0 inside are IDs.Base
 	// outside.
-	IDs *IDRange `json:"ids,omitempty"`
+	IDs *supervisor.IDRange `json:"ids,omitempty"`
 	// TmpBytes is the size of the sandbox's /tmp.
 	TmpBytes int64 `json:"tmp_bytes"`
 	// LogMaxBytes caps what is kept of the main process's output, both
@@ -56,15 +57,6 @@ type SandboxConfig struct {
 	Limits policy.Limits `json:"limits"`
 }
 
-// IDRange is a range of host user and group ids.
-type IDRange struct {
-	Base uint32 `json:"base"`
-	Size uint32 `json:"size"`
-}
-
-// Host is the host id of id inside the range's user namespace.
-func (r IDRange) Host(id int) int { return int(r.Base) + id }
-
 // Exit is what a supervisor records when its main process has ended.
 type Exit struct {
 	Code int `json:"code"`
@@ -75,15 +67,10 @@ type Exit struct {
 
 // The files of a bundle.
 const (
-	ConfigFile = "config.json"
-	LockFile   = "lock" // locked by the supervisor while it lives
-	PIDFile    = "pid"  // the supervisor's pid on the host, written at start
-	ExitFile   = "exit" // an Exit, written before the supervisor exits
-	// ProtectionsFile says what of the policy protects the main process
-	// ("landlock ABI 7; no_new_privs; seccomp default").
-	ProtectionsFile = "protections"
-	// FailedFile says why the main process could not run (Docker mode).
-	FailedFile     = "failed"
+	ConfigFile     = "config.json"
+	LockFile       = "lock"   // locked by the supervisor while it lives
+	PIDFile        = "pid"    // the supervisor's pid on the host, written at start
+	ExitFile       = "exit"   // an Exit, written before the supervisor exits
 	StdoutFile     = "stdout" // the main process's output
 	StderrFile     = "stderr" // its error output
 	SupervisorLog  = "supervisor.log"
@@ -99,7 +86,7 @@ func (b Bundle) WriteConfig(cfg SandboxConfig) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(b.Path(ConfigFile), data, ConfigFileMode)
+	return supervisor.WriteFileAtomic(b.Path(ConfigFile), data, ConfigFileMode)
 }
 
 // ReadConfig loads the bundle's configuration.
@@ -127,26 +114,4 @@ func (b Bundle) ReadExit() (Exit, error) {
 		return e, fmt.Errorf("%s: %w", b.Path(ExitFile), err)
 	}
 	return e, nil
-}
-
-// WriteFileAtomic writes data to path through a temporary file and a
-// rename, so that readers see the old or the new content, never a part.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

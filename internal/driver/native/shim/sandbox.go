@@ -1,4 +1,4 @@
-package supervisor
+package shim
 
 import (
 	"encoding/json"
@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
 // DefaultStopTimeout is how long the main process gets between SIGTERM and
@@ -84,7 +85,7 @@ type sandboxSupervisor struct {
 	bundle   *os.File // the bundle directory, for the exit file after the pivot
 	sigs     chan os.Signal
 	stops    chan Request
-	children children
+	children supervisor.Children
 	main     int
 	mainDone <-chan int
 	outputs  sync.WaitGroup // the copies of the main process's output
@@ -102,7 +103,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 		return nil, err
 	}
 	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan Request, 4)}
-	s.children.dir, s.children.dropCaps, s.children.ids = "/sandbox", true, cfg.IDs
+	s.children.Dir, s.children.DropCaps, s.children.IDs = "/sandbox", true, cfg.IDs
 	signal.Notify(s.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
 	s.lock = os.NewFile(LockFD, "lock")
 	if s.bundle, err = os.Open(b.Dir); err != nil {
@@ -152,14 +153,14 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err := enterRoot(cfg, root); err != nil {
 		return s, err
 	}
-	pid, done, applied, failed, err := s.children.start(cfg.Command, cfg.Env, []*os.File{null, stdout, stderr}, false)
+	pid, done, applied, failed, err := s.children.Start(cfg.Command, cfg.Env, []*os.File{null, stdout, stderr}, false)
 	if err != nil {
 		return s, fmt.Errorf("start %s: %w", cfg.Command[0], err)
 	}
 	if failed != nil {
 		return s, commandError{failed}
 	}
-	if err := s.writeBundleFile(ProtectionsFile, []byte(applied)); err != nil {
+	if err := s.writeBundleFile(supervisor.ProtectionsFile, []byte(applied)); err != nil {
 		return s, fmt.Errorf("record the protections: %w", err)
 	}
 	s.main, s.mainDone = pid, done
@@ -239,7 +240,7 @@ func (s *sandboxSupervisor) cgroups() error {
 		err = cgroups.Create(s.cfg.Cgroup+"/sandbox", cgroups.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: l.PidsMax()})
 	}
 	if err == nil {
-		s.children.procs, err = cgroups.OpenProcs(s.cfg.Cgroup + "/sandbox")
+		s.children.Procs, err = cgroups.OpenProcs(s.cfg.Cgroup + "/sandbox")
 	}
 	if err != nil && l.MemoryBytes == 0 && l.CPUMillis == 0 && l.Pids == 0 {
 		// No limits asked for: a cgroup (and its default pids cap) is a
@@ -288,7 +289,7 @@ func (s *sandboxSupervisor) run() int {
 			s.killAll()
 		case sig := <-s.sigs:
 			if sig == syscall.SIGCHLD {
-				s.children.reap()
+				s.children.Reap()
 				continue
 			}
 			s.requestStop(Request{Op: OpStop, TimeoutMillis: DefaultStopTimeout.Milliseconds()})
@@ -410,7 +411,7 @@ func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File)
 	if req.TTY {
 		env = append(env, "TERM=xterm")
 	}
-	pid, done, _, _, err := s.children.start(req.Command, env, stdio, req.TTY) // a command that cannot run exits 126 or 127
+	pid, done, _, _, err := s.children.Start(req.Command, env, stdio, req.TTY) // a command that cannot run exits 126 or 127
 	CloseFiles(stdio)
 	if err != nil {
 		_ = writeReply(c, Reply{Error: err.Error()})
@@ -453,117 +454,4 @@ func execStdio(req Request, files []*os.File) (stdio, master []*os.File, err err
 		_ = pty.Setsize(ptm, &pty.Winsize{Rows: req.Rows, Cols: req.Cols})
 	}
 	return []*os.File{pts, pts, pts}, []*os.File{ptm}, nil
-}
-
-// children starts processes through the exec stage and hands their exit
-// statuses to whoever started them; the supervisor reaps every process.
-type children struct {
-	dir      string        // their working directory; "" is the supervisor's
-	dropCaps bool          // they keep only keptCapabilities
-	ids      *IDRange      // their user namespace's host ids, if they get one
-	procs    cgroups.Procs // the sandbox's cgroup, when it has one
-	mu       sync.Mutex
-	waiters  map[int]chan int
-}
-
-// start runs command through the exec stage in its own session. The exec
-// stage waits until the process is in the sandbox's cgroup before it runs
-// the command, and start waits until the command runs: applied is what the
-// exec stage applied of the policy, failed why it could not run the
-// command (the process then exits 126 or 127).
-func (c *children) start(command, env []string, stdio []*os.File, tty bool) (pid int, done <-chan int, applied string, failed, err error) {
-	gate, release, err := os.Pipe()
-	if err != nil {
-		return 0, nil, "", nil, err
-	}
-	defer gate.Close()
-	defer release.Close()
-	report, reported, err := os.Pipe()
-	if err != nil {
-		return 0, nil, "", nil, err
-	}
-	defer report.Close()
-	defer reported.Close()
-	n := len(stdio)
-	argv := []string{"corral", "supervise", "exec", "--wait-fd", strconv.Itoa(n), "--report-fd", strconv.Itoa(n + 1)}
-	if c.dropCaps {
-		argv = append(argv, "--drop-caps")
-	}
-	argv = append(append(argv, "--"), command...)
-	attr := &os.ProcAttr{Dir: c.dir, Env: env, Files: append(stdio[:n:n], gate, reported),
-		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty, Ctty: 0}}
-	if r := c.ids; r != nil {
-		// Its own user namespace, mapped to the sandbox's host ids: root
-		// inside is an unprivileged id outside, and no capability it has
-		// reaches a file or namespace of the host.
-		m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(r.Base), Size: int(r.Size)}}
-		attr.Sys.Cloneflags = unix.CLONE_NEWUSER
-		attr.Sys.UidMappings, attr.Sys.GidMappings = m, m
-		attr.Sys.GidMappingsEnableSetgroups = true
-		attr.Sys.Credential = &syscall.Credential{Uid: 0, Gid: 0} // become that root before the exec
-	}
-	if pid, done, err = c.startLocked(argv, attr); err != nil {
-		return 0, nil, "", nil, err
-	}
-	release.Close() // go ahead
-	reported.Close()
-	msg, _ := io.ReadAll(report) // ends when the command runs, or the exec stage gives up
-	for _, line := range strings.Split(string(msg), "\n") {
-		if v, ok := strings.CutPrefix(line, "applied: "); ok {
-			applied = v
-		}
-		if v, ok := strings.CutPrefix(line, "error: "); ok {
-			failed = errors.New(v)
-		}
-	}
-	return pid, done, applied, failed, nil
-}
-
-func (c *children) startLocked(argv []string, attr *os.ProcAttr) (int, <-chan int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock() // held until registered: the reaper waits for it
-	p, err := os.StartProcess("/proc/self/exe", argv, attr)
-	if err != nil {
-		return 0, nil, err
-	}
-	pid := p.Pid
-	_ = p.Release() // the reaper waits for it, not os
-	done := make(chan int, 1)
-	if c.waiters == nil {
-		c.waiters = map[int]chan int{}
-	}
-	c.waiters[pid] = done
-	if err := c.procs.Add(pid); err != nil {
-		_ = unix.Kill(pid, unix.SIGKILL)
-		return 0, nil, err
-	}
-	return pid, done, nil
-}
-
-// reap collects every exited child.
-func (c *children) reap() {
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if pid <= 0 || err != nil {
-			return
-		}
-		c.mu.Lock()
-		done := c.waiters[pid]
-		delete(c.waiters, pid)
-		c.mu.Unlock()
-		if done != nil {
-			done <- exitStatus(ws)
-		}
-	}
-}
-
-func exitStatus(ws unix.WaitStatus) int {
-	if ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ws.ExitStatus()
 }
