@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,11 +43,7 @@ func (c *Children) Start(command, env []string, stdio []*os.File, tty bool) (pid
 	defer report.Close()
 	defer reported.Close()
 	n := len(stdio)
-	argv := []string{"corral", "supervise", "exec", "--wait-fd", strconv.Itoa(n), "--report-fd", strconv.Itoa(n + 1)}
-	if c.DropCaps {
-		argv = append(argv, "--drop-caps")
-	}
-	argv = append(append(argv, "--"), command...)
+	argv := ExecArgv("corral", ExecStage{WaitFD: n, ReportFD: n + 1, DropCaps: c.DropCaps}, command)
 	attr := &os.ProcAttr{Dir: c.Dir, Env: env, Files: append(stdio[:n:n], gate, reported),
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty, Ctty: 0}}
 	if r := c.IDs; r != nil {

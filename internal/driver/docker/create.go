@@ -84,7 +84,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			Hostname:   spec.Name,
 			Labels:     labels,
 			Env:        env,
-			Entrypoint: []string{supervisorPath, "supervise", "--ready-file", readyFile, "--"},
+			Entrypoint: supervisor.MainArgv(supervisorPath, readyFile),
 			Cmd:        command,
 			WorkingDir: workdir,
 		},

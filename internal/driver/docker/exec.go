@@ -12,6 +12,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
 var (
@@ -40,7 +41,7 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 	}
 	size := client.ConsoleSize{Height: opts.Size.Rows, Width: opts.Size.Cols}
 	created, err := d.api.ExecCreate(ctx, cid, client.ExecCreateOptions{
-		Cmd:          append([]string{supervisorPath, "supervise", "exec", "--"}, opts.Command...),
+		Cmd:          supervisor.ExecArgv(supervisorPath, supervisor.ExecStage{}, opts.Command),
 		TTY:          opts.TTY,
 		ConsoleSize:  size,
 		AttachStdin:  opts.Stdin != nil,

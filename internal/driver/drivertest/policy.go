@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
 // PolicySandbox is a running sandbox made with Policy(probeDir), in which
@@ -65,7 +67,7 @@ func sh(script string) func(PolicySandbox) []string {
 }
 
 func probe(name string) func(PolicySandbox) []string {
-	return func(s PolicySandbox) []string { return []string{s.Probe, "supervise", "probe", name} }
+	return func(s PolicySandbox) []string { return supervisor.ProbeArgv(s.Probe, name) }
 }
 
 var policyCases = []policyCase{

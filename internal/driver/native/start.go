@@ -155,8 +155,9 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 	}
 	defer readyR.Close()
 
-	cmd := exec.Command(d.opts.Supervisor, "supervise", "sandbox", b.Dir)
-	cmd.Args[0] = "corral-supervise"
+	argv := supervisor.SandboxArgv(b.Dir)
+	cmd := exec.Command(d.opts.Supervisor, argv[1:]...)
+	cmd.Args[0] = argv[0]
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.ExtraFiles = []*os.File{readyW, lock} // shim.ReadyFD, shim.LockFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: namespaces}

@@ -1,0 +1,36 @@
+package cli
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/corral-sandbox/corral/internal/supervisor"
+)
+
+// Every `corral supervise` command line the drivers build names a command
+// and flags this CLI has, and leaves the sandbox's command as its
+// arguments.
+func TestSuperviseCommandLinesParse(t *testing.T) {
+	command := []string{"sh", "-c", "echo --not-a-flag"}
+	for _, tc := range []struct {
+		argv []string
+		use  string
+		args []string
+	}{
+		{append(supervisor.MainArgv("/c", "/r/ready"), command...), "supervise", command},
+		{supervisor.ExecArgv("/c", supervisor.ExecStage{}, command), "exec", command},
+		{supervisor.ExecArgv("/c", supervisor.ExecStage{WaitFD: 3, ReportFD: 4, DropCaps: true}, command), "exec", command},
+		{supervisor.SandboxArgv("/bundle"), "sandbox", []string{"/bundle"}},
+		{supervisor.ProbeArgv("/c", "mount", "uid"), "probe", []string{"mount", "uid"}},
+	} {
+		root := newRoot(&globals{})
+		cmd, rest, err := root.Find(tc.argv[1:])
+		if err == nil {
+			err = cmd.ParseFlags(rest)
+		}
+		if err != nil || !strings.HasPrefix(cmd.Use, tc.use) || !slices.Equal(cmd.Flags().Args(), tc.args) {
+			t.Errorf("%q: command %q, args %q, %v; want %s with args %q", tc.argv, cmd.Use, cmd.Flags().Args(), err, tc.use, tc.args)
+		}
+	}
+}

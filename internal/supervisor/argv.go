@@ -1,0 +1,48 @@
+package supervisor
+
+import "strconv"
+
+// The command lines of `corral supervise` are built here and nowhere else;
+// internal/cli parses them (its test runs each through the command tree).
+
+// MainArgv is the entrypoint of a Docker sandbox: bin as PID 1, writing
+// readyFile once the main process (the arguments after it) runs.
+func MainArgv(bin, readyFile string) []string {
+	return []string{bin, "supervise", "--ready-file", readyFile, "--"}
+}
+
+// ExecStage is how a command is started through the exec stage.
+type ExecStage struct {
+	// WaitFD, when > 0, is a descriptor whose end the stage waits for.
+	WaitFD int
+	// ReportFD, when > 0, is where the stage says what it applied.
+	ReportFD int
+	// DropCaps keeps only the capabilities of a native sandbox.
+	DropCaps bool
+}
+
+// ExecArgv runs command through bin's exec stage.
+func ExecArgv(bin string, stage ExecStage, command []string) []string {
+	argv := []string{bin, "supervise", "exec"}
+	if stage.WaitFD > 0 {
+		argv = append(argv, "--wait-fd", strconv.Itoa(stage.WaitFD))
+	}
+	if stage.ReportFD > 0 {
+		argv = append(argv, "--report-fd", strconv.Itoa(stage.ReportFD))
+	}
+	if stage.DropCaps {
+		argv = append(argv, "--drop-caps")
+	}
+	return append(append(argv, "--"), command...)
+}
+
+// SandboxArgv is a native sandbox's supervisor on its bundle; its first
+// word names it in ps.
+func SandboxArgv(bundle string) []string {
+	return []string{"corral-supervise", "supervise", "sandbox", bundle}
+}
+
+// ProbeArgv runs bin's probes.
+func ProbeArgv(bin string, probes ...string) []string {
+	return append([]string{bin, "supervise", "probe"}, probes...)
+}
