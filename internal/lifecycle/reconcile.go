@@ -18,7 +18,26 @@ type action struct {
 	kind  sandbox.OpKind // a driver.* kind
 	phase sandbox.Phase  // the phase shown while it runs
 	gen   int64          // the generation it acts on
-	call  func(ctx context.Context) error
+
+	ref  driver.Ref         // start and stop: the incarnation; delete: the id
+	spec driver.Spec        // create
+	stop driver.StopOptions // stop
+}
+
+// call makes the driver call of an action.
+func (m *Manager) call(ctx context.Context, act action) error {
+	d := m.cfg.Driver
+	switch act.kind {
+	case sandbox.OpDriverCreate:
+		return d.Create(ctx, act.spec)
+	case sandbox.OpDriverStart:
+		return d.Start(ctx, act.ref)
+	case sandbox.OpDriverStop:
+		return d.Stop(ctx, act.ref, act.stop)
+	case sandbox.OpDriverDelete:
+		return d.Delete(ctx, act.ref.ID)
+	}
+	return fmt.Errorf("no driver call for an action of kind %q", act.kind)
 }
 
 // step observes one sandbox and takes at most one driver action. It reports
@@ -58,7 +77,8 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 			return false, 0
 		}
 	}
-	act, ok := m.decide(a, sb, obs, found)
+	act, ok := decide(situation{sb: sb, obs: obs, found: found, force: m.forced(a), failures: a.failures,
+		stopTimeout: m.cfg.StopTimeout})
 	if !ok {
 		m.converge(a, sb)
 		return false, 0
@@ -77,23 +97,35 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 	return true, 0
 }
 
+// situation is what the reconciler decides from: the record, what the
+// driver reports of its compute, and the state of the sandbox's actor.
+type situation struct {
+	sb       *sandbox.Sandbox
+	obs      driver.Object // the driver's object, when found
+	found    bool
+	force    bool // delete without a graceful stop
+	failures int  // consecutive failed attempts
+
+	stopTimeout time.Duration // the main process's grace on a stop
+}
+
 // decide picks the next action, or reports false when the driver already
-// matches the intent.
-func (m *Manager) decide(a *actor, sb *sandbox.Sandbox, obs driver.Object, found bool) (action, bool) {
-	d := m.cfg.Driver
-	ref := driver.Ref{ID: sb.ID, Generation: sb.Generation}
-	running := found && obs.State == driver.StateRunning
+// matches the intent. It is a pure function of the situation.
+func decide(s situation) (action, bool) {
+	sb, obs := s.sb, s.obs
+	running := s.found && obs.State == driver.StateRunning
 	stop := func(phase sandbox.Phase) action {
-		old := driver.Ref{ID: sb.ID, Generation: obs.Generation}
-		opts := driver.StopOptions{Timeout: m.cfg.StopTimeout, Force: m.forced(a)}
-		return action{sandbox.OpDriverStop, phase, obs.Generation, func(ctx context.Context) error { return d.Stop(ctx, old, opts) }}
+		return action{kind: sandbox.OpDriverStop, phase: phase, gen: obs.Generation,
+			ref:  driver.Ref{ID: sb.ID, Generation: obs.Generation},
+			stop: driver.StopOptions{Timeout: s.stopTimeout, Force: s.force}}
 	}
 	switch sb.Desired {
 	case sandbox.DesiredDeleted:
-		if running && !m.forced(a) && a.failures == 0 {
+		if running && !s.force && s.failures == 0 {
 			return stop(sandbox.PhaseDeleting), true
 		}
-		return action{sandbox.OpDriverDelete, sandbox.PhaseDeleting, sb.Generation, func(ctx context.Context) error { return d.Delete(ctx, sb.ID) }}, true
+		return action{kind: sandbox.OpDriverDelete, phase: sandbox.PhaseDeleting, gen: sb.Generation,
+			ref: driver.Ref{ID: sb.ID}}, true
 	case sandbox.DesiredStopped:
 		if running {
 			return stop(sandbox.PhaseStopping), true
@@ -104,20 +136,21 @@ func (m *Manager) decide(a *actor, sb *sandbox.Sandbox, obs driver.Object, found
 	if sb.Phase == sandbox.PhaseProvisioning {
 		startPhase = sandbox.PhaseProvisioning
 	}
-	spec := driver.Spec{ID: sb.ID, Name: sb.Name, Generation: sb.Generation, Image: sb.Spec.Image,
-		Command: sb.Spec.Command, Labels: sb.Spec.Labels, Policy: sb.Spec.Policy}
 	create := func(phase sandbox.Phase) action {
-		return action{sandbox.OpDriverCreate, phase, sb.Generation, func(ctx context.Context) error { return d.Create(ctx, spec) }}
+		return action{kind: sandbox.OpDriverCreate, phase: phase, gen: sb.Generation,
+			spec: driver.Spec{ID: sb.ID, Name: sb.Name, Generation: sb.Generation, Image: sb.Spec.Image,
+				Command: sb.Spec.Command, Labels: sb.Spec.Labels, Policy: sb.Spec.Policy}}
 	}
 	switch {
-	case !found:
+	case !s.found:
 		return create(sandbox.PhaseProvisioning), true
 	case running && obs.Generation != sb.Generation:
 		return stop(startPhase), true // retire the old incarnation first
 	case obs.Generation != sb.Generation:
 		return create(startPhase), true // a new incarnation replaces the stopped one
 	case !running:
-		return action{sandbox.OpDriverStart, startPhase, sb.Generation, func(ctx context.Context) error { return d.Start(ctx, ref) }}, true
+		return action{kind: sandbox.OpDriverStart, phase: startPhase, gen: sb.Generation,
+			ref: driver.Ref{ID: sb.ID, Generation: sb.Generation}}, true
 	}
 	return action{}, false
 }
@@ -358,7 +391,7 @@ func (m *Manager) attempt(a *actor, sb *sandbox.Sandbox, act action) error {
 	a.inFlight, a.inFlightKind, a.preempted = cancelCall, act.kind, false
 	m.mu.Unlock()
 
-	err = act.call(ctx)
+	err = m.call(ctx, act)
 	metrics.DriverCall(string(act.kind), m.now().Sub(now))
 
 	m.mu.Lock()
