@@ -18,17 +18,19 @@ var (
 	ErrNotImplemented     = errors.New("not implemented")
 )
 
-// classed is an error with a message of its own and a class for errors.Is.
+// classed is an error with a message of its own and a class for errors.Is;
+// a cause wrapped with %w in its message stays reachable (errors.Is, As).
 type classed struct {
-	msg   string
+	err   error // the message, and the causes it wraps
 	class error
 }
 
-func (e *classed) Error() string        { return e.msg }
+func (e *classed) Error() string        { return e.err.Error() }
 func (e *classed) Is(target error) bool { return target == e.class }
+func (e *classed) Unwrap() error        { return e.err }
 
 func newf(class error, format string, args ...any) error {
-	return &classed{msg: fmt.Sprintf(format, args...), class: class}
+	return &classed{err: fmt.Errorf(format, args...), class: class}
 }
 
 // NotFound returns an ErrNotFound error with the given message.

@@ -118,7 +118,13 @@ func (d *Driver) wrap(err error, what string) error {
 	case client.IsErrConnectionFailed(err):
 		return errdefs.Unavailable("docker engine at %s does not answer (%s): is dockerd running?", d.host, rootCause(err))
 	case cerrdefs.IsNotFound(err):
-		return fmt.Errorf("docker %s: %w: %v", what, errdefs.ErrNotFound, err)
+		return errdefs.NotFound("docker %s: %w", what, err)
+	case cerrdefs.IsInvalidArgument(err):
+		return errdefs.InvalidArgument("docker %s: %w", what, err)
+	case cerrdefs.IsConflict(err), cerrdefs.IsFailedPrecondition(err):
+		return errdefs.FailedPrecondition("docker %s: %w", what, err)
+	case cerrdefs.IsAlreadyExists(err):
+		return errdefs.AlreadyExists("docker %s: %w", what, err)
 	}
 	return fmt.Errorf("docker %s: %w", what, err)
 }
