@@ -15,6 +15,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver/docker"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
 	"github.com/corral-sandbox/corral/internal/driver/native"
+	"github.com/corral-sandbox/corral/internal/driver/registry"
 )
 
 // The probes of "auto": whether a Docker engine answers (returning its
@@ -25,69 +26,91 @@ var (
 	nativeSupported = native.Supported
 )
 
-// openDriver builds the configured compute driver; "auto" is autoDriver's
-// choice.
-func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (driver.Driver, error) {
-	name := cfg.ComputeDriver
-	if name == "auto" {
-		var d driver.Driver
-		var err error
-		if name, d, err = autoDriver(ctx, cfg, home, log); err != nil || d != nil {
-			return d, err
-		}
-	}
-	switch name {
-	case "fake":
-		dir := cfg.Drivers.Fake.StateDir
-		if dir == "" {
-			dir = filepath.Join(home, "fake")
-		}
-		return fake.New(driver.Config{Label: cfg.SandboxLabel, StateDir: dir})
-	case "native":
-		if err := nativeSupported(); err != nil {
-			return nil, fmt.Errorf("native driver: %w", err)
-		}
-		dir := filepath.Join(home, "native")
-		bin, err := installSupervisor(filepath.Join(dir, "bin"))
-		if err != nil {
-			return nil, err
-		}
-		return native.New(driverConfig(cfg, dir),
-			native.Options{Supervisor: bin, Hide: []string{home}})
-	case "docker":
-		d, err := newDocker(cfg, home)
-		if err != nil {
-			return nil, err
-		}
-		if err := ping(ctx, d); err != nil {
-			// Not fatal: records stay visible with the reason, and the
-			// gateway converges once the engine answers.
-			log.Error("the Docker engine does not answer yet; sandboxes wait for it", "err", err)
-		}
-		return d, nil
-	}
-	return nil, fmt.Errorf("unknown compute driver %q: this build has auto, docker, native and fake", name)
+// computeDrivers are the drivers of this build, in the order --driver
+// auto tries them. They are registered here, in the wiring, rather than
+// next to each driver, so that the drivers import neither the gateway's
+// settings nor the registry, and this stays the one package that imports
+// concrete drivers.
+var computeDrivers = registry.New(
+	registry.Entry{
+		Name: "docker", Open: openDocker, DefaultImage: "busybox:latest",
+		Auto: &registry.Probe{
+			Check: func(ctx context.Context, env registry.Env) (driver.Driver, error) {
+				return probeDocker(ctx, env.Config, env.Home)
+			},
+			Chosen:  "an engine answers",
+			Missing: "no Docker engine answers",
+			Remedy:  "Install and start Docker (apt-get install docker.io, then start dockerd, or give --docker-host)",
+		},
+	},
+	registry.Entry{
+		Name: "native", Open: openNative, DefaultImage: native.HostImage,
+		Auto: &registry.Probe{
+			Check:   func(context.Context, registry.Env) (driver.Driver, error) { return nil, nativeSupported() },
+			Chosen:  "no Docker engine answers",
+			Missing: "this host cannot run native sandboxes",
+			Remedy:  "run the gateway as root or where unprivileged user namespaces are enabled for --driver native",
+		},
+	},
+	// auto never means the fake driver, whose sandboxes do not exist
+	registry.Entry{
+		Name: "fake", Open: openFake, DefaultImage: "busybox:latest",
+		NotAuto: "simulates sandboxes, for tests only",
+	},
+)
+
+// openCompute builds the configured compute driver ("auto": docker when an
+// engine answers, else native when this host can run it, else an error
+// that says what to install or run) and returns its registry entry.
+func openCompute(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (registry.Entry, driver.Driver, error) {
+	return computeDrivers.Open(ctx, registry.Env{Config: cfg, Home: home, Log: log})
 }
 
-// autoDriver picks docker when an engine answers (and returns its driver),
-// else native when this host can run it. With neither it is an error that
-// says what to install or run: auto never means the fake driver, whose
-// sandboxes do not exist.
+// openDriver is openCompute's driver.
+func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (driver.Driver, error) {
+	_, d, err := openCompute(ctx, cfg, home, log)
+	return d, err
+}
+
+// autoDriver is what auto chooses, by name, with the driver its probe
+// built (Docker's), if any.
 func autoDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (string, driver.Driver, error) {
-	d, derr := probeDocker(ctx, cfg, home)
-	if derr == nil {
-		log.Info("compute driver: docker (an engine answers)")
-		return "docker", d, nil
+	e, d, err := computeDrivers.Choose(ctx, registry.Env{Config: cfg, Home: home, Log: log})
+	return e.Name, d, err
+}
+
+func openFake(_ context.Context, env registry.Env) (driver.Driver, error) {
+	dir := env.Config.Drivers.Fake.StateDir
+	if dir == "" {
+		dir = filepath.Join(env.Home, "fake")
 	}
-	nerr := nativeSupported()
-	if nerr == nil {
-		log.Info("compute driver: native (no Docker engine answers)", "docker", derr)
-		return "native", nil, nil
+	return fake.New(driver.Config{Label: env.Config.SandboxLabel, StateDir: dir})
+}
+
+func openNative(_ context.Context, env registry.Env) (driver.Driver, error) {
+	if err := nativeSupported(); err != nil {
+		return nil, fmt.Errorf("native driver: %w", err)
 	}
-	return "", nil, fmt.Errorf("--driver auto found no compute driver: no Docker engine answers (%v), and this host cannot run native sandboxes (%v). "+
-		"Install and start Docker (apt-get install docker.io, then start dockerd, or give --docker-host), "+
-		"or run the gateway as root or where unprivileged user namespaces are enabled for --driver native; "+
-		"--driver fake simulates sandboxes, for tests only", derr, nerr)
+	dir := filepath.Join(env.Home, "native")
+	bin, err := installSupervisor(filepath.Join(dir, "bin"))
+	if err != nil {
+		return nil, err
+	}
+	return native.New(driverConfig(env.Config, dir),
+		native.Options{Supervisor: bin, Hide: []string{env.Home}})
+}
+
+func openDocker(ctx context.Context, env registry.Env) (driver.Driver, error) {
+	d, err := newDocker(env.Config, env.Home)
+	if err != nil {
+		return nil, err
+	}
+	if err := ping(ctx, d); err != nil {
+		// Not fatal: records stay visible with the reason, and the
+		// gateway converges once the engine answers.
+		env.Log.Error("the Docker engine does not answer yet; sandboxes wait for it", "err", err)
+	}
+	return d, nil
 }
 
 // pingDocker returns a Docker driver whose engine answers.
@@ -101,17 +124,6 @@ func pingDocker(ctx context.Context, cfg config.Config, home string) (driver.Dri
 		return nil, err
 	}
 	return d, nil
-}
-
-// defaultImage is the image of sandboxes created without one.
-func defaultImage(cfg config.Config, drv driver.Driver) string {
-	switch {
-	case cfg.DefaultImage != "":
-		return cfg.DefaultImage
-	case drv.Name() == "native":
-		return native.HostImage
-	}
-	return "busybox:latest"
 }
 
 func newDocker(cfg config.Config, home string) (*docker.Driver, error) {

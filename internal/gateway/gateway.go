@@ -97,7 +97,7 @@ func Run(opts Options) error {
 		return err
 	}
 	defer st.Close()
-	drv, err := openDriver(startCtx, cfg, opts.Home, log)
+	compute, drv, err := openCompute(startCtx, cfg, opts.Home, log)
 	if err != nil {
 		return err
 	}
@@ -106,7 +106,7 @@ func Run(opts Options) error {
 	mgr := lifecycle.New(lifecycle.Config{
 		Store: st, Driver: drv, Instance: instance, Logger: log,
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
-		DefaultImage: defaultImage(cfg, drv), OrphanGrace: cfg.OrphanGrace,
+		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace,
 	})
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "pid", os.Getpid())
 	if startCtx.Err() != nil {

@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/corral-sandbox/corral/internal/driver/native"
+)
+
+// The drivers of this build, their order for auto and their defaults.
+func TestComputeDriversOfThisBuild(t *testing.T) {
+	if got := strings.Join(computeDrivers.Names(), ","); got != "docker,native,fake" {
+		t.Fatalf("drivers %s, want docker,native,fake (the order auto tries them)", got)
+	}
+	cfg, _ := autoConfig(t, "auto")
+	for name, want := range map[string]struct {
+		auto  bool
+		image string
+	}{
+		"docker": {true, "busybox:latest"},
+		"native": {true, native.HostImage},
+		"fake":   {false, "busybox:latest"},
+	} {
+		e, ok := computeDrivers.Lookup(name)
+		if !ok {
+			t.Fatalf("no %s driver", name)
+		}
+		if (e.Auto != nil) != want.auto {
+			t.Errorf("%s: auto may choose it = %v, want %v", name, e.Auto != nil, want.auto)
+		}
+		if got := e.Image(cfg); got != want.image {
+			t.Errorf("%s: default image %q, want %q", name, got, want.image)
+		}
+	}
+}
+
+// auto's refusal is word for word what it was before the registry.
+func TestAutoRefusalWordForWord(t *testing.T) {
+	h := &host{nativeErr: errors.New("not root")}
+	h.install(t)
+	cfg, home := autoConfig(t, "auto")
+	_, err := openDriver(context.Background(), cfg, home, quiet())
+	want := "--driver auto found no compute driver: no Docker engine answers (docker engine at unix:///nobody.sock: connection refused), " +
+		"and this host cannot run native sandboxes (not root). " +
+		"Install and start Docker (apt-get install docker.io, then start dockerd, or give --docker-host), " +
+		"or run the gateway as root or where unprivileged user namespaces are enabled for --driver native; " +
+		"--driver fake simulates sandboxes, for tests only"
+	if err == nil || err.Error() != want {
+		t.Fatalf("error\n got %v\nwant %s", err, want)
+	}
+}
+
+func TestAutoLogsItsChoice(t *testing.T) {
+	h := &host{}
+	h.install(t)
+	var buf bytes.Buffer
+	cfg, home := autoConfig(t, "auto")
+	if name, _, err := autoDriver(context.Background(), cfg, home, slog.New(slog.NewTextHandler(&buf, nil))); err != nil || name != "native" {
+		t.Fatalf("auto = %q, %v", name, err)
+	}
+	if want := `msg="compute driver: native (no Docker engine answers)" docker="docker engine at unix:///nobody.sock: connection refused"`; !strings.Contains(buf.String(), want) {
+		t.Fatalf("log %s\nwant %s", buf.String(), want)
+	}
+}
+
+// The default image of sandboxes comes from the chosen driver's entry,
+// unless the settings name one.
+func TestOpenComputeGivesTheEntry(t *testing.T) {
+	cfg, home := autoConfig(t, "fake")
+	e, d, err := openCompute(context.Background(), cfg, home, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if e.Name != "fake" || d.Name() != "fake" || e.Image(cfg) != "busybox:latest" {
+		t.Fatalf("entry %q (image %q), driver %s", e.Name, e.Image(cfg), d.Name())
+	}
+	cfg.DefaultImage = "alpine:3"
+	if got := e.Image(cfg); got != "alpine:3" {
+		t.Fatalf("image %q, want default_image", got)
+	}
+
+	cfg.ComputeDriver = "kubernetes"
+	if _, _, err := openCompute(context.Background(), cfg, home, quiet()); err == nil ||
+		err.Error() != `unknown compute driver "kubernetes": this build has auto, docker, native and fake` {
+		t.Fatalf("err = %v", err)
+	}
+}
