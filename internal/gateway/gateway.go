@@ -1,6 +1,8 @@
 // Package gateway wires a gateway process: signals, home directory and its
-// lock, store, driver, lifecycle manager and the API on a Unix socket, and
-// the graceful shutdown that drains every driver call in flight.
+// lock, store, driver (chosen from the registry of this build's drivers,
+// drivers.go), lifecycle manager and the API (internal/service) on a Unix
+// socket, and the graceful shutdown that drains every driver call in
+// flight. It is the one package that imports concrete drivers and stores.
 package gateway
 
 import (
