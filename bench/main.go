@@ -72,7 +72,7 @@ type report struct {
 }
 
 func run(dir, which string, n, warmup int, quick bool) (*report, error) {
-	bin, err := testenv.BuildCorral(dir)
+	bin, err := testenv.BuildCorralRelease(dir) // what ships: no test switches
 	if err != nil {
 		return nil, err
 	}

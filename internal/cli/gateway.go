@@ -14,7 +14,6 @@ import (
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/earlysignal"
 	"github.com/corral-sandbox/corral/internal/gateway"
-	"github.com/corral-sandbox/corral/internal/testbug"
 )
 
 func newGatewayCmd(g *globals) *cobra.Command {
@@ -32,9 +31,8 @@ HOME/corral.toml when it exists); flags override the file.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Signals first: from here on SIGTERM/SIGINT never meet the
 			// default disposition, whatever the gateway is doing.
-			var sigs chan os.Signal
-			if !testbug.On("late-signal-handler") {
-				sigs = earlysignal.Signals() // subscribed at package init
+			sigs := earlysignal.Signals() // subscribed at package init
+			if sigs != nil {              // nil: a test build's late-signal-handler
 				defer signal.Stop(sigs)
 			}
 

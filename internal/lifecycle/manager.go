@@ -18,7 +18,6 @@ import (
 	"github.com/corral-sandbox/corral/internal/metrics"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
-	"github.com/corral-sandbox/corral/internal/testbug"
 )
 
 // Config is what a Manager needs.
@@ -129,7 +128,7 @@ const recoveryConcurrency = 64
 func (m *Manager) Recover(ctx context.Context) error {
 	now := m.now()
 	n, err := 0, error(nil)
-	if !testbug.On("retained-claim") {
+	if !failures.keepDeadClaims {
 		n, err = m.cfg.Store.SettlePending(ctx, store.Owners{IsNot: m.cfg.Instance}, sandbox.OpInterrupted, now,
 			"interrupted: the gateway instance that owned it ended before it finished")
 	}
@@ -251,7 +250,7 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 		}
 	}
 	m.mu.Unlock()
-	if testbug.On("unawaited-worker") {
+	if failures.abandonCalls {
 		return nil // the calls in flight die with the process, unsettled
 	}
 
@@ -275,7 +274,7 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 	defer cancel()
 	n, err := m.cfg.Store.SettlePending(sctx, store.Owners{Is: m.cfg.Instance}, sandbox.OpInterrupted, m.now(),
 		"interrupted: the gateway shut down before it finished")
-	if err == nil && !testbug.On("retained-claim") {
+	if err == nil && !failures.keepDeadClaims {
 		// A shutdown during recovery may come before the entries of dead
 		// instances were settled; with the home lock held, every other
 		// owner is dead, so settle them too.

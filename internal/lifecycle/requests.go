@@ -10,7 +10,6 @@ import (
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
-	"github.com/corral-sandbox/corral/internal/testbug"
 )
 
 // errNoChange rolls back a mutation that would not change the intent.
@@ -218,8 +217,8 @@ func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbo
 	if err != nil {
 		return nil, err
 	}
-	if testbug.On("retained-claim") {
-		if err := m.claimPending(ctx, cur); err != nil {
+	if failures.claimCheck != nil {
+		if err := failures.claimCheck(ctx, m, cur); err != nil {
 			return nil, err
 		}
 	}
@@ -245,20 +244,4 @@ func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbo
 	m.log.Info("intent changed", "sandbox", sb.Name, "desired", sb.Desired, "generation", sb.Generation)
 	m.kick(sb.ID)
 	return sb, nil
-}
-
-// claimPending is the retained-claim failure of DESIGN.md, re-introduced
-// for the torture harness only: a pending driver call of another instance
-// blocks every request.
-func (m *Manager) claimPending(ctx context.Context, sb *sandbox.Sandbox) error {
-	ops, err := m.cfg.Store.ListOperations(ctx, sb.ID)
-	if err != nil {
-		return err
-	}
-	for _, op := range ops {
-		if !op.Kind.IsRequest() && op.State == sandbox.OpPending && op.Owner != m.cfg.Instance {
-			return errdefs.FailedPrecondition("sandbox %q: previous driver operation is still pending", sb.Name)
-		}
-	}
-	return nil
 }

@@ -22,11 +22,6 @@ import (
 // command runs.
 const PolicyEnv = "CORRAL_POLICY"
 
-// LandlockABIEnv, when set (to a number), is taken as the kernel's Landlock
-// ABI instead of asking the kernel: tests simulate a kernel without
-// Landlock with 0.
-const LandlockABIEnv = "CORRAL_TEST_LANDLOCK_ABI"
-
 // Workdir is the sandbox's workdir, read-write under include_workdir.
 const Workdir = "/sandbox"
 
@@ -122,11 +117,17 @@ func protect(p policy.Policy) ([]string, error) {
 	return applied, nil
 }
 
+// simulatedLandlockABI, set only in a test build (failures_corraltest.go),
+// returns the Landlock ABI of a simulated kernel when a test asks for one
+// (testbug.LandlockABIEnv; 0 is a kernel without Landlock).
+var simulatedLandlockABI func() (int, bool)
+
 // landlockABI is the kernel's Landlock ABI (0: none).
 func landlockABI() int {
-	if v, ok := os.LookupEnv(LandlockABIEnv); ok {
-		n, _ := strconv.Atoi(v)
-		return n
+	if simulatedLandlockABI != nil {
+		if abi, ok := simulatedLandlockABI(); ok {
+			return abi
+		}
 	}
 	abi, err := llsyscall.LandlockGetABIVersion()
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/corral-sandbox/corral/internal/testbug"
 )
 
 // TestImage is the image Docker tests run: Debian's busybox-static,
@@ -62,18 +64,34 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
-// BuildCorral builds the static corral binary into dir and returns its path.
-func BuildCorral(dir string) (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+// TestTag is the build tag of the corral that tests run: it has the test
+// switches of internal/testbug (failures the torture harness re-introduces,
+// a simulated kernel without Landlock), which a release build lacks.
+const TestTag = testbug.Tag
+
+// BuildCorral builds the static corral binary with the test tag into dir
+// and returns its path.
+func BuildCorral(dir string) (string, error) { return buildCorral(dir, "-tags", TestTag) }
+
+// BuildCorralRelease builds the static corral binary as it ships, without
+// the test tag, into dir and returns its path.
+func BuildCorralRelease(dir string) (string, error) { return buildCorral(dir) }
+
+func buildCorral(dir string, flags ...string) (string, error) {
 	bin := filepath.Join(dir, "corral")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/corral")
-	cmd.Dir = root
+	cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", bin, "./cmd/corral")...)
+	cmd.Dir = ModuleRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build corral: %v\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// ModuleRoot is the directory of corral's go.mod.
+func ModuleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 // MainWithCorral is a TestMain that builds corral into a temporary

@@ -18,6 +18,11 @@ import (
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
+// extraEnv is added to every sandbox's environment. Only tests set it, to
+// give a test build of the supervisor a simulated kernel
+// (testbug.LandlockABIEnv).
+var extraEnv []string
+
 // Create implements driver.Driver.
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	list, err := d.containers(ctx, spec.ID)
@@ -56,9 +61,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	}
 	clearRunDir(dir)
 	env := []string{"HOME=" + workdir, supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(pol)} // the root is read-only
-	if abi, ok := os.LookupEnv(supervisor.LandlockABIEnv); ok {
-		env = append(env, supervisor.LandlockABIEnv+"="+abi) // a test's simulated kernel
-	}
+	env = append(env, extraEnv...)
 	work, err := d.workdirMount(ctx, spec, pol)
 	if err != nil {
 		return err

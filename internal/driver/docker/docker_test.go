@@ -14,7 +14,6 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver/drivertest"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
-	"github.com/corral-sandbox/corral/internal/supervisor"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -104,7 +103,7 @@ func TestPolicyCases(t *testing.T) {
 
 // Must hold 2 of the policy issue, on Docker.
 func TestLandlockUnavailable(t *testing.T) {
-	t.Setenv(supervisor.LandlockABIEnv, "0")
+	simulateLandlockABI(t, 0)
 	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
 	lists := "filesystem_policy: {read_only: [/bin, /etc]}\n"
 	id := startPolicySandbox(t, d, "best", "version: 1\n"+lists+"landlock: {compatibility: best_effort}\n")

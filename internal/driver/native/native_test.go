@@ -497,7 +497,7 @@ func TestPolicyCases(t *testing.T) {
 // Must hold 2 of the policy issue: on a kernel without Landlock (ABI 0,
 // simulated), best_effort runs and says so, hard_requirement refuses.
 func TestLandlockUnavailable(t *testing.T) {
-	t.Setenv(supervisor.LandlockABIEnv, "0")
+	simulateLandlockABI(t, 0)
 	d := newTestDriver(t, "corral.test")
 	lists := "filesystem_policy: {read_only: [/bin, /usr, /lib, /lib64, /etc]}\n"
 	best := startSandbox(t, d, "best", "version: 1\n"+lists+"landlock: {compatibility: best_effort}\n")

@@ -246,11 +246,13 @@ func (d *Driver) prepareWorkdir(o *object, pol policy.Policy, cfg *shim.SandboxC
 func sandboxEnv(name string, pol policy.Policy) []string {
 	env := []string{shim.DefaultPath, "HOME=/sandbox", "HOSTNAME=" + hostname(name),
 		supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(pol)}
-	if abi, ok := os.LookupEnv(supervisor.LandlockABIEnv); ok {
-		env = append(env, supervisor.LandlockABIEnv+"="+abi) // a test's simulated kernel
-	}
-	return env
+	return append(env, extraEnv...)
 }
+
+// extraEnv is added to every sandbox's environment. Only tests set it, to
+// give a test build of the supervisor a simulated kernel
+// (testbug.LandlockABIEnv).
+var extraEnv []string
 
 func (d *Driver) workdir(id string) string {
 	return d.sandboxDir(id) + "/workdir"
