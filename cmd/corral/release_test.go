@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/corral-sandbox/corral/internal/testbug"
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+const testbugPkg = "github.com/corral-sandbox/corral/internal/testbug"
+
+// Must hold 1 of issue 14: a gateway built without the test tag has none
+// of the test switches — the testbug package is not among its
+// dependencies, none of corral's code in it names an environment variable
+// with TEST in it, and its strings hold no CORRAL_TEST. The tagged build
+// that the other tests run has them, so the check can fail.
+func TestReleaseBinaryHasNoTestSwitches(t *testing.T) {
+	if deps := goList(t, "./cmd/corral"); slices.Contains(deps, testbugPkg) {
+		t.Errorf("go list -deps ./cmd/corral includes %s", testbugPkg)
+	}
+	if deps := goList(t, "-tags", testbug.Tag, "./cmd/corral"); !slices.Contains(deps, testbugPkg) {
+		t.Errorf("go list -tags %s -deps ./cmd/corral lacks %s: the check above proves nothing", testbug.Tag, testbugPkg)
+	}
+
+	for _, lit := range corralStringsWith(t, "TEST") {
+		t.Errorf("the release build's code has a string with TEST in it: %s", lit)
+	}
+
+	release, err := testenv.BuildCorralRelease(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := os.ReadFile(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.Index(rel, []byte("CORRAL_TEST")); i >= 0 {
+		t.Errorf("the release binary holds %q", rel[i:min(len(rel), i+40)])
+	}
+	tagged, err := os.ReadFile(bin) // TestMain's, built with the tag
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{testbug.ReintroduceEnv, testbug.LandlockABIEnv} {
+		if !bytes.Contains(tagged, []byte(name)) {
+			t.Errorf("the test build lacks %s: the check above proves nothing", name)
+		}
+	}
+}
+
+// goList returns the import paths of the dependencies of a package (and
+// the package), as go list -deps gives them for the flags.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-deps"}, args...)...)
+	cmd.Dir = testenv.ModuleRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v", args, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// corralStringsWith returns the string literals that contain sub in the
+// files of corral's own packages that a build without the test tag
+// compiles into the binary.
+func corralStringsWith(t *testing.T, sub string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Dir,GoFiles,Module", "./cmd/corral")
+	cmd.Dir = testenv.ModuleRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var found []string
+	files := 0
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p struct {
+			Dir     string
+			GoFiles []string
+			Module  *struct{ Path string }
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Module == nil || p.Module.Path != "github.com/corral-sandbox/corral" {
+			continue
+		}
+		for _, name := range p.GoFiles {
+			path := filepath.Join(p.Dir, name)
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files++
+			ast.Inspect(f, func(n ast.Node) bool {
+				if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING && strings.Contains(lit.Value, sub) {
+					found = append(found, fset.Position(lit.Pos()).String()+": "+lit.Value)
+				}
+				return true
+			})
+		}
+	}
+	if files < 50 {
+		t.Fatalf("only %d of corral's files found in the release build: go list changed?", files)
+	}
+	return found
+}
