@@ -9,6 +9,8 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 // Driver is a compute backend.
@@ -46,7 +48,10 @@ type Spec struct {
 	Image      string
 	Command    []string
 	Labels     map[string]string
-	Policy     string
+	// Policy is the sandbox's policy, parsed and validated (policy.Parse
+	// of nothing is policy.Default()). Its zero value is no policy a driver
+	// can apply: a start with it fails, it never runs unprotected.
+	Policy policy.Policy
 }
 
 // Ref names one incarnation of a sandbox's compute object.

@@ -28,7 +28,7 @@ func TestDecide(t *testing.T) {
 	create := func(phase sandbox.Phase, gen int64) *action {
 		return &action{kind: sandbox.OpDriverCreate, phase: phase, gen: gen, spec: driver.Spec{ID: "sb1", Name: "web",
 			Generation: gen, Image: "img", Command: []string{"sleep", "1d"}, Labels: map[string]string{"k": "v"},
-			Policy: record("", "", 0).Spec.Policy}}
+		}, policy: record("", "", 0).Spec.Policy}
 	}
 	del := func(gen int64) *action {
 		return &action{kind: sandbox.OpDriverDelete, phase: sandbox.PhaseDeleting, gen: gen, ref: driver.Ref{ID: "sb1"}}

@@ -9,6 +9,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/metrics"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
 )
@@ -19,9 +20,10 @@ type action struct {
 	phase sandbox.Phase  // the phase shown while it runs
 	gen   int64          // the generation it acts on
 
-	ref  driver.Ref         // start and stop: the incarnation; delete: the id
-	spec driver.Spec        // create
-	stop driver.StopOptions // stop
+	ref    driver.Ref         // start and stop: the incarnation; delete: the id
+	spec   driver.Spec        // create, but its policy:
+	policy string             // create: the policy's text, parsed by call
+	stop   driver.StopOptions // stop
 }
 
 // call makes the driver call of an action.
@@ -29,7 +31,15 @@ func (m *Manager) call(ctx context.Context, act action) error {
 	d := m.cfg.Driver
 	switch act.kind {
 	case sandbox.OpDriverCreate:
-		return d.Create(ctx, act.spec)
+		// Checked when it was recorded; a policy this gateway cannot read
+		// (a newer one's) never runs as no policy.
+		pol, err := policy.Parse(act.policy)
+		if err != nil {
+			return errdefs.InvalidArgument("sandbox %s: %v", act.spec.Name, err)
+		}
+		spec := act.spec
+		spec.Policy = pol
+		return d.Create(ctx, spec)
 	case sandbox.OpDriverStart:
 		return d.Start(ctx, act.ref)
 	case sandbox.OpDriverStop:
@@ -139,7 +149,7 @@ func decide(s situation) (action, bool) {
 	create := func(phase sandbox.Phase) action {
 		return action{kind: sandbox.OpDriverCreate, phase: phase, gen: sb.Generation,
 			spec: driver.Spec{ID: sb.ID, Name: sb.Name, Generation: sb.Generation, Image: sb.Spec.Image,
-				Command: sb.Spec.Command, Labels: sb.Spec.Labels, Policy: sb.Spec.Policy}}
+				Command: sb.Spec.Command, Labels: sb.Spec.Labels}, policy: sb.Spec.Policy}
 	}
 	switch {
 	case !s.found:

@@ -193,11 +193,12 @@ func (m *Manager) UpdatePolicy(ctx context.Context, nameOrID, text string) (*san
 // validate checks a spec's policy, and lets the driver refuse what it
 // will never run.
 func (m *Manager) validate(name, image string, command []string, policyText string) error {
-	if _, err := policy.Parse(policyText); err != nil {
+	pol, err := policy.Parse(policyText)
+	if err != nil {
 		return errdefs.InvalidArgument("sandbox %q: %v", name, err)
 	}
 	if v, ok := m.cfg.Driver.(driver.Validator); ok {
-		return v.Validate(driver.Spec{Name: name, Image: image, Command: command, Policy: policyText})
+		return v.Validate(driver.Spec{Name: name, Image: image, Command: command, Policy: pol})
 	}
 	return nil
 }

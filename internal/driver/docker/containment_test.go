@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/drivertest"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
@@ -127,7 +128,7 @@ func TestWaitReadyTrustsOnlyRegularFiles(t *testing.T) {
 	t.Cleanup(func() { _ = d.Delete(context.Background(), id) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := d.Create(ctx, driver.Spec{ID: id, Name: "gone", Generation: 1, Image: testenv.TestImage, Command: []string{"true"}}); err != nil {
+	if err := d.Create(ctx, driver.Spec{ID: id, Name: "gone", Generation: 1, Image: testenv.TestImage, Command: []string{"true"}, Policy: policy.Default()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Start(ctx, driver.Ref{ID: id, Generation: 1}); err != nil {
@@ -301,7 +302,7 @@ func TestLogsAreCapped(t *testing.T) {
 	t.Cleanup(func() { _ = d.Delete(context.Background(), id) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := d.Create(ctx, driver.Spec{ID: id, Name: "yes", Generation: 1, Image: testenv.TestImage, Command: []string{"yes"}}); err != nil {
+	if err := d.Create(ctx, driver.Spec{ID: id, Name: "yes", Generation: 1, Image: testenv.TestImage, Command: []string{"yes"}, Policy: policy.Default()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Start(ctx, driver.Ref{ID: id, Generation: 1}); err != nil {
@@ -413,7 +414,7 @@ func TestImagesFailFast(t *testing.T) {
 	d.opts.PullPolicy = "if_not_present"
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = d.Create(ctx, driver.Spec{ID: sandbox.NewID(), Name: "down", Generation: 1, Image: testenv.TestImage, Command: []string{"true"}})
+	err = d.Create(ctx, driver.Spec{ID: sandbox.NewID(), Name: "down", Generation: 1, Image: testenv.TestImage, Command: []string{"true"}, Policy: policy.Default()})
 	if err == nil || errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("Create with the engine down = %v; want a retryable error", err)
 	}
@@ -469,7 +470,7 @@ func TestDiskLimit(t *testing.T) {
 	if err := d.Stop(c, driver.Ref{ID: id, Generation: 1}, driver.StopOptions{Timeout: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	spec := driver.Spec{ID: id, Name: "disk", Generation: 2, Image: testenv.TestImage, Command: []string{"sleep", "3600"}, Policy: pol}
+	spec := driver.Spec{ID: id, Name: "disk", Generation: 2, Image: testenv.TestImage, Command: []string{"sleep", "3600"}, Policy: drivertest.MustPolicy(t, pol)}
 	if err := d.Create(c, spec); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
-	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
@@ -44,11 +43,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err != nil {
 		return err
 	}
-	pol, err := policy.Parse(spec.Policy)
-	if err != nil {
-		return errdefs.InvalidArgument("sandbox %s: %v", spec.Name, err)
-	}
-	pol = pol.WithDefaultUser()
+	pol := spec.Policy.WithDefaultUser()
 	// The run directory is the gateway's (root's, when the gateway runs as
 	// root) and not writable by others: a workload as policy.DefaultUser cannot
 	// touch the reports. Only the supervisor, root in the container, writes.

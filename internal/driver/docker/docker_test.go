@@ -49,7 +49,7 @@ func startPolicySandbox(t *testing.T, d *Driver, name, pol string) string {
 	t.Cleanup(func() { _ = d.Delete(context.Background(), id) })
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	spec := driver.Spec{ID: id, Name: name, Generation: 1, Image: testenv.TestImage, Command: []string{"sleep", "3600"}, Policy: pol}
+	spec := driver.Spec{ID: id, Name: name, Generation: 1, Image: testenv.TestImage, Command: []string{"sleep", "3600"}, Policy: drivertest.MustPolicy(t, pol)}
 	if err := d.Create(c, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestLandlockUnavailable(t *testing.T) {
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	spec := driver.Spec{ID: hard, Name: "hard", Generation: 1, Image: testenv.TestImage, Command: []string{"sleep", "100"},
-		Policy: "version: 1\n" + lists + "landlock: {compatibility: hard_requirement}\n"}
+		Policy: drivertest.MustPolicy(t, "version: 1\n"+lists+"landlock: {compatibility: hard_requirement}\n")}
 	if err := d.Create(c, spec); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
@@ -153,6 +154,7 @@ func (d *tdriver) spec(generation int64) driver.Spec {
 		Image:      d.s.opts.Image,
 		Command:    slices.Clone(d.s.opts.Command),
 		Labels:     map[string]string{"corral.test.purpose": "conformance"},
+		Policy:     policy.Default(),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
@@ -134,4 +135,15 @@ func containsAny(s string, subs []string) bool {
 		}
 	}
 	return false
+}
+
+// MustPolicy parses a policy's text, as the lifecycle does before it calls
+// a driver.
+func MustPolicy(t testing.TB, text string) policy.Policy {
+	t.Helper()
+	p, err := policy.Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

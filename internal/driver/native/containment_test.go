@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/drivertest"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
@@ -350,7 +351,7 @@ func TestContainmentDiskLimit(t *testing.T) {
 	if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: 1}, driver.StopOptions{Timeout: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	spec := driver.Spec{ID: s.id, Name: "disk", Generation: 2, Image: HostImage, Command: []string{"sleep", "3600"}, Policy: "version: 1\nlimits: {disk: 16Mi}\n"}
+	spec := driver.Spec{ID: s.id, Name: "disk", Generation: 2, Image: HostImage, Command: []string{"sleep", "3600"}, Policy: drivertest.MustPolicy(t, "version: 1\nlimits: {disk: 16Mi}\n")}
 	if err := d.Create(ctx(t), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +371,7 @@ func TestContainmentDiskLimit(t *testing.T) {
 		if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: tc.gen - 1}, driver.StopOptions{Timeout: time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		spec.Generation, spec.Policy = tc.gen, "version: 1\nlimits: {disk: "+tc.disk+"}\n"
+		spec.Generation, spec.Policy = tc.gen, drivertest.MustPolicy(t, "version: 1\nlimits: {disk: "+tc.disk+"}\n")
 		if err := d.Create(ctx(t), spec); err != nil {
 			t.Fatal(err)
 		}

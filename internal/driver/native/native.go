@@ -320,11 +320,7 @@ func (d *Driver) check(spec driver.Spec) (string, policy.Policy, error) {
 	if len(spec.Command) == 0 {
 		return "", policy.Policy{}, errdefs.InvalidArgument("sandbox %s has no command: the native driver needs one after --", spec.Name)
 	}
-	pol, err := policy.Parse(spec.Policy)
-	if err != nil {
-		return "", policy.Policy{}, errdefs.InvalidArgument("sandbox %s: %v", spec.Name, err)
-	}
-	return rootfs, pol, nil
+	return rootfs, spec.Policy, nil
 }
 
 // Create implements driver.Driver.

@@ -17,6 +17,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver/drivertest"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 	"github.com/corral-sandbox/corral/internal/testenv"
@@ -79,7 +80,7 @@ func startSandboxOf(t *testing.T, d *Driver, image, name, policy string, command
 			t.Errorf("delete: %v", err)
 		}
 	})
-	spec := driver.Spec{ID: s.id, Name: name, Generation: 1, Image: image, Command: command, Policy: policy}
+	spec := driver.Spec{ID: s.id, Name: name, Generation: 1, Image: image, Command: command, Policy: drivertest.MustPolicy(t, policy)}
 	if err := d.Create(ctx(t), spec); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +239,7 @@ func TestRapidStopStart(t *testing.T) {
 		if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: gen - 1}, driver.StopOptions{Timeout: 10 * time.Second}); err != nil {
 			t.Fatalf("stop of generation %d: %v", gen-1, err)
 		}
-		spec := driver.Spec{ID: s.id, Name: "rapid", Generation: gen, Image: HostImage, Command: []string{"sleep", "3600"}}
+		spec := driver.Spec{ID: s.id, Name: "rapid", Generation: gen, Image: HostImage, Command: []string{"sleep", "3600"}, Policy: policy.Default()}
 		if err := d.Create(ctx(t), spec); err != nil {
 			t.Fatalf("create of generation %d: %v", gen, err)
 		}
@@ -279,7 +280,7 @@ func TestSupervisorKilled(t *testing.T) {
 		t.Errorf("%d supervisors run after the only one was killed", n)
 	}
 	// A new incarnation starts.
-	if err := d.Create(ctx(t), driver.Spec{ID: s.id, Name: "killed", Generation: 2, Image: HostImage, Command: []string{"sleep", "3600"}}); err != nil {
+	if err := d.Create(ctx(t), driver.Spec{ID: s.id, Name: "killed", Generation: 2, Image: HostImage, Command: []string{"sleep", "3600"}, Policy: policy.Default()}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: 2}); err != nil {
@@ -319,7 +320,6 @@ func TestBadInput(t *testing.T) {
 		{driver.Spec{Image: "busybox:latest", Command: []string{"true"}}, "neither"},
 		{driver.Spec{Image: "/does/not/exist", Command: []string{"true"}}, "not a directory"},
 		{driver.Spec{Image: HostImage}, "no command"},
-		{driver.Spec{Image: HostImage, Command: []string{"true"}, Policy: "version: 1\nlimits: {memory: lots}\n"}, "line 2"},
 	} {
 		tc.spec.ID, tc.spec.Name, tc.spec.Generation = sandbox.NewID(), "bad", 1
 		err := d.Create(ctx(t), tc.spec)
@@ -334,7 +334,7 @@ func TestBadInput(t *testing.T) {
 	// the incarnation stays created.
 	s := &testSandbox{t: t, d: d, id: sandbox.NewID()}
 	t.Cleanup(func() { _ = d.Delete(context.Background(), s.id) })
-	if err := d.Create(ctx(t), driver.Spec{ID: s.id, Name: "nocmd", Generation: 1, Image: HostImage, Command: []string{"/no/such/command"}}); err != nil {
+	if err := d.Create(ctx(t), driver.Spec{ID: s.id, Name: "nocmd", Generation: 1, Image: HostImage, Command: []string{"/no/such/command"}, Policy: policy.Default()}); err != nil {
 		t.Fatal(err)
 	}
 	err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: 1})
@@ -377,7 +377,7 @@ func BenchmarkCreateStart(b *testing.B) {
 	c := context.Background()
 	for b.Loop() {
 		id := sandbox.NewID()
-		if err := d.Create(c, driver.Spec{ID: id, Name: "bench", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"}}); err != nil {
+		if err := d.Create(c, driver.Spec{ID: id, Name: "bench", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"}, Policy: policy.Default()}); err != nil {
 			b.Fatal(err)
 		}
 		if err := d.Start(c, driver.Ref{ID: id, Generation: 1}); err != nil {
@@ -421,7 +421,7 @@ func TestConcurrentStartsFromTwoGateways(t *testing.T) {
 	d2 := newTestDriver(t, "corral.test")
 	for range 10 {
 		id := sandbox.NewID()
-		spec := driver.Spec{ID: id, Name: "twice", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"}}
+		spec := driver.Spec{ID: id, Name: "twice", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"}, Policy: policy.Default()}
 		if err := d1.Create(ctx(t), spec); err != nil {
 			t.Fatal(err)
 		}
@@ -510,7 +510,7 @@ func TestLandlockUnavailable(t *testing.T) {
 	id := sandbox.NewID()
 	t.Cleanup(func() { _ = d.Delete(context.Background(), id) })
 	spec := driver.Spec{ID: id, Name: "hard", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"},
-		Policy: "version: 1\n" + lists + "landlock: {compatibility: hard_requirement}\n"}
+		Policy: drivertest.MustPolicy(t, "version: 1\n"+lists+"landlock: {compatibility: hard_requirement}\n")}
 	if err := d.Create(ctx(t), spec); err != nil {
 		t.Fatal(err)
 	}
