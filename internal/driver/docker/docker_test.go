@@ -38,7 +38,7 @@ func newTestDriver(t *testing.T, label string) *Driver {
 func TestConformance(t *testing.T) {
 	testenv.RequireDocker(t)
 	drivertest.RunWith(t, func(t *testing.T, label string) driver.Driver { return newTestDriver(t, label) },
-		drivertest.Options{Image: testenv.TestImage})
+		drivertest.Options{Image: testenv.TestImage, InvalidImage: "Bad?Ref"})
 }
 
 // startPolicySandbox runs a sandbox with a policy on the test image, and

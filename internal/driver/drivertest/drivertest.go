@@ -41,6 +41,11 @@ type Options struct {
 	// defaults are DefaultImage and DefaultCommand.
 	Image   string
 	Command []string
+	// PrintCommand is the main command of the logs case (default
+	// DefaultPrintCommand).
+	PrintCommand []string
+	// InvalidImage, when set, is an image Validate must refuse.
+	InvalidImage string
 }
 
 // The defaults of Options.
@@ -64,8 +69,11 @@ func RunWith(t *testing.T, newDriver NewDriver, opts Options) {
 	if opts.Command == nil {
 		opts.Command = DefaultCommand
 	}
+	if opts.PrintCommand == nil {
+		opts.PrintCommand = DefaultPrintCommand
+	}
 	s := &suite{newDriver: newDriver, opts: opts}
-	for _, tc := range []struct {
+	for _, tc := range append([]struct {
 		name string
 		fn   func(t *testing.T)
 	}{
@@ -82,7 +90,7 @@ func RunWith(t *testing.T, newDriver NewDriver, opts Options) {
 		{"ListOnlyOwn", s.testListOnlyOwn},
 		{"LabelsIsolate", s.testLabelsIsolate},
 		{"CancelledContext", s.testCancelledContext},
-	} {
+	}, s.optionalCases()...) {
 		t.Run(tc.name, tc.fn)
 	}
 }

@@ -57,6 +57,9 @@ type object struct {
 	ExitCode   int               `json:"exit_code"`
 	Labels     map[string]string `json:"labels"`
 	Starts     int               `json:"starts"`
+	// Command is the main command; Output what it "printed" (see exec.go).
+	Command []string `json:"command,omitempty"`
+	Output  string   `json:"output,omitempty"`
 }
 
 func (o *object) public() driver.Object {
@@ -186,7 +189,8 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			if o := objs[spec.ID]; o != nil {
 				starts = o.Starts
 			}
-			objs[spec.ID] = &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateCreated, Labels: labels, Starts: starts}
+			objs[spec.ID] = &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateCreated, Labels: labels, Starts: starts,
+				Command: slices.Clone(spec.Command)}
 			return nil
 		})
 	})
@@ -208,6 +212,10 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 			}
 			o.State, o.ExitCode = driver.StateRunning, 0
 			o.Starts++
+			if len(o.Command) > 0 {
+				out, _ := run(o.Command, nil) // the main process "prints" at once, then runs on
+				o.Output += out
+			}
 			return nil
 		})
 	})
@@ -241,18 +249,9 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 func (d *Driver) Inspect(ctx context.Context, id string) (driver.Object, error) {
 	var got driver.Object
 	err := d.call(ctx, "inspect", id, "", func() error {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		objs, err := d.load()
-		if err != nil {
-			return err
-		}
-		o := objs[id]
-		if !d.mine(o) {
-			return errdefs.NotFound("fake object for sandbox %s not found", id)
-		}
+		o, err := d.object(id)
 		got = o.public()
-		return nil
+		return err
 	})
 	return got, err
 }

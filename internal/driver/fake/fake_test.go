@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 		mu   sync.Mutex
 		dirs = map[*testing.T]string{}
 	)
-	drivertest.Run(t, func(t *testing.T, label string) driver.Driver {
+	drivertest.RunWith(t, func(t *testing.T, label string) driver.Driver {
 		mu.Lock()
 		dir, ok := dirs[t]
 		if !ok {
@@ -39,7 +39,7 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		return d
-	})
+	}, drivertest.Options{PrintCommand: []string{"echo", "corral-conformance-output"}})
 }
 
 func ctx(t *testing.T) context.Context {

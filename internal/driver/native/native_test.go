@@ -46,7 +46,7 @@ func newTestDriver(t *testing.T, label string) *Driver {
 func TestConformance(t *testing.T) {
 	testenv.RequireRoot(t)
 	drivertest.RunWith(t, func(t *testing.T, label string) driver.Driver { return newTestDriver(t, label) },
-		drivertest.Options{Image: HostImage})
+		drivertest.Options{Image: HostImage, InvalidImage: "relative/root"})
 }
 
 // testSandbox is a running sandbox of a test, deleted when it ends.

@@ -1,0 +1,168 @@
+package drivertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+// The optional capabilities (driver.Execer, LogReader, Watcher,
+// Validator): every driver that has one runs its cases; a driver without
+// it skips them, saying so.
+
+// DefaultPrintCommand is the main command of the logs case: it prints
+// printMarker and keeps running.
+var DefaultPrintCommand = []string{"sh", "-c", "echo " + printMarker + "; exec sleep 3600"}
+
+const printMarker = "corral-conformance-output"
+
+func (s *suite) optionalCases() []struct {
+	name string
+	fn   func(t *testing.T)
+} {
+	return []struct {
+		name string
+		fn   func(t *testing.T)
+	}{
+		{"Exec", s.testExec},
+		{"Logs", s.testLogs},
+		{"Watch", s.testWatch},
+		{"Validate", s.testValidate},
+	}
+}
+
+// running starts a sandbox of spec and returns it.
+func (d *tdriver) running(spec driver.Spec) driver.Spec {
+	d.t.Helper()
+	d.create(spec)
+	d.start(spec.ID, spec.Generation)
+	return spec
+}
+
+func (s *suite) testExec(t *testing.T) {
+	d := s.driver(t)
+	ex, ok := d.Driver.(driver.Execer)
+	if !ok {
+		t.Skipf("%s has no exec", d.Name())
+	}
+	spec := d.running(d.spec(1))
+	exec := func(stdin string, command ...string) (int, string, string, error) {
+		var out, errOut bytes.Buffer
+		opts := driver.ExecOptions{Command: command, Stdout: &out, Stderr: &errOut}
+		if stdin != "" {
+			opts.Stdin = strings.NewReader(stdin)
+		}
+		code, err := ex.Exec(ctx(t), spec.ID, opts)
+		return code, out.String(), errOut.String(), err
+	}
+	if code, out, errOut, err := exec("", "echo", "hello", "corral"); err != nil || code != 0 || out != "hello corral\n" {
+		t.Errorf("exec echo: %d, %q, %q, %v; want 0 and its output", code, out, errOut, err)
+	}
+	if code, out, _, err := exec("from stdin\n", "cat"); err != nil || code != 0 || out != "from stdin\n" {
+		t.Errorf("exec cat with stdin: %d, %q, %v; want its input back", code, out, err)
+	}
+	if code, _, _, err := exec("", "/corral/no/such/program"); err != nil || code != 127 {
+		t.Errorf("exec of a missing program: %d, %v; want exit code 127", code, err)
+	}
+	if code, _, _, err := exec("", "false"); err != nil || code != 1 {
+		t.Errorf("exec false: %d, %v; want exit code 1", code, err)
+	}
+	_, err := ex.Exec(ctx(t), sandbox.NewID(), driver.ExecOptions{Command: []string{"true"}, Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}})
+	if !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("exec in a sandbox that does not exist: %v; want not found or failed precondition", err)
+	}
+}
+
+func (s *suite) testLogs(t *testing.T) {
+	d := s.driver(t)
+	lr, ok := d.Driver.(driver.LogReader)
+	if !ok {
+		t.Skipf("%s keeps no logs", d.Name())
+	}
+	spec := d.spec(1)
+	spec.Command = s.opts.PrintCommand
+	d.running(spec)
+	var out string
+	limit := time.Now().Add(CallTimeout)
+	for !strings.Contains(out, printMarker) {
+		if time.Now().After(limit) {
+			t.Fatalf("logs: %q after %s; want %q", out, CallTimeout, printMarker)
+		}
+		var b bytes.Buffer
+		if err := lr.Logs(ctx(t), spec.ID, driver.LogOptions{Tail: 1}, &b, &b); err != nil {
+			t.Fatal(err)
+		}
+		out = b.String()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if strings.Count(out, "\n") != 1 {
+		t.Errorf("logs --tail 1: %q; want one line", out)
+	}
+}
+
+func (s *suite) testWatch(t *testing.T) {
+	d := s.driver(t)
+	w, ok := d.Driver.(driver.Watcher)
+	if !ok {
+		t.Skipf("%s cannot be watched", d.Name())
+	}
+	spec := d.running(d.spec(1))
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	changed := make(chan struct{})
+	watching := make(chan error, 1)
+	go func() {
+		watching <- w.Watch(wctx, func(id string) {
+			if id == spec.ID {
+				once.Do(func() { close(changed) })
+			}
+		})
+	}()
+	// A change made before the watch begins is not its to report: stop
+	// and start again until one is reported, a few times at most.
+	for i := 0; ; i++ {
+		if i%2 == 0 {
+			d.stop(spec.ID, 1)
+		} else {
+			d.start(spec.ID, 1)
+		}
+		select {
+		case <-changed:
+			return
+		case err := <-watching:
+			t.Fatalf("Watch ended before it reported a change: %v", err)
+		case <-time.After(2 * time.Second):
+			if i == 4 {
+				t.Fatalf("Watch reported none of %d stops and starts of %s", i+1, spec.ID)
+			}
+		}
+	}
+}
+
+func (s *suite) testValidate(t *testing.T) {
+	d := s.driver(t)
+	v, ok := d.Driver.(driver.Validator)
+	if !ok {
+		t.Skipf("%s validates nothing ahead", d.Name())
+	}
+	if err := v.Validate(d.spec(1)); err != nil {
+		t.Errorf("Validate of the suite's own spec: %v; want nil", err)
+	}
+	if s.opts.InvalidImage == "" {
+		return
+	}
+	spec := d.spec(1)
+	spec.Image = s.opts.InvalidImage
+	if err := v.Validate(spec); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Validate of image %q: %v; want an invalid argument", spec.Image, err)
+	}
+}
