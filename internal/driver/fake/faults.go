@@ -15,7 +15,7 @@ import (
 // Rule is one fault: while it is in the faults file, every matching call is
 // held, delayed or failed.
 type Rule struct {
-	// Op is the call: create, start, stop, delete, inspect or list.
+	// Op is the call: create, start, stop, delete, inspect, list or exec.
 	Op string `json:"op"`
 	// Sandbox limits the rule to one sandbox id or name; empty matches all.
 	Sandbox string `json:"sandbox,omitempty"`
