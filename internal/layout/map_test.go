@@ -1,0 +1,103 @@
+package layout
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/corral-sandbox/corral/"
+
+// rule is one row of the map: who may import a package.
+type rule struct {
+	anyone, nobody bool
+	importers      []string // module-relative paths
+}
+
+// readMap parses the table under "## Where things are" in docs/design.md.
+func readMap(t *testing.T, root string) map[string]rule {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "docs", "design.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "## Where things are\n")
+	if !ok {
+		t.Fatal(`docs/design.md has no "## Where things are" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	names := regexp.MustCompile("`([a-z0-9/._-]+)`")
+	rules := map[string]rule{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) != 5 || strings.Contains(cells[1], "---") || strings.TrimSpace(cells[1]) == "package" {
+			continue
+		}
+		var r rule
+		who := strings.TrimSpace(cells[3])
+		switch {
+		case who == "anyone":
+			r.anyone = true
+		case who == "—" || who == "tests only":
+			r.nobody = true
+		default:
+			for _, m := range names.FindAllStringSubmatch(who, -1) {
+				r.importers = append(r.importers, m[1])
+			}
+		}
+		for _, m := range names.FindAllStringSubmatch(cells[1], -1) {
+			rules[m[1]] = r
+		}
+	}
+	if len(rules) < 10 {
+		t.Fatalf("read only %d packages from the map: is the table still there?", len(rules))
+	}
+	return rules
+}
+
+// Every package of the module is in the map, and imports (tests aside)
+// only what the map allows it to.
+func TestDesignMap(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := readMap(t, root)
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], module)
+		if pkg == "internal/layout" {
+			continue
+		}
+		if _, ok := rules[pkg]; !ok {
+			t.Errorf("package %s is not in docs/design.md's map: add what it owns and who may import it", pkg)
+		}
+		for _, imp := range fields[1:] {
+			dep, ok := strings.CutPrefix(imp, module)
+			if !ok {
+				continue
+			}
+			checked++
+			r, known := rules[dep]
+			switch {
+			case !known, r.anyone:
+			case r.nobody || !slices.Contains(r.importers, pkg):
+				t.Errorf("%s imports %s, which the map lets only %v import", pkg, dep, r.importers)
+			}
+		}
+	}
+	if checked < 30 {
+		t.Errorf("checked only %d imports: is go list's output still what this test reads?", checked)
+	}
+}
