@@ -25,6 +25,7 @@ import (
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
+	"github.com/corral-sandbox/corral/internal/testbug"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -118,10 +119,58 @@ type run struct {
 	mu             sync.Mutex
 	created        map[string]bool // acknowledged creates
 	deleteAsked    map[string]bool // deletes sent, answered or not
-	lastSigterm    []string        // SIGTERM'd gateways that did not exit 0
+	lastSigterm    []violation     // SIGTERM'd gateways that did not exit 0
 	preInit        int             // SIGTERMs that came before any corral code ran
 	checked        int             // records the final check found
-	clientFailures []string        // answers no request should get
+	clientFailures []violation     // answers no request should get
+}
+
+// kind is which invariant a violation breaks, so that a test can require
+// the one a failure causes.
+type kind string
+
+const (
+	killedBySIGTERM     kind = "killed-by-sigterm"     // a SIGTERM killed a gateway that held its home lock
+	badExit             kind = "bad-exit"              // a SIGTERM'd gateway exited non-zero otherwise
+	noExit              kind = "no-exit"               // a SIGTERM'd gateway did not exit within budget
+	shutdownLeftOwn     kind = "shutdown-left-own"     // a graceful shutdown left its own journal entries pending
+	shutdownLeftDead    kind = "shutdown-left-dead"    // a graceful shutdown left dead instances' entries pending
+	stillPending        kind = "still-pending"         // a request refused: "previous driver operation is still pending"
+	refused             kind = "refused"               // another refusal no request should get
+	requestFailed       kind = "request-failed"        // an error no request should get
+	notConverged        kind = "not-converged"         // a record did not reach its intent
+	lost                kind = "lost"                  // a created sandbox nobody deleted is gone
+	driverDisagrees     kind = "driver-disagrees"      // the driver's view is not the record's
+	orphan              kind = "orphan"                // compute without a record outlived the grace
+	pendingPastDeadline kind = "pending-past-deadline" // a journal entry pending past its deadline
+	pendingForGone      kind = "pending-for-gone"      // a journal entry pending for an instance that is gone
+	journalUnreadable   kind = "journal-unreadable"    // the journal could not be read
+	undeletable         kind = "undeletable"           // a sandbox could not be deleted
+	storeDamaged        kind = "store-damaged"         // the store is damaged
+)
+
+// violation is one invariant broken.
+type violation struct {
+	kind kind
+	msg  string
+}
+
+func (v violation) String() string { return v.msg + " [" + string(v.kind) + "]" }
+
+func violated(k kind, format string, args ...any) violation {
+	return violation{kind: k, msg: fmt.Sprintf(format, args...)}
+}
+
+// refusal classifies an error that no request should get.
+func refusal(err error, format string, args ...any) violation {
+	msg := fmt.Sprintf(format, args...)
+	switch {
+	case status.Code(err) == codes.FailedPrecondition && strings.Contains(status.Convert(err).Message(), "previous driver operation is still pending"):
+		return violation{kind: stillPending, msg: msg}
+	case status.Code(err) == codes.FailedPrecondition:
+		return violation{kind: refused, msg: msg}
+	}
+	return violation{kind: requestFailed, msg: msg}
 }
 
 func newRun(t *testing.T, seed int64) *run {
@@ -246,10 +295,10 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 	case codes.FailedPrecondition:
 		// only "being deleted" and request-id reuse are legitimate refusals
 		if s := status.Convert(err).Message(); !containsAny(s, "being deleted", "request id") {
-			r.fail("request refused: %v", err)
+			r.fail(refusal(err, "request refused: %v", err))
 		}
 	default:
-		r.fail("request failed: %v", err)
+		r.fail(refusal(err, "request failed: %v", err))
 	}
 	if status.Code(err) == codes.Unavailable {
 		time.Sleep(5 * time.Millisecond) // the gateway is down; do not spin
@@ -260,10 +309,10 @@ func containsAny(s string, subs ...string) bool {
 	return slices.ContainsFunc(subs, func(sub string) bool { return bytes.Contains([]byte(s), []byte(sub)) })
 }
 
-func (r *run) fail(format string, args ...any) {
+func (r *run) fail(v violation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.clientFailures = append(r.clientFailures, fmt.Sprintf(format, args...))
+	r.clientFailures = append(r.clientFailures, v)
 }
 
 // torture runs the kill points.
@@ -310,11 +359,15 @@ func (r *run) awaitGraceful(g *gateway, i int) {
 		code := g.cmd.ProcessState.ExitCode()
 		switch {
 		case code == 0:
-			if n := r.pending(); n > 0 {
-				r.mu.Lock()
-				r.lastSigterm = append(r.lastSigterm, fmt.Sprintf("kill point %d: a graceful shutdown left %d journal entries pending", i, n))
-				r.mu.Unlock()
+			own, others := r.pending(instanceOf(g.out.String()))
+			r.mu.Lock()
+			if own > 0 {
+				r.lastSigterm = append(r.lastSigterm, violated(shutdownLeftOwn, "kill point %d: a graceful shutdown left %d of its own journal entries pending", i, own))
 			}
+			if others > 0 {
+				r.lastSigterm = append(r.lastSigterm, violated(shutdownLeftDead, "kill point %d: a graceful shutdown left %d journal entries of dead instances pending", i, others))
+			}
+			r.mu.Unlock()
 		case !r.lockedBy(g):
 			// The signal came before the gateway took its home lock, at
 			// the latest within the Go runtime's own start (corral's
@@ -323,13 +376,17 @@ func (r *run) awaitGraceful(g *gateway, i int) {
 			r.preInit++
 			r.mu.Unlock()
 		default:
+			k := badExit
+			if ws, ok := g.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM {
+				k = killedBySIGTERM // the signal met its default disposition
+			}
 			r.mu.Lock()
-			r.lastSigterm = append(r.lastSigterm, fmt.Sprintf("kill point %d: SIGTERM gave exit code %d", i, code))
+			r.lastSigterm = append(r.lastSigterm, violated(k, "kill point %d: SIGTERM gave exit code %d", i, code))
 			r.mu.Unlock()
 		}
 	case <-time.After(2500 * time.Millisecond):
 		r.mu.Lock()
-		r.lastSigterm = append(r.lastSigterm, fmt.Sprintf("kill point %d: no exit within 2.5s of SIGTERM", i))
+		r.lastSigterm = append(r.lastSigterm, violated(noExit, "kill point %d: no exit within 2.5s of SIGTERM", i))
 		r.mu.Unlock()
 		g.cmd.Process.Kill()
 		<-g.done
@@ -344,8 +401,8 @@ func (r *run) lockedBy(g *gateway) bool {
 }
 
 // pending counts the journal entries left pending in the store of a
-// stopped gateway.
-func (r *run) pending() int {
+// stopped gateway: the ones of instance, and the others.
+func (r *run) pending(instance string) (own, others int) {
 	st, err := sqlite.Open(context.Background(), filepath.Join(r.home, "corral.db"))
 	if err != nil {
 		r.t.Fatal(err)
@@ -355,24 +412,27 @@ func (r *run) pending() int {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	n := 0
 	for _, sb := range list {
 		ops, err := st.ListOperations(context.Background(), sb.ID)
 		if err != nil {
 			r.t.Fatal(err)
 		}
 		for _, op := range ops {
-			if op.State == "pending" {
-				n++
+			switch {
+			case op.State != "pending":
+			case op.Owner == instance:
+				own++
+			default:
+				others++
 			}
 		}
 	}
-	return n
+	return own, others
 }
 
 // check starts a clean gateway and returns every invariant violation.
-func (r *run) check() []string {
-	var v []string
+func (r *run) check() []violation {
+	var v []violation
 	v = append(v, r.lastSigterm...)
 	v = append(v, r.clientFailures...)
 	r.backend.clear()
@@ -398,7 +458,7 @@ func (r *run) check() []string {
 			}
 		}
 		if time.Now().After(limit) {
-			v = append(v, fmt.Sprintf("not converged after 30s: %v (list error %v)", unconverged(list), err))
+			v = append(v, violated(notConverged, "not converged after 30s: %v (list error %v)", unconverged(list), err))
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -412,7 +472,7 @@ func (r *run) check() []string {
 	r.mu.Lock()
 	for name := range r.created {
 		if !r.deleteAsked[name] && names[name] == nil {
-			v = append(v, fmt.Sprintf("sandbox %q was created, never asked to be deleted, and is gone", name))
+			v = append(v, violated(lost, "sandbox %q was created, never asked to be deleted, and is gone", name))
 		}
 	}
 	r.mu.Unlock()
@@ -424,14 +484,14 @@ func (r *run) check() []string {
 		running := ok && o.State == driver.StateRunning
 		switch {
 		case sb.DesiredState == "running" && sb.Phase == "ready" && (!running || o.Generation != sb.Generation):
-			v = append(v, fmt.Sprintf("sandbox %s is ready but its compute is %+v (found %v)", sb.Name, o, ok))
+			v = append(v, violated(driverDisagrees, "sandbox %s is ready but its compute is %+v (found %v)", sb.Name, o, ok))
 		case sb.DesiredState == "stopped" && running:
-			v = append(v, fmt.Sprintf("sandbox %s is stopped but its compute runs", sb.Name))
+			v = append(v, violated(driverDisagrees, "sandbox %s is stopped but its compute runs", sb.Name))
 		}
 		delete(objs, sb.Id)
 	}
 	for id := range objs {
-		v = append(v, fmt.Sprintf("compute object %s has no record after the orphan grace period", id))
+		v = append(v, violated(orphan, "compute object %s has no record after the orphan grace period", id))
 	}
 	// 4. no journal entry is unsettled past its deadline, and none is
 	// left pending by an instance that is gone (recovery settles those)
@@ -439,23 +499,27 @@ func (r *run) check() []string {
 	for _, sb := range list {
 		ops, err := c.ListOperations(ctx, &corralv1.ListOperationsRequest{Name: sb.Id})
 		if err != nil {
-			v = append(v, fmt.Sprintf("journal of %s: %v", sb.Name, err))
+			v = append(v, violated(journalUnreadable, "journal of %s: %v", sb.Name, err))
 			continue
 		}
 		for _, op := range ops.Operations {
 			switch {
 			case op.State != "pending":
 			case op.Deadline.AsTime().Before(time.Now()):
-				v = append(v, fmt.Sprintf("journal entry %d (%s of %s) pending past its deadline", op.Id, op.Kind, sb.Name))
+				v = append(v, violated(pendingPastDeadline, "journal entry %d (%s of %s) pending past its deadline", op.Id, op.Kind, sb.Name))
 			case op.Owner != current:
-				v = append(v, fmt.Sprintf("journal entry %d (%s of %s) still pending for instance %s, which is gone", op.Id, op.Kind, sb.Name, op.Owner))
+				v = append(v, violated(pendingForGone, "journal entry %d (%s of %s) still pending for instance %s, which is gone", op.Id, op.Kind, sb.Name, op.Owner))
 			}
 		}
 	}
 	// 5. every sandbox can be deleted through the API
 	for _, sb := range list {
 		if _, err := c.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: sb.Id}); err != nil {
-			v = append(v, fmt.Sprintf("delete %s: %v", sb.Name, err))
+			if k := refusal(err, "").kind; k == stillPending {
+				v = append(v, violated(k, "delete %s: %v", sb.Name, err))
+			} else {
+				v = append(v, violated(undeletable, "delete %s: %v", sb.Name, err))
+			}
 		}
 	}
 	limit = time.Now().Add(30 * time.Second)
@@ -465,7 +529,7 @@ func (r *run) check() []string {
 			break
 		}
 		if time.Now().After(limit) {
-			v = append(v, fmt.Sprintf("not everything could be deleted: records %v, objects %d", resp.GetSandboxes(), len(r.backend.objects())))
+			v = append(v, violated(undeletable, "not everything could be deleted: records %v, objects %d", resp.GetSandboxes(), len(r.backend.objects())))
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -475,23 +539,23 @@ func (r *run) check() []string {
 	<-g.done
 	st, err := sqlite.Open(ctx, filepath.Join(r.home, "corral.db"))
 	if err != nil {
-		return append(v, fmt.Sprintf("store: %v", err))
+		return append(v, violated(storeDamaged, "store: %v", err))
 	}
 	defer st.Close()
 	if err := st.IntegrityCheck(ctx); err != nil {
-		v = append(v, fmt.Sprintf("integrity_check: %v", err))
+		v = append(v, violated(storeDamaged, "integrity_check: %v", err))
 	}
 	return v
 }
 
 // restartFailed starts, as an operator would, the sandboxes whose compute
 // failed under them (a killed supervisor): they rest in error until then.
-func (r *run) restartFailed(c corralv1.SandboxServiceClient, list []*corralv1.Sandbox) []string {
-	var v []string
+func (r *run) restartFailed(c corralv1.SandboxServiceClient, list []*corralv1.Sandbox) []violation {
+	var v []violation
 	for _, sb := range list {
 		if sb.DesiredState == "running" && sb.Phase == "error" && strings.Contains(sb.Reason, "compute failed") {
 			if _, err := c.StartSandbox(context.Background(), &corralv1.StartSandboxRequest{Name: sb.Id}); err != nil {
-				v = append(v, fmt.Sprintf("start of %s after its compute failed: %v", sb.Name, err))
+				v = append(v, refusal(err, "start of %s after its compute failed: %v", sb.Name, err))
 			}
 		}
 	}
@@ -519,22 +583,43 @@ func unconverged(list []*corralv1.Sandbox) []string {
 }
 
 // TestHarnessCatchesTheFailuresOfDesign re-introduces each failure DESIGN.md
-// was written from (behind the testbug switch) and requires the harness to
-// report a violation for it.
+// was written from (in the test build of corral, behind testbug's switch)
+// and requires the harness to report the violation that failure causes,
+// not just any.
 func TestHarnessCatchesTheFailuresOfDesign(t *testing.T) {
-	for _, bug := range []string{"late-signal-handler", "unawaited-worker", "retained-claim"} {
-		t.Run(bug, func(t *testing.T) {
-			var caught []string
+	for _, tc := range []struct {
+		bug  string
+		want []kind // any one of them
+	}{
+		// SIGTERM during start-up recovery meets the default disposition
+		{testbug.LateSignalHandler, []kind{killedBySIGTERM}},
+		// a graceful shutdown returns with driver calls in flight, unsettled
+		{testbug.UnawaitedWorker, []kind{shutdownLeftOwn}},
+		// a dead instance's claim stays pending and refuses every request
+		{testbug.RetainedClaim, []kind{stillPending}},
+	} {
+		t.Run(tc.bug, func(t *testing.T) {
+			var caught, other []violation
 			for seed := int64(1); seed <= 12 && len(caught) == 0; seed++ { // each failure shows only at some kill points
 				r := newRun(t, seed)
-				r.env = []string{"CORRAL_TEST_REINTRODUCE=" + bug}
+				r.env = []string{testbug.ReintroduceEnv + "=" + tc.bug}
 				r.torture(60)
-				caught = r.check()
+				for _, v := range r.check() {
+					if slices.Contains(tc.want, v.kind) {
+						caught = append(caught, v)
+					} else {
+						other = append(other, v)
+					}
+				}
+			}
+			kinds := map[kind]int{}
+			for _, v := range other {
+				kinds[v.kind]++
 			}
 			if len(caught) == 0 {
-				t.Fatalf("the harness did not notice the re-introduced %s failure", bug)
+				t.Fatalf("the harness did not report %v for the re-introduced %s failure (other violations: %v)", tc.want, tc.bug, kinds)
 			}
-			t.Logf("%s caught: %s", bug, caught[0])
+			t.Logf("%s caught: %s (and %d more of the kind; other violations: %v)", tc.bug, caught[0], len(caught)-1, kinds)
 		})
 	}
 }
