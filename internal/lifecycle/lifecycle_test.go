@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -17,6 +18,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
+	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 const label = "corral.test"
@@ -35,7 +37,7 @@ type harness struct {
 }
 
 func newHarness(t *testing.T, tweak func(*Config)) *harness {
-	h := &harness{t: t, dir: t.TempDir(), tweak: tweak}
+	h := &harness{t: t, dir: testenv.MemDir(t), tweak: tweak}
 	h.stateDir = filepath.Join(h.dir, "fake")
 	h.start()
 	t.Cleanup(func() { h.stop(5 * time.Second) })
@@ -87,16 +89,26 @@ func (h *harness) restart() {
 	h.start()
 }
 
-// waitFor polls until cond holds; the generous limit only bounds a hang.
+// bubble runs a test in parallel with the others, in a testing/synctest
+// bubble: its clock moves only when every goroutine of the test waits, so
+// backoff, deadlines, grace periods and the fake driver's polling cost no
+// real time, and a test that hangs fails at once instead of after the limit.
+// (SQLite and the fake driver's files are real I/O; while it is under way
+// the bubble's clock stands still, as it should.)
+func bubble(t *testing.T, test func(t *testing.T)) {
+	t.Parallel()
+	synctest.Test(t, test)
+}
+
+// waitFor waits until cond holds; the generous limit only bounds a hang.
 func (h *harness) waitFor(what string, cond func() bool) {
 	h.t.Helper()
-	limit := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(limit) {
-			h.t.Fatalf("timed out waiting for %s", what)
+	testenv.Eventually(h.t, 20*time.Second, func() error {
+		if !cond() {
+			return errors.New("waiting for " + what)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (h *harness) waitPhase(name string, phase sandbox.Phase) *sandbox.Sandbox {
@@ -165,107 +177,115 @@ func (h *harness) journal(id string) []*sandbox.Operation {
 }
 
 func TestCreateConvergesAndJournals(t *testing.T) {
-	h := newHarness(t, nil)
-	sb := h.create("web")
-	if sb.Phase != sandbox.PhaseProvisioning || sb.Desired != sandbox.DesiredRunning || sb.Generation != 1 {
-		t.Fatalf("new record = %s/%s gen %d", sb.Phase, sb.Desired, sb.Generation)
-	}
-	h.waitPhase("web", sandbox.PhaseReady)
-	o, ok := h.object(sb.ID)
-	if !ok || o.State != driver.StateRunning || o.Generation != 1 {
-		t.Fatalf("driver object = %+v, found %v", o, ok)
-	}
-	var kinds []string
-	for _, op := range h.journal(sb.ID) {
-		if op.State != sandbox.OpSucceeded || op.Deadline.IsZero() || op.Owner == "" {
-			t.Errorf("journal entry %s: state %s deadline %v owner %q", op.Kind, op.State, op.Deadline, op.Owner)
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		sb := h.create("web")
+		if sb.Phase != sandbox.PhaseProvisioning || sb.Desired != sandbox.DesiredRunning || sb.Generation != 1 {
+			t.Fatalf("new record = %s/%s gen %d", sb.Phase, sb.Desired, sb.Generation)
 		}
-		kinds = append(kinds, string(op.Kind))
-	}
-	want := []string{"create", "driver.create", "driver.start"}
-	if len(kinds) != len(want) {
-		t.Fatalf("journal kinds = %v, want %v", kinds, want)
-	}
-	for i := range want {
-		if kinds[i] != want[i] {
+		h.waitPhase("web", sandbox.PhaseReady)
+		o, ok := h.object(sb.ID)
+		if !ok || o.State != driver.StateRunning || o.Generation != 1 {
+			t.Fatalf("driver object = %+v, found %v", o, ok)
+		}
+		var kinds []string
+		for _, op := range h.journal(sb.ID) {
+			if op.State != sandbox.OpSucceeded || op.Deadline.IsZero() || op.Owner == "" {
+				t.Errorf("journal entry %s: state %s deadline %v owner %q", op.Kind, op.State, op.Deadline, op.Owner)
+			}
+			kinds = append(kinds, string(op.Kind))
+		}
+		want := []string{"create", "driver.create", "driver.start"}
+		if len(kinds) != len(want) {
 			t.Fatalf("journal kinds = %v, want %v", kinds, want)
 		}
-	}
+		for i := range want {
+			if kinds[i] != want[i] {
+				t.Fatalf("journal kinds = %v, want %v", kinds, want)
+			}
+		}
+	})
 }
 
 func TestCreateRetryWithRequestIDMakesOneSandbox(t *testing.T) {
-	h := newHarness(t, nil)
-	spec := sandbox.Spec{Command: []string{"true"}}
-	first, created, err := h.m.Create(context.Background(), "job", "req-1", spec)
-	if err != nil || !created {
-		t.Fatalf("first create: %v %v", created, err)
-	}
-	h.waitPhase("job", sandbox.PhaseReady)
-	again, created, err := h.m.Create(context.Background(), "job", "req-1", spec)
-	if err != nil || created || again.ID != first.ID {
-		t.Fatalf("retried create: created=%v id=%s (first %s) err=%v", created, again.ID, first.ID, err)
-	}
-	h.waitPhase("job", sandbox.PhaseReady)
-	if n, _ := fake.Starts(h.stateDir, first.ID); n != 1 {
-		t.Fatalf("driver starts = %d, want 1", n)
-	}
-	if _, _, err := h.m.Create(context.Background(), "job", "req-2", spec); !errors.Is(err, errdefs.ErrAlreadyExists) {
-		t.Fatalf("create with a taken name: %v, want already exists", err)
-	}
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		spec := sandbox.Spec{Command: []string{"true"}}
+		first, created, err := h.m.Create(context.Background(), "job", "req-1", spec)
+		if err != nil || !created {
+			t.Fatalf("first create: %v %v", created, err)
+		}
+		h.waitPhase("job", sandbox.PhaseReady)
+		again, created, err := h.m.Create(context.Background(), "job", "req-1", spec)
+		if err != nil || created || again.ID != first.ID {
+			t.Fatalf("retried create: created=%v id=%s (first %s) err=%v", created, again.ID, first.ID, err)
+		}
+		h.waitPhase("job", sandbox.PhaseReady)
+		if n, _ := fake.Starts(h.stateDir, first.ID); n != 1 {
+			t.Fatalf("driver starts = %d, want 1", n)
+		}
+		if _, _, err := h.m.Create(context.Background(), "job", "req-2", spec); !errors.Is(err, errdefs.ErrAlreadyExists) {
+			t.Fatalf("create with a taken name: %v, want already exists", err)
+		}
+	})
 }
 
 func TestStopThenStartBeforeTheActorRunsRestartsWithNewGeneration(t *testing.T) {
-	h := newHarness(t, nil)
-	sb := h.create("svc")
-	h.waitPhase("svc", sandbox.PhaseReady)
-	h.faults(fake.Rule{Op: "inspect", Sandbox: sb.ID, Action: "hold"})
-	// the resync's inspect is held, so both requests land before a step
-	if err := h.m.Resync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	h.held("inspect", sb.ID)
-	if _, err := h.m.Stop(context.Background(), "svc"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.m.Start(context.Background(), "svc"); err != nil {
-		t.Fatal(err)
-	}
-	h.faults()
-	got := h.waitPhase("svc", sandbox.PhaseReady)
-	if got.Generation != 2 {
-		t.Fatalf("generation = %d, want 2", got.Generation)
-	}
-	o, _ := h.object(sb.ID)
-	if o.Generation != 2 || o.State != driver.StateRunning {
-		t.Fatalf("object = %+v, want generation 2 running", o)
-	}
-	if n, _ := fake.Starts(h.stateDir, sb.ID); n != 2 {
-		t.Fatalf("driver starts = %d, want 2 (the stop was honoured)", n)
-	}
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		sb := h.create("svc")
+		h.waitPhase("svc", sandbox.PhaseReady)
+		h.faults(fake.Rule{Op: "inspect", Sandbox: sb.ID, Action: "hold"})
+		// the resync's inspect is held, so both requests land before a step
+		if err := h.m.Resync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		h.held("inspect", sb.ID)
+		if _, err := h.m.Stop(context.Background(), "svc"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.m.Start(context.Background(), "svc"); err != nil {
+			t.Fatal(err)
+		}
+		h.faults()
+		got := h.waitPhase("svc", sandbox.PhaseReady)
+		if got.Generation != 2 {
+			t.Fatalf("generation = %d, want 2", got.Generation)
+		}
+		o, _ := h.object(sb.ID)
+		if o.Generation != 2 || o.State != driver.StateRunning {
+			t.Fatalf("object = %+v, want generation 2 running", o)
+		}
+		if n, _ := fake.Starts(h.stateDir, sb.ID); n != 2 {
+			t.Fatalf("driver starts = %d, want 2 (the stop was honoured)", n)
+		}
+	})
 }
 
 func TestFailuresRetryAndTurnToErrorPastTheDeadline(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.ProvisioningTimeout = 100 * time.Millisecond })
-	h.faults(fake.Rule{Op: "start", Action: "fail", Error: "engine on fire"})
-	sb := h.create("flaky")
-	got := h.waitPhase("flaky", sandbox.PhaseError)
-	if got.Reason == "" || !contains(got.Reason, "engine on fire") || !contains(got.Reason, "deadline") {
-		t.Fatalf("reason = %q", got.Reason)
-	}
-	if got.LastRequest == nil || got.LastRequest.State != sandbox.OpTimedOut {
-		t.Fatalf("create request = %+v, want timed_out", got.LastRequest)
-	}
-	h.faults()
-	h.waitPhase("flaky", sandbox.PhaseReady) // the reconciler kept trying
-	failed := 0
-	for _, op := range h.journal(sb.ID) {
-		if op.Kind == sandbox.OpDriverStart && op.State == sandbox.OpFailed {
-			failed++
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.ProvisioningTimeout = 100 * time.Millisecond })
+		h.faults(fake.Rule{Op: "start", Action: "fail", Error: "engine on fire"})
+		sb := h.create("flaky")
+		got := h.waitPhase("flaky", sandbox.PhaseError)
+		if got.Reason == "" || !contains(got.Reason, "engine on fire") || !contains(got.Reason, "deadline") {
+			t.Fatalf("reason = %q", got.Reason)
 		}
-	}
-	if failed == 0 {
-		t.Fatal("no failed driver.start attempt journaled")
-	}
+		if got.LastRequest == nil || got.LastRequest.State != sandbox.OpTimedOut {
+			t.Fatalf("create request = %+v, want timed_out", got.LastRequest)
+		}
+		h.faults()
+		h.waitPhase("flaky", sandbox.PhaseReady) // the reconciler kept trying
+		failed := 0
+		for _, op := range h.journal(sb.ID) {
+			if op.Kind == sandbox.OpDriverStart && op.State == sandbox.OpFailed {
+				failed++
+			}
+		}
+		if failed == 0 {
+			t.Fatal("no failed driver.start attempt journaled")
+		}
+	})
 }
 
 func TestDeleteFinishesInEveryPhase(t *testing.T) {
@@ -315,28 +335,30 @@ func TestDeleteFinishesInEveryPhase(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, func(c *Config) { c.ProvisioningTimeout = time.Hour })
-			switch tc.name {
-			case "provisioning with create held":
-				h.faults(fake.Rule{Op: "create", Action: "hold"})
-			case "provisioning with start held":
-				h.faults(fake.Rule{Op: "start", Action: "hold"})
-			case "error":
-				h.restartWith(func(c *Config) { c.ProvisioningTimeout = 50 * time.Millisecond })
-				h.faults(fake.Rule{Op: "start", Action: "fail"})
-			}
-			sb := h.create("victim")
-			tc.setup(h, sb)
-			if _, err := h.m.Delete(context.Background(), "victim", false); err != nil {
-				t.Fatal(err)
-			}
-			h.waitGone("victim")
-			if o, ok := h.object(sb.ID); ok {
-				t.Fatalf("driver still holds %+v", o)
-			}
-			if ops := h.journal(sb.ID); len(ops) != 0 {
-				t.Fatalf("journal of a deleted sandbox kept %d entries", len(ops))
-			}
+			bubble(t, func(t *testing.T) {
+				h := newHarness(t, func(c *Config) { c.ProvisioningTimeout = time.Hour })
+				switch tc.name {
+				case "provisioning with create held":
+					h.faults(fake.Rule{Op: "create", Action: "hold"})
+				case "provisioning with start held":
+					h.faults(fake.Rule{Op: "start", Action: "hold"})
+				case "error":
+					h.restartWith(func(c *Config) { c.ProvisioningTimeout = 50 * time.Millisecond })
+					h.faults(fake.Rule{Op: "start", Action: "fail"})
+				}
+				sb := h.create("victim")
+				tc.setup(h, sb)
+				if _, err := h.m.Delete(context.Background(), "victim", false); err != nil {
+					t.Fatal(err)
+				}
+				h.waitGone("victim")
+				if o, ok := h.object(sb.ID); ok {
+					t.Fatalf("driver still holds %+v", o)
+				}
+				if ops := h.journal(sb.ID); len(ops) != 0 {
+					t.Fatalf("journal of a deleted sandbox kept %d entries", len(ops))
+				}
+			})
 		})
 	}
 }
@@ -347,60 +369,66 @@ func (h *harness) restartWith(tweak func(*Config)) {
 }
 
 func TestShutdownWaitsForHeldCallAndRecordsIt(t *testing.T) {
-	h := newHarness(t, nil)
-	h.faults(fake.Rule{Op: "start", Action: "hold"})
-	sb := h.create("slow")
-	h.held("start", sb.ID)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		h.stop(20 * time.Second)
-	}()
-	select {
-	case <-done:
-		t.Fatal("shutdown returned while a driver call was held")
-	case <-time.After(100 * time.Millisecond):
-	}
-	h.faults()
-	<-done
-	st, err := sqlite.Open(context.Background(), filepath.Join(h.dir, "corral.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ops, _ := st.ListOperations(context.Background(), sb.ID)
-	var start *sandbox.Operation
-	for _, op := range ops {
-		if op.Kind == sandbox.OpDriverStart {
-			start = op
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.faults(fake.Rule{Op: "start", Action: "hold"})
+		sb := h.create("slow")
+		h.held("start", sb.ID)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.stop(20 * time.Second)
+		}()
+		time.Sleep(100 * time.Millisecond) // the bubble's clock: the held call goes on polling its rules
+		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("shutdown returned while a driver call was held")
+		default:
 		}
-		if op.State == sandbox.OpPending {
-			t.Errorf("entry %s left pending after shutdown", op.Kind)
+		h.faults()
+		<-done
+		st, err := sqlite.Open(context.Background(), filepath.Join(h.dir, "corral.db"))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if start == nil || start.State != sandbox.OpSucceeded {
-		t.Fatalf("driver.start entry = %+v, want succeeded", start)
-	}
+		defer st.Close()
+		ops, _ := st.ListOperations(context.Background(), sb.ID)
+		var start *sandbox.Operation
+		for _, op := range ops {
+			if op.Kind == sandbox.OpDriverStart {
+				start = op
+			}
+			if op.State == sandbox.OpPending {
+				t.Errorf("entry %s left pending after shutdown", op.Kind)
+			}
+		}
+		if start == nil || start.State != sandbox.OpSucceeded {
+			t.Fatalf("driver.start entry = %+v, want succeeded", start)
+		}
+	})
 }
 
 func TestShutdownBudgetInterruptsAndNextInstanceConverges(t *testing.T) {
-	h := newHarness(t, nil)
-	h.faults(fake.Rule{Op: "start", Action: "hold"})
-	sb := h.create("stuck")
-	h.held("start", sb.ID)
-	h.stop(50 * time.Millisecond)
-	ops := h.journalAfterStop(sb.ID)
-	for _, op := range ops {
-		if op.State == sandbox.OpPending {
-			t.Fatalf("entry %s left pending", op.Kind)
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.faults(fake.Rule{Op: "start", Action: "hold"})
+		sb := h.create("stuck")
+		h.held("start", sb.ID)
+		h.stop(50 * time.Millisecond)
+		ops := h.journalAfterStop(sb.ID)
+		for _, op := range ops {
+			if op.State == sandbox.OpPending {
+				t.Fatalf("entry %s left pending", op.Kind)
+			}
 		}
-	}
-	if last := ops[len(ops)-1]; last.Kind != sandbox.OpDriverStart || last.State != sandbox.OpInterrupted {
-		t.Fatalf("last entry = %s %s, want driver.start interrupted", last.Kind, last.State)
-	}
-	h.faults()
-	h.start()
-	h.waitPhase("stuck", sandbox.PhaseReady)
+		if last := ops[len(ops)-1]; last.Kind != sandbox.OpDriverStart || last.State != sandbox.OpInterrupted {
+			t.Fatalf("last entry = %s %s, want driver.start interrupted", last.Kind, last.State)
+		}
+		h.faults()
+		h.start()
+		h.waitPhase("stuck", sandbox.PhaseReady)
+	})
 }
 
 func (h *harness) journalAfterStop(id string) []*sandbox.Operation {
@@ -418,89 +446,97 @@ func (h *harness) journalAfterStop(id string) []*sandbox.Operation {
 }
 
 func TestRecoverSettlesEntriesOfDeadInstances(t *testing.T) {
-	h := newHarness(t, nil)
-	sb := h.create("orphan")
-	h.waitPhase("orphan", sandbox.PhaseReady)
-	ghost := &sandbox.Operation{SandboxID: sb.ID, Kind: sandbox.OpDriverStop, State: sandbox.OpPending,
-		Owner: "dead-instance", Attempt: 1, Generation: 1, StartedAt: time.Now(), Deadline: time.Now().Add(time.Hour)}
-	if err := h.st.PutOperation(context.Background(), ghost); err != nil {
-		t.Fatal(err)
-	}
-	h.restart()
-	for _, op := range h.journal(sb.ID) {
-		if op.ID == ghost.ID && (op.State != sandbox.OpInterrupted || !contains(op.Error, "interrupted")) {
-			t.Fatalf("dead instance's entry = %s %q, want interrupted", op.State, op.Error)
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		sb := h.create("orphan")
+		h.waitPhase("orphan", sandbox.PhaseReady)
+		ghost := &sandbox.Operation{SandboxID: sb.ID, Kind: sandbox.OpDriverStop, State: sandbox.OpPending,
+			Owner: "dead-instance", Attempt: 1, Generation: 1, StartedAt: time.Now(), Deadline: time.Now().Add(time.Hour)}
+		if err := h.st.PutOperation(context.Background(), ghost); err != nil {
+			t.Fatal(err)
 		}
-	}
-	h.waitPhase("orphan", sandbox.PhaseReady)
+		h.restart()
+		for _, op := range h.journal(sb.ID) {
+			if op.ID == ghost.ID && (op.State != sandbox.OpInterrupted || !contains(op.Error, "interrupted")) {
+				t.Fatalf("dead instance's entry = %s %q, want interrupted", op.State, op.Error)
+			}
+		}
+		h.waitPhase("orphan", sandbox.PhaseReady)
+	})
 }
 
 func TestRunningSandboxSurvivesRestartsWithOneStart(t *testing.T) {
-	h := newHarness(t, nil)
-	sb := h.create("steady")
-	h.waitPhase("steady", sandbox.PhaseReady)
-	for range 50 {
-		h.restart()
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		sb := h.create("steady")
 		h.waitPhase("steady", sandbox.PhaseReady)
-	}
-	if n, _ := fake.Starts(h.stateDir, sb.ID); n != 1 {
-		t.Fatalf("driver starts over 50 restarts = %d, want 1", n)
-	}
+		for range 50 {
+			h.restart()
+			h.waitPhase("steady", sandbox.PhaseReady)
+		}
+		if n, _ := fake.Starts(h.stateDir, sb.ID); n != 1 {
+			t.Fatalf("driver starts over 50 restarts = %d, want 1", n)
+		}
+	})
 }
 
 func TestDriftIsRepairedByResync(t *testing.T) {
-	h := newHarness(t, nil)
-	sb := h.create("drifty")
-	h.waitPhase("drifty", sandbox.PhaseReady)
-	if err := h.drv.Stop(context.Background(), driver.Ref{ID: sb.ID, Generation: 1}, driver.StopOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.m.Resync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	h.waitFor("object running again", func() bool {
-		o, ok := h.object(sb.ID)
-		return ok && o.State == driver.StateRunning
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		sb := h.create("drifty")
+		h.waitPhase("drifty", sandbox.PhaseReady)
+		if err := h.drv.Stop(context.Background(), driver.Ref{ID: sb.ID, Generation: 1}, driver.StopOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.m.Resync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		h.waitFor("object running again", func() bool {
+			o, ok := h.object(sb.ID)
+			return ok && o.State == driver.StateRunning
+		})
+		h.waitPhase("drifty", sandbox.PhaseReady)
 	})
-	h.waitPhase("drifty", sandbox.PhaseReady)
 }
 
 func TestConcurrentRequestsOnManySandboxes(t *testing.T) {
-	h := newHarness(t, nil)
-	var wg sync.WaitGroup
-	names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
-	for _, n := range names {
-		h.create(n)
-	}
-	for _, n := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 40 {
-				var err error
-				if i%2 == 0 {
-					_, err = h.m.Stop(context.Background(), n)
-				} else {
-					_, err = h.m.Start(context.Background(), n)
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		var wg sync.WaitGroup
+		names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+		for _, n := range names {
+			h.create(n)
+		}
+		for _, n := range names {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 40 {
+					var err error
+					if i%2 == 0 {
+						_, err = h.m.Stop(context.Background(), n)
+					} else {
+						_, err = h.m.Start(context.Background(), n)
+					}
+					if err != nil {
+						t.Errorf("%s request %d: %v", n, i, err)
+					}
 				}
-				if err != nil {
-					t.Errorf("%s request %d: %v", n, i, err)
+			}()
+		}
+		wg.Wait()
+		for _, n := range names {
+			sb := h.waitPhase(n, sandbox.PhaseReady)
+			for _, op := range h.journal(sb.ID) {
+				if op.State == sandbox.OpPending {
+					t.Errorf("%s: entry %d %s still pending after convergence", n, op.ID, op.Kind)
 				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, n := range names {
-		sb := h.waitPhase(n, sandbox.PhaseReady)
-		for _, op := range h.journal(sb.ID) {
-			if op.State == sandbox.OpPending {
-				t.Errorf("%s: entry %d %s still pending after convergence", n, op.ID, op.Kind)
 			}
 		}
-	}
-	if _, err := h.m.Stop(context.Background(), "nope"); !errors.Is(err, errdefs.ErrNotFound) {
-		t.Fatalf("stop of an unknown sandbox: %v", err)
-	}
+		if _, err := h.m.Stop(context.Background(), "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("stop of an unknown sandbox: %v", err)
+		}
+	})
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
@@ -518,90 +554,96 @@ func TestMainProcessExitFollowsTheRestartPolicy(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s exit %d", tc.policy, tc.code), func(t *testing.T) {
-			h := newHarness(t, nil)
-			sb, _, err := h.m.Create(context.Background(), "job", "", sandbox.Spec{RestartPolicy: tc.policy, MaxRestarts: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for gen := int64(1); ; gen++ {
-				h.waitFor(fmt.Sprintf("generation %d running", gen), func() bool {
-					o, ok := h.object(sb.ID)
-					return ok && o.Generation == gen && o.State == driver.StateRunning
-				})
-				h.waitPhase("job", sandbox.PhaseReady)
-				if err := fake.Exit(h.stateDir, sb.ID, tc.code); err != nil {
+			bubble(t, func(t *testing.T) {
+				h := newHarness(t, nil)
+				sb, _, err := h.m.Create(context.Background(), "job", "", sandbox.Spec{RestartPolicy: tc.policy, MaxRestarts: 2})
+				if err != nil {
 					t.Fatal(err)
 				}
-				if gen > int64(tc.wantRestarts) {
-					break
+				for gen := int64(1); ; gen++ {
+					h.waitFor(fmt.Sprintf("generation %d running", gen), func() bool {
+						o, ok := h.object(sb.ID)
+						return ok && o.Generation == gen && o.State == driver.StateRunning
+					})
+					h.waitPhase("job", sandbox.PhaseReady)
+					if err := fake.Exit(h.stateDir, sb.ID, tc.code); err != nil {
+						t.Fatal(err)
+					}
+					if gen > int64(tc.wantRestarts) {
+						break
+					}
 				}
-			}
-			got := h.waitPhase("job", sandbox.PhaseExited)
-			if got.ExitCode == nil || *got.ExitCode != tc.code || got.Restarts != tc.wantRestarts {
-				t.Fatalf("exited record: code %v restarts %d reason %q", got.ExitCode, got.Restarts, got.Reason)
-			}
-			if !strings.Contains(got.Reason, fmt.Sprintf("exited with code %d", tc.code)) {
-				t.Fatalf("reason %q", got.Reason)
-			}
-			// start brings an exited sandbox back as a new generation
-			if _, err := h.m.Start(context.Background(), "job"); err != nil {
-				t.Fatal(err)
-			}
-			again := h.waitPhase("job", sandbox.PhaseReady)
-			if again.Generation != got.Generation+1 || again.Restarts != 0 {
-				t.Fatalf("after start: generation %d restarts %d", again.Generation, again.Restarts)
-			}
+				got := h.waitPhase("job", sandbox.PhaseExited)
+				if got.ExitCode == nil || *got.ExitCode != tc.code || got.Restarts != tc.wantRestarts {
+					t.Fatalf("exited record: code %v restarts %d reason %q", got.ExitCode, got.Restarts, got.Reason)
+				}
+				if !strings.Contains(got.Reason, fmt.Sprintf("exited with code %d", tc.code)) {
+					t.Fatalf("reason %q", got.Reason)
+				}
+				// start brings an exited sandbox back as a new generation
+				if _, err := h.m.Start(context.Background(), "job"); err != nil {
+					t.Fatal(err)
+				}
+				again := h.waitPhase("job", sandbox.PhaseReady)
+				if again.Generation != got.Generation+1 || again.Restarts != 0 {
+					t.Fatalf("after start: generation %d restarts %d", again.Generation, again.Restarts)
+				}
+			})
 		})
 	}
 }
 
 func TestInvalidRestartPolicyIsRefused(t *testing.T) {
-	h := newHarness(t, nil)
-	_, _, err := h.m.Create(context.Background(), "x", "", sandbox.Spec{RestartPolicy: "sometimes"})
-	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `"sometimes"`) {
-		t.Fatalf("err = %v", err)
-	}
-	if list, _ := h.m.List(context.Background()); len(list) != 0 {
-		t.Fatalf("%d records after a refused create", len(list))
-	}
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		_, _, err := h.m.Create(context.Background(), "x", "", sandbox.Spec{RestartPolicy: "sometimes"})
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `"sometimes"`) {
+			t.Fatalf("err = %v", err)
+		}
+		if list, _ := h.m.List(context.Background()); len(list) != 0 {
+			t.Fatalf("%d records after a refused create", len(list))
+		}
+	})
 }
 
 func TestOrphansAreReportedThenRemovedAfterGrace(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.OrphanGrace = 50 * time.Millisecond })
-	kept := h.create("kept")
-	h.waitPhase("kept", sandbox.PhaseReady)
-	orphan := sandbox.NewID()
-	if err := h.drv.Create(context.Background(), driver.Spec{ID: orphan, Name: "stray", Generation: 1}); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := h.m.CollectOrphans(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := h.object(orphan); !ok {
-		t.Fatal("an orphan was removed before its grace period")
-	}
-	time.Sleep(60 * time.Millisecond) // the grace period, not a timing assertion
-	if err := h.m.CollectOrphans(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := h.object(orphan); ok {
-		t.Fatal("the orphan survived its grace period")
-	}
-	if _, ok := h.object(kept.ID); !ok {
-		t.Fatal("a sandbox with a record was removed")
-	}
-	evs, err := h.st.ListGatewayEvents(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kinds []string
-	for _, ev := range evs {
-		if ev.Subject == orphan {
-			kinds = append(kinds, ev.Kind)
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.OrphanGrace = 50 * time.Millisecond })
+		kept := h.create("kept")
+		h.waitPhase("kept", sandbox.PhaseReady)
+		orphan := sandbox.NewID()
+		if err := h.drv.Create(context.Background(), driver.Spec{ID: orphan, Name: "stray", Generation: 1}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if strings.Join(kinds, ",") != "orphan_found,orphan_removed" {
-		t.Fatalf("gateway journal for the orphan = %v", kinds)
-	}
+		ctx := context.Background()
+		if err := h.m.CollectOrphans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := h.object(orphan); !ok {
+			t.Fatal("an orphan was removed before its grace period")
+		}
+		time.Sleep(60 * time.Millisecond) // the grace period passes on the bubble's clock
+		if err := h.m.CollectOrphans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := h.object(orphan); ok {
+			t.Fatal("the orphan survived its grace period")
+		}
+		if _, ok := h.object(kept.ID); !ok {
+			t.Fatal("a sandbox with a record was removed")
+		}
+		evs, err := h.st.ListGatewayEvents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kinds []string
+		for _, ev := range evs {
+			if ev.Subject == orphan {
+				kinds = append(kinds, ev.Kind)
+			}
+		}
+		if strings.Join(kinds, ",") != "orphan_found,orphan_removed" {
+			t.Fatalf("gateway journal for the orphan = %v", kinds)
+		}
+	})
 }
