@@ -233,20 +233,18 @@ func TestDockerEngineFailuresAreClearAndRecoverable(t *testing.T) {
 // waitReason waits until the sandbox's reason mentions want, and returns it.
 func waitReason(t *testing.T, home, name, want string) string {
 	t.Helper()
-	limit := time.Now().Add(60 * time.Second)
-	for {
+	var reason string
+	testenv.Eventually(t, 60*time.Second, func() error {
 		sb, err := api(t, home).GetSandbox(context.Background(), &corralv1.GetSandboxRequest{Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(sb.Reason, want) {
-			return sb.Reason
+		if reason = sb.Reason; !strings.Contains(reason, want) {
+			return fmt.Errorf("reason of %s does not mention %q: %q (phase %s)", name, want, sb.Reason, sb.Phase)
 		}
-		if time.Now().After(limit) {
-			t.Fatalf("reason of %s never mentioned %q: %q (phase %s)", name, want, sb.Reason, sb.Phase)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return reason
 }
 
 func TestDockerMainProcessExitAndRestartPolicy(t *testing.T) {
@@ -326,16 +324,11 @@ func TestDockerOrphanedContainerIsRemovedAfterGrace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("docker run: %v %s", err, out)
 	}
-	limit := time.Now().Add(60 * time.Second)
-	for {
-		got := containersOf(t, label)
-		if len(got) == 1 && strings.HasPrefix(got[0], "corral-owned-") {
-			break
+	testenv.Eventually(t, 60*time.Second, func() error {
+		if got := containersOf(t, label); len(got) != 1 || !strings.HasPrefix(got[0], "corral-owned-") {
+			return fmt.Errorf("the orphan was not removed: %v", got)
 		}
-		if time.Now().After(limit) {
-			t.Fatalf("the orphan was not removed: %v", got)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	mustCorral(t, home, "sandbox", "delete", "owned")
 }

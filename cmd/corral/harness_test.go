@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,24 +98,21 @@ func launch(t *testing.T, home string, args ...string) *gatewayProc {
 func startGateway(t *testing.T, home string, args ...string) *gatewayProc {
 	t.Helper()
 	g := launch(t, home, args...)
-	limit := time.Now().Add(30 * time.Second)
-	for {
+	err := testenv.Until(30*time.Second, func() error {
 		select {
 		case <-g.done:
 			t.Fatalf("gateway exited early: %v\n%s", g.err, g.logs.String())
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		_, err := api(t, home).ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
-		cancel()
-		if err == nil {
-			return g
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("gateway did not answer: %v\n%s", err, g.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("gateway did not answer: %v\n%s", err, g.logs.String())
 	}
+	return g
 }
 
 func (g *gatewayProc) signal(sig syscall.Signal) {
@@ -276,17 +274,16 @@ func assertNothingPending(t *testing.T, ops []*sandbox.Operation) {
 // waitPhase polls the API until the sandbox is in phase and its intent.
 func waitPhase(t *testing.T, c corralv1.SandboxServiceClient, name, phase string) *corralv1.Sandbox {
 	t.Helper()
-	limit := time.Now().Add(30 * time.Second)
-	for {
-		sb, err := c.GetSandbox(context.Background(), &corralv1.GetSandboxRequest{Name: name})
-		if err == nil && sb.Phase == phase {
-			return sb
+	var sb *corralv1.Sandbox
+	testenv.Eventually(t, 30*time.Second, func() error {
+		var err error
+		sb, err = c.GetSandbox(context.Background(), &corralv1.GetSandboxRequest{Name: name})
+		if err == nil && sb.Phase != phase {
+			err = fmt.Errorf("sandbox %s is %s, not %s: %v", name, sb.Phase, phase, sb)
 		}
-		if time.Now().After(limit) {
-			t.Fatalf("sandbox %s never reached %s: last %v %v", name, phase, sb, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return err
+	})
+	return sb
 }
 
 // emptyThroughAPI deletes every sandbox through the API and waits until
@@ -303,20 +300,16 @@ func emptyThroughAPI(t *testing.T, c corralv1.SandboxServiceClient) {
 			t.Fatalf("delete %s: %v", sb.Name, err)
 		}
 	}
-	limit := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		list, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list.Sandboxes) == 0 {
-			return
+		if len(list.Sandboxes) > 0 {
+			return fmt.Errorf("%d sandboxes left, first %v", len(list.Sandboxes), list.Sandboxes[0])
 		}
-		if time.Now().After(limit) {
-			t.Fatalf("%d sandboxes left, first %v", len(list.Sandboxes), list.Sandboxes[0])
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // fakeObjects lists the fake driver's objects of a home, as the driver sees them.

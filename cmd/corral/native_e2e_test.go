@@ -247,14 +247,8 @@ func TestNativeUnprivilegedGateway(t *testing.T) {
 			t.Logf("gateway log:\n%s", logs.String())
 		}
 	})
-	for i := 0; ; i++ {
-		if _, err := run("sandbox", "list"); err == nil {
-			break
-		}
-		if i == 300 {
-			t.Fatal("the gateway did not answer")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := testenv.Until(30*time.Second, func() error { _, err := run("sandbox", "list"); return err }); err != nil {
+		t.Fatalf("the gateway did not answer: %v", err)
 	}
 	if out, err := run("sandbox", "create", "--name", "u", "--", "sleep", "1000"); err != nil {
 		t.Fatalf("create: %v\n%s", err, out)

@@ -8,7 +8,8 @@ import (
 
 // Eventually calls cond until it returns nil and fails the test with cond's
 // last error when limit passes first. The limit only bounds a hang: pick it
-// generous. cond runs on the test's goroutine, so it may call t.Fatal.
+// generous. cond runs on the test's goroutine, so it may call t.Fatal. It
+// is called again after 1 ms, then at doubling waits up to 20 ms.
 //
 // Inside a testing/synctest bubble the waits between calls take no real
 // time: the bubble's clock moves on only once everything else waits too.
@@ -33,6 +34,6 @@ func Until(limit time.Duration, cond func() error) error {
 			return fmt.Errorf("not within %s: %w", limit, err)
 		}
 		time.Sleep(min(wait, time.Until(end)))
-		wait = min(2*wait, 50*time.Millisecond)
+		wait = min(2*wait, 20*time.Millisecond)
 	}
 }
