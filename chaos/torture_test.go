@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -447,21 +448,20 @@ func (r *run) check() []violation {
 
 	// 1. every record converges to its intent
 	var list []*corralv1.Sandbox
-	limit := time.Now().Add(30 * time.Second)
-	for {
+	var listErr error
+	if testenv.Until(30*time.Second, func() error {
 		resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
-		if err == nil {
-			list = resp.Sandboxes
-			v = append(v, r.restartFailed(c, list)...)
-			if unconverged(list) == nil {
-				break
-			}
+		if listErr = err; err != nil {
+			return err
 		}
-		if time.Now().After(limit) {
-			v = append(v, violated(notConverged, "not converged after 30s: %v (list error %v)", unconverged(list), err))
-			break
+		list = resp.Sandboxes
+		v = append(v, r.restartFailed(c, list)...)
+		if unconverged(list) != nil {
+			return errors.New("not converged")
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}) != nil {
+		v = append(v, violated(notConverged, "not converged after 30s: %v (list error %v)", unconverged(list), listErr))
 	}
 	r.checked = len(list)
 	// 2. nothing created and never deleted is lost
@@ -522,17 +522,18 @@ func (r *run) check() []violation {
 			}
 		}
 	}
-	limit = time.Now().Add(30 * time.Second)
-	for {
+	var left *corralv1.ListSandboxesResponse
+	if testenv.Until(30*time.Second, func() error {
 		resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
-		if err == nil && len(resp.Sandboxes) == 0 && len(r.backend.objects()) == 0 {
-			break
+		if left = resp; err != nil {
+			return err
 		}
-		if time.Now().After(limit) {
-			v = append(v, violated(undeletable, "not everything could be deleted: records %v, objects %d", resp.GetSandboxes(), len(r.backend.objects())))
-			break
+		if len(resp.Sandboxes) > 0 || len(r.backend.objects()) > 0 {
+			return errors.New("not everything is deleted")
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}) != nil {
+		v = append(v, violated(undeletable, "not everything could be deleted: records %v, objects %d", left.GetSandboxes(), len(r.backend.objects())))
 	}
 	// 6. the store is intact
 	g.cmd.Process.Signal(syscall.SIGTERM)
