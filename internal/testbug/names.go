@@ -34,9 +34,6 @@ const (
 	RetainedClaim     = "retained-claim"
 )
 
-// Failures lists every failure that ReintroduceEnv can name.
-var Failures = []string{LateSignalHandler, UnawaitedWorker, RetainedClaim}
-
 // LandlockABIEnv, when set (to a number) for a test build's exec stage, is
 // taken as the kernel's Landlock ABI instead of asking the kernel: tests
 // simulate a kernel without Landlock with 0.
