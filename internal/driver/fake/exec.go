@@ -50,6 +50,12 @@ func run(command []string, stdin io.Reader) (string, int) {
 
 // Exec implements driver.Execer with run, in a running object.
 func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (int, error) {
+	if opts.Stdout == nil {
+		opts.Stdout = io.Discard
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = io.Discard
+	}
 	code := 0
 	err := d.call(ctx, "exec", id, "", func() error {
 		o, err := d.object(id)
