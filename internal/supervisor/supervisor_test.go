@@ -32,16 +32,12 @@ func supervise(t *testing.T, ready string, command ...string) *exec.Cmd {
 
 func waitFile(t *testing.T, path string) string {
 	t.Helper()
-	limit := time.Now().Add(20 * time.Second)
-	for {
-		if data, err := os.ReadFile(path); err == nil {
-			return string(data)
-		}
-		if time.Now().After(limit) {
-			t.Fatalf("%s never appeared", path)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var data []byte
+	testenv.Eventually(t, 20*time.Second, func() (err error) {
+		data, err = os.ReadFile(path)
+		return err
+	})
+	return string(data)
 }
 
 func TestExitStatusIsTheMainProcesss(t *testing.T) {
@@ -92,17 +88,12 @@ func TestOrphansAreReaped(t *testing.T) {
 	cmd := supervise(t, ready, "sh", "-c", fmt.Sprintf("(sh -c 'echo $$ > %s; sleep 0.2' &); sleep 2", orphan))
 	defer cmd.Process.Kill()
 	pid, _ := strconv.Atoi(strings.TrimSpace(waitFile(t, orphan)))
-	limit := time.Now().Add(20 * time.Second)
-	for {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			break // gone: reaped
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			return fmt.Errorf("orphan %d not reaped: %s", pid, stat)
 		}
-		if time.Now().After(limit) {
-			t.Fatalf("orphan %d not reaped: %s", pid, stat)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil // gone: reaped
+	})
 	cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("exit %d", code)

@@ -138,12 +138,15 @@ func TestWaitReadyTrustsOnlyRegularFiles(t *testing.T) {
 	if err != nil || len(list) != 1 {
 		t.Fatal(list, err)
 	}
-	for stateOf(list[0].State) == driver.StateRunning {
-		time.Sleep(20 * time.Millisecond)
-		if list, err = d.containers(ctx, id); err != nil {
-			t.Fatal(err)
+	testenv.Eventually(t, time.Minute, func() error {
+		if stateOf(list[0].State) == driver.StateRunning {
+			if list, err = d.containers(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			return errors.New("the container still runs")
 		}
-	}
+		return nil
+	})
 	for what, plant := range map[string]func(dir string) error{
 		"ready is a symlink to a host file": func(dir string) error { return os.Symlink(marker, filepath.Join(dir, readyName)) },
 		"failed is a FIFO":                  func(dir string) error { return unix.Mkfifo(filepath.Join(dir, supervisor.FailedFile), 0o644) },

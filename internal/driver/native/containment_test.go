@@ -17,6 +17,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
+	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 // The containment issue's attempts, from inside native sandboxes with no
@@ -279,20 +280,16 @@ func TestContainmentHostileWorkdir(t *testing.T) {
 	s := startSandbox(t, d, "hostile", "", "sh", "-c", "ln -s "+marker+" /sandbox/stdout; ln -s /etc /sandbox/etc; "+
 		"mkfifo /sandbox/fifo /sandbox/protections; mkdir -p /sandbox/a/b/c/d/e/f/g/h; echo x > /sandbox/a/b/c/d/e/f/g/h/x; "+
 		"chmod 000 /sandbox/a; echo ready; sleep 3600")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		var out strings.Builder
 		if err := d.Logs(ctx(t), s.id, driver.LogOptions{}, &out, &out); err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(out.String(), "ready") {
-			break
+		if !strings.Contains(out.String(), "ready") {
+			return fmt.Errorf("the sandbox never got ready: %q", out.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the sandbox never got ready: %q", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	obj, err := d.Inspect(ctx(t), s.id)
 	if err != nil || obj.State != driver.StateRunning || strings.Contains(obj.Protections, "host file") {
 		t.Errorf("inspect: %+v, %v", obj, err)
@@ -390,13 +387,12 @@ func TestContainmentDiskLimit(t *testing.T) {
 	if err := d.Delete(ctx(t), s.id); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for held := loopsBacking(t, s.id); len(held) > 0; held = loopsBacking(t, s.id) {
-		if time.Now().After(deadline) {
-			t.Fatalf("loop devices still hold the deleted sandbox's disk: %v", held)
+	testenv.Eventually(t, 5*time.Second, func() error {
+		if held := loopsBacking(t, s.id); len(held) > 0 {
+			return fmt.Errorf("loop devices still hold the deleted sandbox's disk: %v", held)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // loopsBacking lists the loop devices whose backing file's path (wherever
