@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 // The optional capabilities (driver.Execer, LogReader, Watcher,
@@ -47,12 +49,20 @@ func (d *tdriver) running(spec driver.Spec) driver.Spec {
 	return spec
 }
 
+// capability returns d as a T, or skips the test: d has not that
+// capability (what says which).
+func capability[T any](t *testing.T, d *tdriver, what string) T {
+	t.Helper()
+	c, ok := d.Driver.(T)
+	if !ok {
+		t.Skipf("%s %s", d.Name(), what)
+	}
+	return c
+}
+
 func (s *suite) testExec(t *testing.T) {
 	d := s.driver(t)
-	ex, ok := d.Driver.(driver.Execer)
-	if !ok {
-		t.Skipf("%s has no exec", d.Name())
-	}
+	ex := capability[driver.Execer](t, d, "has no exec")
 	spec := d.running(d.spec(1))
 	exec := func(stdin string, command ...string) (int, string, string, error) {
 		var out, errOut bytes.Buffer
@@ -83,26 +93,21 @@ func (s *suite) testExec(t *testing.T) {
 
 func (s *suite) testLogs(t *testing.T) {
 	d := s.driver(t)
-	lr, ok := d.Driver.(driver.LogReader)
-	if !ok {
-		t.Skipf("%s keeps no logs", d.Name())
-	}
+	lr := capability[driver.LogReader](t, d, "keeps no logs")
 	spec := d.spec(1)
 	spec.Command = s.opts.PrintCommand
 	d.running(spec)
 	var out string
-	limit := time.Now().Add(CallTimeout)
-	for !strings.Contains(out, printMarker) {
-		if time.Now().After(limit) {
-			t.Fatalf("logs: %q after %s; want %q", out, CallTimeout, printMarker)
-		}
+	testenv.Eventually(t, CallTimeout, func() error {
 		var b bytes.Buffer
 		if err := lr.Logs(ctx(t), spec.ID, driver.LogOptions{Tail: 1}, &b, &b); err != nil {
 			t.Fatal(err)
 		}
-		out = b.String()
-		time.Sleep(20 * time.Millisecond)
-	}
+		if out = b.String(); !strings.Contains(out, printMarker) {
+			return fmt.Errorf("logs: %q; want %q", out, printMarker)
+		}
+		return nil
+	})
 	if strings.Count(out, "\n") != 1 {
 		t.Errorf("logs --tail 1: %q; want one line", out)
 	}
@@ -110,10 +115,7 @@ func (s *suite) testLogs(t *testing.T) {
 
 func (s *suite) testWatch(t *testing.T) {
 	d := s.driver(t)
-	w, ok := d.Driver.(driver.Watcher)
-	if !ok {
-		t.Skipf("%s cannot be watched", d.Name())
-	}
+	w := capability[driver.Watcher](t, d, "cannot be watched")
 	spec := d.running(d.spec(1))
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -150,10 +152,7 @@ func (s *suite) testWatch(t *testing.T) {
 
 func (s *suite) testValidate(t *testing.T) {
 	d := s.driver(t)
-	v, ok := d.Driver.(driver.Validator)
-	if !ok {
-		t.Skipf("%s validates nothing ahead", d.Name())
-	}
+	v := capability[driver.Validator](t, d, "validates nothing ahead")
 	if err := v.Validate(d.spec(1)); err != nil {
 		t.Errorf("Validate of the suite's own spec: %v; want nil", err)
 	}
