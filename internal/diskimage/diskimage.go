@@ -16,18 +16,17 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/errdefs"
 )
 
 // MinSize is the smallest file system Ensure makes (policy.MinDiskBytes).
 const MinSize = 8 << 20
 
-// ErrShrink is returned by Ensure for an image larger than asked for.
-var ErrShrink = errors.New("a disk cannot shrink")
-
 // Ensure makes the image at path of size bytes, its root directory owned
 // by uid and gid, unless it exists; an existing image smaller than size is
-// grown (it must not be mounted then). Shrinking is refused: it would lose
-// what the sandbox wrote.
+// grown (it must not be mounted then). Shrinking is refused, as an invalid
+// argument (retrying will not mend it): it would lose what the sandbox wrote.
 func Ensure(path string, size int64, uid, gid int) error {
 	if size < MinSize {
 		return fmt.Errorf("a disk of %d bytes is too small: at least %d MiB", size, MinSize>>20)
@@ -41,7 +40,7 @@ func Ensure(path string, size int64, uid, gid int) error {
 	case fi.Size() == size:
 		return nil
 	case fi.Size() > size:
-		return fmt.Errorf("%w: the disk is %d MiB and cannot shrink to %d MiB without losing what the sandbox wrote", ErrShrink, fi.Size()>>20, size>>20)
+		return errdefs.InvalidArgument("limits.disk: the disk is %d MiB and cannot shrink to %d MiB without losing what the sandbox wrote", fi.Size()>>20, size>>20)
 	}
 	if err := os.Truncate(path, size); err != nil {
 		return err

@@ -81,9 +81,7 @@ func (d *Driver) mountDisk(img, mnt string, size int64, uid int) error {
 			}
 			mounted = false
 		}
-		if err := diskimage.Ensure(img, size, uid, uid); errors.Is(err, diskimage.ErrShrink) {
-			return errdefs.InvalidArgument("limits.disk: %v", err)
-		} else if err != nil {
+		if err := diskimage.Ensure(img, size, uid, uid); err != nil {
 			return fmt.Errorf("docker: the disk of /sandbox: %w", err)
 		}
 	}

@@ -221,9 +221,7 @@ func (d *Driver) prepareWorkdir(o *object, pol policy.Policy, cfg *shim.SandboxC
 				return errdefs.InvalidArgument("limits.disk is set when a sandbox is created: /sandbox of %s already holds files outside a disk", o.Name)
 			}
 		}
-		if err := diskimage.Ensure(img, size, owner, owner); errors.Is(err, diskimage.ErrShrink) {
-			return errdefs.InvalidArgument("limits.disk of %s: %v", o.Name, err)
-		} else if err != nil {
+		if err := diskimage.Ensure(img, size, owner, owner); err != nil {
 			return fmt.Errorf("native start: the disk of /sandbox: %w", err)
 		}
 		hasDisk = true
