@@ -66,19 +66,6 @@ func openCompute(ctx context.Context, cfg config.Config, home string, log *slog.
 	return computeDrivers.Open(ctx, registry.Env{Config: cfg, Home: home, Log: log})
 }
 
-// openDriver is openCompute's driver.
-func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (driver.Driver, error) {
-	_, d, err := openCompute(ctx, cfg, home, log)
-	return d, err
-}
-
-// autoDriver is what auto chooses, by name, with the driver its probe
-// built (Docker's), if any.
-func autoDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (string, driver.Driver, error) {
-	e, d, err := computeDrivers.Choose(ctx, registry.Env{Config: cfg, Home: home, Log: log})
-	return e.Name, d, err
-}
-
 func openFake(_ context.Context, env registry.Env) (driver.Driver, error) {
 	dir := env.Config.Drivers.Fake.StateDir
 	if dir == "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/registry"
 )
 
 // host stands in for a machine: what the Docker probe and native's support
@@ -134,4 +135,17 @@ func TestExplicitDrivers(t *testing.T) {
 	if h.dockerCalls != 0 {
 		t.Fatalf("explicit drivers probed docker %d times", h.dockerCalls)
 	}
+}
+
+// openDriver is openCompute's driver.
+func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (driver.Driver, error) {
+	_, d, err := openCompute(ctx, cfg, home, log)
+	return d, err
+}
+
+// autoDriver is what auto chooses, by name, with the driver its probe
+// built (Docker's), if any.
+func autoDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (string, driver.Driver, error) {
+	e, d, err := computeDrivers.Choose(ctx, registry.Env{Config: cfg, Home: home, Log: log})
+	return e.Name, d, err
 }
