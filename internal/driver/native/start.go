@@ -122,7 +122,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 		Env:    sandboxEnv(o.Name, pol),
 		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide,
 		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
-		Limits: pol.Limits, IDs: ids, TmpBytes: pol.Limits.Tmp(), LogMaxBytes: d.cfg.LogMax(),
+		Limits: pol.Limits, IDs: ids, LogMaxBytes: d.cfg.LogMax(),
 	}
 	owner := -1 // the workdir's owner on the host; -1: leave it
 	if uid := pol.Process.RunAsUser; uid != nil {
@@ -203,8 +203,8 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 }
 
 // prepareWorkdir gives the sandbox's workdir to owner (a host uid, or -1
-// for none): its
-// directory, or, with limits.disk, its disk image, made or grown to size.
+// for none): its directory, or, with limits.disk, its disk image, made or
+// grown to size.
 // A disk is set when the sandbox is created: one added later would hide
 // what its directory holds, and one is never taken away (what it holds
 // stays, at its size).

@@ -45,8 +45,6 @@ type SandboxConfig struct {
 	// process of the sandbox runs in: uid and gid 0 inside are IDs.Base
 	// outside.
 	IDs *supervisor.IDRange `json:"ids,omitempty"`
-	// TmpBytes is the size of the sandbox's /tmp.
-	TmpBytes int64 `json:"tmp_bytes"`
 	// LogMaxBytes caps what is kept of the main process's output, both
 	// streams together.
 	LogMaxBytes int64 `json:"log_max_bytes"`

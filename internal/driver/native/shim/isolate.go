@@ -141,7 +141,7 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	if err := mountSys(filepath.Join(newRoot, "sys")); err != nil {
 		return err
 	}
-	tmp := fmt.Sprintf("mode=1777,size=%d", cfg.TmpBytes)
+	tmp := fmt.Sprintf("mode=1777,size=%d", cfg.Limits.Tmp())
 	if err := mkdirMount("tmpfs", filepath.Join(newRoot, "tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmp); err != nil {
 		return err
 	}
