@@ -94,14 +94,10 @@ func (l *rotatingLog) rotate() error {
 }
 
 // copyOutput copies what the main process writes to r into l until every
-// writer is gone; done is closed then.
+// writer is gone; done is marked then.
 func copyOutput(r *os.File, l *rotatingLog, done *sync.WaitGroup) {
 	defer done.Done()
 	defer r.Close()
 	defer l.f.Close()
-	buf := make([]byte, 64<<10)
-	_, _ = io.CopyBuffer(onlyWriter{l}, r, buf)
+	_, _ = io.Copy(l, r)
 }
-
-// onlyWriter hides l's other methods from io.Copy.
-type onlyWriter struct{ io.Writer }
