@@ -230,22 +230,29 @@ func (s *logStream) copy() error {
 		}
 		s.f = f
 	}
-	for hop := 0; ; hop++ {
-		if _, err := io.Copy(s.w, bufio.NewReader(s.f)); err != nil && !errors.Is(err, syscall.EIO) {
-			return err
-		}
-		cur, err := os.Stat(s.path)
-		old, oerr := s.f.Stat()
-		if hop > 0 || err != nil || oerr != nil || os.SameFile(cur, old) {
-			return nil // one rotation a call: the next call takes the rest
-		}
-		f, err := os.Open(s.path)
-		if err != nil {
-			return nil
-		}
-		s.f.Close()
-		s.f = f
+	if err := s.drain(); err != nil {
+		return err
 	}
+	cur, err := os.Stat(s.path)
+	old, oerr := s.f.Stat()
+	if err != nil || oerr != nil || os.SameFile(cur, old) {
+		return nil
+	}
+	f, err := os.Open(s.path) // rotated: one rotation a call, the next call takes the rest
+	if err != nil {
+		return nil
+	}
+	s.f.Close()
+	s.f = f
+	return s.drain()
+}
+
+// drain writes what the open part holds past the last copy.
+func (s *logStream) drain() error {
+	if _, err := io.Copy(s.w, bufio.NewReader(s.f)); err != nil && !errors.Is(err, syscall.EIO) {
+		return err
+	}
+	return nil
 }
 
 func (s *logStream) close() {
