@@ -191,3 +191,36 @@ func ObjectLabels(spec Spec, gatewayLabel string) map[string]string {
 	labels[LabelGeneration] = strconv.FormatInt(spec.Generation, 10)
 	return labels
 }
+
+// Imager is a driver that keeps images of its own (a cache, or an engine's
+// store), so users can pull, list and remove them.
+type Imager interface {
+	// PullImage brings ref into the driver's store, reporting progress as
+	// it goes; an image already there is only resolved again.
+	PullImage(ctx context.Context, ref string, progress func(ImageProgress)) (ImageInfo, error)
+	// ListImages returns the images in the store.
+	ListImages(ctx context.Context) ([]ImageInfo, error)
+	// RemoveImage removes an image by a name or id; one that a sandbox
+	// uses is errdefs.ErrFailedPrecondition, an unknown one ErrNotFound.
+	RemoveImage(ctx context.Context, ref string) (ImageInfo, error)
+	// PruneImages removes every image of the store that no sandbox uses
+	// (stopped ones included) and returns what it removed.
+	PruneImages(ctx context.Context) ([]ImageInfo, error)
+}
+
+// ImageInfo describes an image of a driver's store.
+type ImageInfo struct {
+	ID      string // "sha256:…"
+	Refs    []string
+	Size    int64
+	Created time.Time
+	// Sandboxes is how many sandboxes use it.
+	Sandboxes int
+}
+
+// ImageProgress is one step of a pull.
+type ImageProgress struct {
+	Layer          string // a layer's digest; "" is the image as a whole
+	Status         string // "resolving", "downloading", "unpacking", "cached", "done", or an engine's own word
+	Current, Total int64  // bytes, when known
+}
