@@ -63,7 +63,8 @@ func defaultFilter() seccomp.Policy {
 }
 
 // PolicyFromEnv returns the policy the gateway passed, and whether there
-// was one.
+// was one. A policy that names no run_as_user gets the image's user
+// (ImageUserEnv), looked up in the root this runs in.
 func PolicyFromEnv() (policy.Policy, bool, error) {
 	text, ok := os.LookupEnv(PolicyEnv)
 	if !ok {
@@ -72,6 +73,14 @@ func PolicyFromEnv() (policy.Policy, bool, error) {
 	var p policy.Policy
 	if err := json.Unmarshal([]byte(text), &p); err != nil {
 		return p, true, fmt.Errorf("%s: %w", PolicyEnv, err)
+	}
+	if user := os.Getenv(ImageUserEnv); user != "" && p.Process.RunAsUser == nil {
+		passwd, _ := os.ReadFile("/etc/passwd") // the image's: this runs inside it
+		uid, err := ResolveUser(user, passwd)
+		if err != nil {
+			return p, true, err
+		}
+		p.Process.RunAsUser = &uid
 	}
 	return p, true, nil
 }

@@ -44,6 +44,9 @@ type Options struct {
 	// Hide are host directories sandboxes on the host's root must not see
 	// (the gateway's home: its store and keys).
 	Hide []string
+	// Images is the cache OCI images come from; nil: the driver runs only
+	// the host's operating system and root directories.
+	Images Images
 }
 
 // Driver is the native driver.
@@ -83,6 +86,13 @@ type object struct {
 	IDBase  uint32        `json:"id_base,omitempty"`
 	Command []string      `json:"command"`
 	Policy  policy.Policy `json:"policy"`
+	// ImageID and Layers (diff ids, bottom first) name the OCI image the
+	// sandbox runs, as it was when the incarnation was created; Env and
+	// Dir are what the image says of its environment and working directory.
+	ImageID string   `json:"image_id,omitempty"`
+	Layers  []string `json:"layers,omitempty"`
+	Env     []string `json:"env,omitempty"`
+	Dir     string   `json:"dir,omitempty"`
 }
 
 // New returns a native driver.
@@ -317,8 +327,8 @@ func (d *Driver) check(spec driver.Spec) (string, policy.Policy, error) {
 	if err != nil {
 		return "", policy.Policy{}, err
 	}
-	if len(spec.Command) == 0 {
-		return "", policy.Policy{}, errdefs.InvalidArgument("sandbox %s has no command: the native driver needs one after --", spec.Name)
+	if len(spec.Command) == 0 && !ociImage(spec.Image) {
+		return "", policy.Policy{}, errdefs.InvalidArgument("sandbox %s has no command: the native driver needs one after -- (only OCI images bring their own)", spec.Name)
 	}
 	return rootfs, spec.Policy, nil
 }
@@ -367,6 +377,11 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if old != nil {
 		o.IDBase = old.IDBase // its files in /sandbox keep their owners
 	}
+	if ociImage(spec.Image) {
+		if err := d.useImage(ctx, o, spec.Image); err != nil {
+			return err
+		}
+	}
 	return d.saveNew(o)
 }
 
@@ -376,8 +391,8 @@ func (d *Driver) rootFS(image string) (string, error) {
 	if image == "" || image == HostImage {
 		return "", nil
 	}
-	if !filepath.IsAbs(image) {
-		return "", errdefs.InvalidArgument("the native driver runs the host's operating system (no image, or %q) or a root file system directory given by its absolute path; %q is neither", HostImage, image)
+	if ociImage(image) {
+		return "", d.checkOCI(image)
 	}
 	fi, err := os.Stat(image)
 	if err != nil || !fi.IsDir() {

@@ -119,10 +119,13 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 	}
 	cfg := shim.SandboxConfig{
 		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
-		Env:    sandboxEnv(o.Name, pol),
-		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide,
+		Env:    sandboxEnv(o, pol),
+		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide, Dir: o.Dir,
 		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
 		Limits: pol.Limits, IDs: ids, LogMaxBytes: d.cfg.LogMax(),
+	}
+	if o.ImageID != "" {
+		cfg.Layers = d.layerPaths(o)
 	}
 	owner := -1 // the workdir's owner on the host; -1: leave it
 	if uid := pol.Process.RunAsUser; uid != nil {
@@ -239,11 +242,10 @@ func (d *Driver) prepareWorkdir(o *object, pol policy.Policy, cfg *shim.SandboxC
 	return nil
 }
 
-// sandboxEnv is the environment of a sandbox's processes, with the policy
-// for the exec stage (which removes it).
-func sandboxEnv(name string, pol policy.Policy) []string {
-	env := []string{shim.DefaultPath, "HOME=/sandbox", "HOSTNAME=" + hostname(name),
-		supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(pol)}
+// sandboxEnv is the environment of a sandbox's processes (its image's,
+// when it has one), with the policy for the exec stage (which removes it).
+func sandboxEnv(o *object, pol policy.Policy) []string {
+	env := append(imageEnv(o.Env), "HOSTNAME="+hostname(o.Name), supervisor.PolicyEnv+"="+supervisor.PolicyJSON(pol))
 	return append(env, extraEnv...)
 }
 

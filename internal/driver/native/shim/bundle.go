@@ -30,6 +30,12 @@ type SandboxConfig struct {
 	// means the host's operating system directories only (HostOSDirs,
 	// with /etc's secrets masked).
 	RootFS string `json:"rootfs,omitempty"`
+	// Layers, when set, are an image's unpacked layers on the host, bottom
+	// first: the root is their overlay (idmapped to IDs), not RootFS.
+	Layers []string `json:"layers,omitempty"`
+	// Dir is the main process's and execs' working directory
+	// ("": /sandbox).
+	Dir string `json:"dir,omitempty"`
 	// Workdir is the host directory mounted read-write at /sandbox.
 	Workdir string `json:"workdir"`
 	// WorkdirImage, when set, is mounted at /sandbox instead of Workdir:

@@ -80,9 +80,9 @@ var etcMasked = []string{
 }
 
 // enterRoot builds the sandbox's root file system on newRoot and pivots the
-// mount namespace into it: the source root read-only (cfg.RootFS, or the
-// host's HostOSDirs), fresh /proc, /dev and /tmp, and the workdir at
-// /sandbox. The directories of cfg.Hide are covered by empty ones wherever
+// mount namespace into it: the source root read-only (cfg.Layers as one
+// overlay, cfg.RootFS, or the host's HostOSDirs), fresh /proc, /dev and
+// /tmp, and the workdir at /sandbox. The directories of cfg.Hide are covered by empty ones wherever
 // they fall inside the source root.
 func enterRoot(cfg SandboxConfig, newRoot string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -91,8 +91,14 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	if err := mount("corral", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=755"); err != nil {
 		return err
 	}
-	src := cfg.RootFS
-	if src == "" {
+	src, hostOS := cfg.RootFS, cfg.RootFS == "" && len(cfg.Layers) == 0
+	switch {
+	case len(cfg.Layers) > 0:
+		src = newRoot + ".image"
+		if err := mountLayers(cfg.Layers, cfg.IDs, src); err != nil {
+			return err
+		}
+	case hostOS:
 		src = "/"
 	}
 	entries, err := os.ReadDir(src)
@@ -101,7 +107,7 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if provided[name] || (cfg.RootFS == "" && !slices.Contains(HostOSDirs, name)) {
+		if provided[name] || (hostOS && !slices.Contains(HostOSDirs, name)) {
 			continue
 		}
 		from, to := filepath.Join(src, name), filepath.Join(newRoot, name)
@@ -120,7 +126,7 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 			}
 		}
 	}
-	if cfg.RootFS == "" {
+	if hostOS {
 		if err := maskAll(filepath.Join(newRoot, "etc"), etcMasked); err != nil {
 			return err
 		}

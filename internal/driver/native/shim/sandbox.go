@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,7 +104,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 		return nil, err
 	}
 	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan Request, 4)}
-	s.children.Dir, s.children.DropCaps, s.children.IDs = "/sandbox", true, cfg.IDs
+	s.children.Dir, s.children.DropCaps, s.children.IDs = cmp.Or(cfg.Dir, "/sandbox"), true, cfg.IDs
 	signal.Notify(s.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
 	s.lock = os.NewFile(LockFD, "lock")
 	if s.bundle, err = os.Open(b.Dir); err != nil {
