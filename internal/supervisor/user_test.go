@@ -7,7 +7,7 @@ import (
 
 func TestResolveUser(t *testing.T) {
 	passwd := []byte("root:x:0:0:root:/root:/bin/sh\napp:x:1001:1002::/home/app:/bin/sh\nbad:x:-4:0::/:/bin/sh\n")
-	for user, want := range map[string]int{"0": 0, "1000": 1000, "1000:1000": 1000, "app": 1001, "app:staff": 1001, "root": 0} {
+	for user, want := range map[string]int{"0": 1000, "0:0": 1000, "1000": 1000, "1000:1000": 1000, "app": 1001, "app:staff": 1001, "root": 1000} {
 		got, err := ResolveUser(user, passwd)
 		if err != nil || got != want {
 			t.Errorf("ResolveUser(%q) = %d, %v; want %d", user, got, err, want)
