@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -375,15 +376,23 @@ func (s *Store) layerSize(diffID string) (int64, error) {
 	if ok {
 		return n, nil
 	}
+	seen := map[uint64]bool{} // a hard link's bytes count once
 	err := filepath.WalkDir(s.LayerPath(diffID), func(_ string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
 		fi, err := d.Info()
-		if err == nil {
-			n += fi.Size()
+		if err != nil {
+			return err
 		}
-		return err
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			if seen[st.Ino] {
+				return nil
+			}
+			seen[st.Ino] = true
+		}
+		n += fi.Size()
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("image cache: layer %s: %w", diffID, err)
