@@ -37,10 +37,12 @@ type ent struct {
 	uid, gid         int
 }
 
-func mkfile(name, body string, mode int64) ent { return ent{name: name, body: body, typ: tar.TypeReg, mode: mode} }
-func mkdir(name string) ent                    { return ent{name: name, typ: tar.TypeDir, mode: 0o755} }
-func mksym(name, to string) ent                { return ent{name: name, link: to, typ: tar.TypeSymlink, mode: 0o777} }
-func mklink(name, to string) ent               { return ent{name: name, link: to, typ: tar.TypeLink, mode: 0o644} }
+func mkfile(name, body string, mode int64) ent {
+	return ent{name: name, body: body, typ: tar.TypeReg, mode: mode}
+}
+func mkdir(name string) ent      { return ent{name: name, typ: tar.TypeDir, mode: 0o755} }
+func mksym(name, to string) ent  { return ent{name: name, link: to, typ: tar.TypeSymlink, mode: 0o777} }
+func mklink(name, to string) ent { return ent{name: name, link: to, typ: tar.TypeLink, mode: 0o644} }
 
 // tarOf writes entries as a tar stream.
 func tarOf(t *testing.T, entries ...ent) []byte {
