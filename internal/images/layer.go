@@ -60,7 +60,7 @@ func (m *meter) Read(p []byte) (int, error) {
 	m.h.Write(p[:n])
 	m.n += int64(n)
 	if m.limit >= 0 && m.n > m.limit {
-		m.err = errPastSize
+		m.err = fmt.Errorf("%w (%d bytes)", errPastSize, m.limit)
 		return n, m.err
 	}
 	if m.report != nil && (m.n-m.lastN >= progressBytes || time.Since(m.lastReported) >= progressEvery || err == io.EOF) {
@@ -134,7 +134,7 @@ func (s *Store) download(ctx context.Context, ref string, b blob, emit func(Prog
 	})
 	emit(Progress{Layer: b.diffID.String(), Status: "downloading", Total: b.size})
 	if _, err := io.Copy(f, readerCtx{ctx, m}); err != nil {
-		if m.err == errPastSize {
+		if errors.Is(m.err, errPastSize) {
 			return fail(errdefs.InvalidArgument("image %q: layer %s refused: %v", ref, b.name(), m.err))
 		}
 		if ctx.Err() != nil {
@@ -208,7 +208,7 @@ func (s *Store) unpack(ctx context.Context, ref string, b blob, emit func(Progre
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case m.err == errPastSize:
+	case errors.Is(m.err, errPastSize):
 		return refused(m.err)
 	case errors.Is(err, errNeedRoot):
 		return errdefs.FailedPrecondition("image %q: layer %s: %v", ref, b.name(), err)

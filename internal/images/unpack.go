@@ -27,7 +27,13 @@ type refusal struct {
 	entry, reason string
 }
 
-func (r *refusal) Error() string { return fmt.Sprintf("entry %q: %s", r.entry, r.reason) }
+func (r *refusal) Error() string {
+	entry := r.entry
+	if len(entry) > 200 {
+		entry = entry[:200] + "…"
+	}
+	return fmt.Sprintf("entry %q: %s", entry, r.reason)
+}
 
 // errNeedRoot is what a whiteout meets in a process that is not root.
 var errNeedRoot = errors.New("the layer has whiteouts, which only root can make (overlay whiteouts are character devices): images need a gateway running as root")
