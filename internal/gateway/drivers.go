@@ -16,6 +16,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver/fake"
 	"github.com/corral-sandbox/corral/internal/driver/native"
 	"github.com/corral-sandbox/corral/internal/driver/registry"
+	"github.com/corral-sandbox/corral/internal/images"
 )
 
 // The probes of "auto": whether a Docker engine answers (returning its
@@ -83,8 +84,12 @@ func openNative(_ context.Context, env registry.Env) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	cache, err := images.Open(filepath.Join(env.Home, "images"), images.Options{DockerHost: dockerHost(env.Config)})
+	if err != nil {
+		return nil, err
+	}
 	return native.New(driverConfig(env.Config, dir),
-		native.Options{Supervisor: bin, Hide: []string{env.Home}})
+		native.Options{Supervisor: bin, Hide: []string{env.Home}, Images: cache})
 }
 
 func openDocker(ctx context.Context, env registry.Env) (driver.Driver, error) {
@@ -119,12 +124,18 @@ func newDocker(cfg config.Config, home string) (*docker.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	return docker.New(driverConfig(cfg, dir),
+		docker.Options{Host: dockerHost(cfg), PullPolicy: cfg.ImagePullPolicy, Supervisor: bin})
+}
+
+// dockerHost is the configured Docker engine's address ("": DOCKER_HOST or
+// the default socket).
+func dockerHost(cfg config.Config) string {
 	host := cfg.Drivers.Docker.SocketPath
 	if host != "" && !strings.Contains(host, "://") {
 		host = "unix://" + host
 	}
-	return docker.New(driverConfig(cfg, dir),
-		docker.Options{Host: host, PullPolicy: cfg.ImagePullPolicy, Supervisor: bin})
+	return host
 }
 
 // installSupervisor copies the running binary into dir, so that containers

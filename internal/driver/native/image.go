@@ -8,15 +8,15 @@ import (
 	"strings"
 
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/images"
-	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
 // Images is the cache the driver runs OCI images from (an *images.Store).
 type Images interface {
-	Pull(ctx context.Context, ref string, progress func(images.Progress)) (images.Image, error)
+	Pull(ctx context.Context, ref string, progress func(images.Progress), opts ...images.PullOptions) (images.Image, error)
 	List() ([]images.Image, error)
 	Remove(ref string, inUse func(id string) bool) (images.Image, error)
 	Prune(inUse func(id string) bool) ([]images.Image, error)
@@ -24,7 +24,10 @@ type Images interface {
 	ReadFile(img images.Image, path string) ([]byte, error)
 }
 
-var _ driver.Imager = (*Driver)(nil)
+var (
+	_ driver.Imager = (*Driver)(nil)
+	_ Images        = (*images.Store)(nil)
+)
 
 // ociImage tells an OCI image reference ("python:3.12", "oci:/dir",
 // "docker-archive:/file.tar") from the host's operating system and a root
