@@ -2,6 +2,7 @@ package native
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,7 +45,7 @@ func (d *Driver) checkOCI(image string) error {
 	if os.Geteuid() != 0 {
 		return errdefs.InvalidArgument("image %q: OCI images on the native driver need a gateway that runs as root (each sandbox sees the shared layers through idmapped mounts); run it as root, or give an unpacked root directory by its absolute path", image)
 	}
-	return nil
+	return images.Check(image)
 }
 
 // useImage pulls an OCI image (unpacking only what the cache lacks) and
@@ -53,6 +54,10 @@ func (d *Driver) checkOCI(image string) error {
 // names none.
 func (d *Driver) useImage(ctx context.Context, o *object, image string) error {
 	img, err := d.opts.Images.Pull(ctx, image, nil)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		// Retrying finds nothing more until someone provides the image.
+		return errdefs.InvalidArgument("%v", err)
+	}
 	if err != nil {
 		return err
 	}
