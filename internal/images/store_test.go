@@ -104,3 +104,29 @@ func TestRemoveAndPrune(t *testing.T) {
 		t.Errorf("layers left after pruning everything: %v", entries)
 	}
 }
+
+// A tag pulled again with Always after it moved names the new image only;
+// without Always the cache answers with the image it has.
+func TestMovedTag(t *testing.T) {
+	s, _ := newStore(t)
+	first := imageOf(t, richConfig, tarOf(t, mkfile("v", "1", 0o644)))
+	ref := push(t, first, "moving/tag:latest")
+	old, err := s.Pull(context.Background(), ref, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	push(t, imageOf(t, richConfig, tarOf(t, mkfile("v", "2", 0o644))), "moving/tag:latest")
+	if cached, err := s.Pull(context.Background(), ref, nil); err != nil || cached.ID != old.ID {
+		t.Fatalf("pull without Always: %s, %v; want the cached %s", cached.ID, err, old.ID)
+	}
+	moved, err := s.Pull(context.Background(), ref, nil, PullOptions{Always: true})
+	if err != nil || moved.ID == old.ID {
+		t.Fatalf("pull with Always: %s, %v; want a new image", moved.ID, err)
+	}
+	if got, err := s.Get(ref); err != nil || got.ID != moved.ID {
+		t.Errorf("the tag names %s, %v; want %s", got.ID, err, moved.ID)
+	}
+	if got, err := s.Get(old.ID); err != nil || len(got.Refs) != 0 {
+		t.Errorf("the old image: %+v, %v; want it kept, with no name", got, err)
+	}
+}
