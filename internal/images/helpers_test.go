@@ -198,11 +198,7 @@ func sha(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.Encode
 // manifest are written and the index points at them.
 func editLayout(t *testing.T, dir string, edit func(m *v1.Manifest, cfg map[string]any, blobs map[string][]byte)) {
 	t.Helper()
-	p, err := layout.FromPath(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := p.ImageIndex()
+	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

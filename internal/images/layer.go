@@ -17,7 +17,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/zstd"
-	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
 )
@@ -182,7 +181,7 @@ func (s *Store) unpack(ctx context.Context, ref string, b blob, emit func(Progre
 	}
 	defer rc.Close()
 	s.unpacked.Add(1)
-	total := b.size
+	total := max(b.size, 0) // 0: not declared
 	emit(Progress{Layer: b.diffID.String(), Status: "unpacking", Total: total})
 	m := newMeter(readerCtx{ctx, rc}, b.size, func(n int64) {
 		emit(Progress{Layer: b.diffID.String(), Status: "unpacking", Current: n, Total: total})
@@ -198,7 +197,7 @@ func (s *Store) unpack(ctx context.Context, ref string, b blob, emit func(Progre
 	}
 	diff := sha256.New()
 	tee := io.TeeReader(stream, diff)
-	stats, err := untar(tee, dir, defaultLimits)
+	stats, err := untar(tee, dir, defaultLimits, os.Geteuid() == 0)
 	if err == nil {
 		_, err = io.Copy(io.Discard, tee) // the diff id covers what follows the tar's end too
 	}
@@ -247,14 +246,4 @@ func (s *Store) place(dir, diffID string, size int64) error {
 	s.sizes[diffID] = size
 	s.mu.Unlock()
 	return syncDir(filepath.Dir(final))
-}
-
-// syncFS flushes the file system that holds dir.
-func syncFS(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return unix.Syncfs(int(d.Fd()))
 }

@@ -2,9 +2,11 @@ package images
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +15,11 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/compression"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -309,5 +315,62 @@ func TestPullFromEngine(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(s.tmpDir()); len(entries) != 0 {
 		t.Errorf("the export was left in %s: %v", s.tmpDir(), entries)
+	}
+}
+
+// A registry pull reports resolving, then for each layer downloading (up
+// to its full size) before unpacking, then done.
+func TestPullProgress(t *testing.T) {
+	s, _ := newStore(t)
+	img := imageOf(t, richConfig, tarOf(t, mkfile("big", strings.Repeat("z", 3<<20), 0o644)), tarOf(t, mkfile("small", "s", 0o644)))
+	var ev events
+	got, err := s.Pull(context.Background(), push(t, img, "progress/image:v1"), ev.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := ev.all
+	if len(all) < 2 || all[0].Status != "resolving" || all[len(all)-1].Status != "done" {
+		t.Fatalf("events %+v: want resolving first and done last", all)
+	}
+	for _, layer := range got.Layers {
+		var downloaded int64
+		var total int64 = -1
+		unpacking := false
+		for _, p := range all {
+			switch {
+			case p.Layer != layer:
+			case p.Status == "downloading" && !unpacking:
+				downloaded, total = p.Current, p.Total
+			case p.Status == "unpacking":
+				unpacking = true
+			default:
+				t.Errorf("layer %s: event %+v out of order", layer, p)
+			}
+		}
+		if !unpacking || total <= 0 || downloaded != total {
+			t.Errorf("layer %s: downloaded %d of %d, then unpacking %v", layer, downloaded, total, unpacking)
+		}
+	}
+}
+
+// A zstd layer unpacks as a gzip one does.
+func TestPullZstdLayer(t *testing.T) {
+	s, _ := newStore(t)
+	tb := tarOf(t, mkfile("z", "zstd\n", 0o644))
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(tb)), nil },
+		tarball.WithCompression(compression.ZStd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Pull(context.Background(), "oci:"+writeLayout(t, img, "z"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := s.ReadFile(got, "/z"); err != nil || string(data) != "zstd\n" {
+		t.Errorf("/z: %q, %v", data, err)
 	}
 }

@@ -64,14 +64,15 @@ type unpacker struct {
 }
 
 // untar unpacks r into dir, which must exist and be empty. An entry it
-// refuses is a *refusal; it stops at the first.
-func untar(r io.Reader, dir string, lim limits) (unpackStats, error) {
+// refuses is a *refusal; it stops at the first. asRoot (the process is
+// root) keeps the headers' owners and makes whiteouts.
+func untar(r io.Reader, dir string, lim limits, asRoot bool) (unpackStats, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return unpackStats{}, err
 	}
 	defer root.Close()
-	u := &unpacker{root: root, lim: lim, asRoot: os.Geteuid() == 0, dirHdr: map[string]*tar.Header{}}
+	u := &unpacker{root: root, lim: lim, asRoot: asRoot, dirHdr: map[string]*tar.Header{}}
 	tr := tar.NewReader(r)
 	for n := 1; ; n++ {
 		hdr, err := tr.Next()
@@ -123,10 +124,7 @@ func (u *unpacker) clean(name string) (string, string) {
 func fsReason(what string, err error) string {
 	var perr *os.PathError
 	if errors.As(err, &perr) && (strings.Contains(perr.Err.Error(), "path escapes") || errors.Is(perr.Err, unix.ELOOP)) {
-		return fmt.Sprintf("%s: the path goes through a symlink that leads outside the layer", what)
-	}
-	if strings.Contains(err.Error(), "path escapes") {
-		return fmt.Sprintf("%s: the path goes through a symlink that leads outside the layer", what)
+		return fmt.Sprintf("%s: the path goes through a symlink that leads outside the layer (or loops)", what)
 	}
 	return fmt.Sprintf("%s: %v", what, err)
 }

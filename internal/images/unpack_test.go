@@ -1,6 +1,8 @@
 package images
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -170,4 +172,41 @@ func TestLyingLayersAreRefused(t *testing.T) {
 			blobs[m.Layers[0].Digest.String()] = b
 		}, "unexpected EOF")
 	})
+}
+
+// Without root, a layer unpacks without chowning, and one with a whiteout
+// fails with a reason that says images need root.
+func TestUntarAsNonRoot(t *testing.T) {
+	owned := mkfile("f", "x", 0o644)
+	owned.uid, owned.gid = 4321, 4321
+	dir := t.TempDir()
+	if _, err := untar(bytes.NewReader(tarOf(t, owned)), dir, defaultLimits, false); err != nil {
+		t.Fatal(err)
+	}
+	if st := stat(t, filepath.Join(dir, "f")); st.Uid == 4321 {
+		t.Errorf("chowned without root")
+	}
+	_, err := untar(bytes.NewReader(tarOf(t, mkfile(".wh.gone", "", 0))), t.TempDir(), defaultLimits, false)
+	if !errors.Is(err, errNeedRoot) || !strings.Contains(err.Error(), "gateway running as root") {
+		t.Errorf("a whiteout without root: %v", err)
+	}
+}
+
+// A layer of more entries than the limit is refused; devices and fifos
+// are counted and never made.
+func TestUntarLimitsAndSkips(t *testing.T) {
+	dev := []ent{{name: "null", typ: tar.TypeChar, mode: 0o666}, {name: "sda", typ: tar.TypeBlock, mode: 0o660}, {name: "p", typ: tar.TypeFifo, mode: 0o644}}
+	dir := t.TempDir()
+	stats, err := untar(bytes.NewReader(tarOf(t, dev...)), dir, limits{entries: 3, pathLen: 4096, depth: 256}, true)
+	if err != nil || stats.skipped != 3 {
+		t.Fatalf("devices: %+v, %v; want 3 skipped", stats, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("devices were made: %v", entries)
+	}
+	_, err = untar(bytes.NewReader(tarOf(t, append(dev, mkfile("f", "", 0o644))...)), t.TempDir(), limits{entries: 3, pathLen: 4096, depth: 256}, true)
+	var r *refusal
+	if !errors.As(err, &r) || !strings.Contains(r.reason, "more than 3 entries") {
+		t.Errorf("a fourth entry over a limit of 3: %v", err)
+	}
 }
