@@ -149,8 +149,8 @@ func (d *Driver) RemoveImage(ctx context.Context, ref string) (driver.ImageInfo,
 	if d.opts.Images == nil {
 		return driver.ImageInfo{}, errdefs.NotFound("no image %q: this native driver has no image cache", ref)
 	}
-	d.idsMu.Lock() // no create records a new use meanwhile
-	defer d.idsMu.Unlock()
+	d.imagesMu.Lock() // no create records a new use meanwhile
+	defer d.imagesMu.Unlock()
 	used, err := d.imagesInUse()
 	if err != nil {
 		return driver.ImageInfo{}, err
@@ -164,8 +164,8 @@ func (d *Driver) PruneImages(ctx context.Context) ([]driver.ImageInfo, error) {
 	if d.opts.Images == nil {
 		return nil, nil
 	}
-	d.idsMu.Lock()
-	defer d.idsMu.Unlock()
+	d.imagesMu.Lock()
+	defer d.imagesMu.Unlock()
 	used, err := d.imagesInUse()
 	if err != nil {
 		return nil, err

@@ -58,6 +58,10 @@ type Driver struct {
 	locks map[string]*sync.Mutex // one per sandbox id: calls on one id are serialized
 
 	idsMu sync.Mutex // held while a sandbox's host id range is chosen and saved
+	// imagesMu is read-held by a create from its image's pull until its
+	// object records the image, and held by image removals: none removes
+	// an image a create is about to record.
+	imagesMu sync.RWMutex
 }
 
 var (
@@ -378,6 +382,8 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		o.IDBase = old.IDBase // its files in /sandbox keep their owners
 	}
 	if ociImage(spec.Image) {
+		d.imagesMu.RLock()
+		defer d.imagesMu.RUnlock()
 		if err := d.useImage(ctx, o, spec.Image); err != nil {
 			return err
 		}
