@@ -17,6 +17,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver/drivertest"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/images"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/supervisor"
@@ -34,19 +35,48 @@ var stateDirs sync.Map // *testing.T -> string
 
 func newTestDriver(t *testing.T, label string) *Driver {
 	t.Helper()
+	return newDriverWith(t, label, Options{Supervisor: corral})
+}
+
+func newDriverWith(t *testing.T, label string, opts Options) *Driver {
+	t.Helper()
 	testenv.RequireRoot(t)
 	dir, _ := stateDirs.LoadOrStore(t, t.TempDir())
-	d, err := New(driver.Config{Label: label, StateDir: dir.(string)}, Options{Supervisor: corral})
+	d, err := New(driver.Config{Label: label, StateDir: dir.(string)}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
 
+// newImageDriver is a test driver with an image cache of its own (which
+// never asks a Docker engine).
+func newImageDriver(t *testing.T, label string) *Driver {
+	t.Helper()
+	cacheDir, _ := stateDirs.LoadOrStore(t.Name()+"/images", t.TempDir())
+	cache, err := images.Open(cacheDir.(string), images.Options{NoEngine: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newDriverWith(t, label, Options{Supervisor: corral, Images: cache})
+}
+
 func TestConformance(t *testing.T) {
 	testenv.RequireRoot(t)
 	drivertest.RunWith(t, func(t *testing.T, label string) driver.Driver { return newTestDriver(t, label) },
 		drivertest.Options{Image: HostImage, InvalidImage: "relative/root"})
+}
+
+// TestConformanceOCIImage runs the suite on an OCI image (the test image,
+// a `docker save` archive) instead of the host's operating system.
+func TestConformanceOCIImage(t *testing.T) {
+	testenv.RequireRoot(t)
+	img, err := testenv.TestOCIImage(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drivertest.RunWith(t, func(t *testing.T, label string) driver.Driver { return newImageDriver(t, label) },
+		drivertest.Options{Image: "docker-archive:" + img.DockerArchive, InvalidImage: "oci:/does/not/exist"})
 }
 
 // testSandbox is a running sandbox of a test, deleted when it ends.
@@ -317,7 +347,7 @@ func TestBadInput(t *testing.T) {
 		spec driver.Spec
 		want string
 	}{
-		{driver.Spec{Image: "busybox:latest", Command: []string{"true"}}, "neither"},
+		{driver.Spec{Image: "busybox:latest", Command: []string{"true"}}, "has no image cache"},
 		{driver.Spec{Image: "/does/not/exist", Command: []string{"true"}}, "not a directory"},
 		{driver.Spec{Image: HostImage}, "no command"},
 	} {
