@@ -1777,8 +1777,13 @@ func (x *Image) GetSandboxes() int32 {
 }
 
 type PullImageRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Image         string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Image string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	// if_needed pulls only what a create of the image would, under the
+	// gateway's image_pull_policy: nothing when the policy is never, or when
+	// the image is in the store already and the policy is not always. The
+	// stream is then empty.
+	IfNeeded      bool `protobuf:"varint,2,opt,name=if_needed,json=ifNeeded,proto3" json:"if_needed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1818,6 +1823,13 @@ func (x *PullImageRequest) GetImage() string {
 		return x.Image
 	}
 	return ""
+}
+
+func (x *PullImageRequest) GetIfNeeded() bool {
+	if x != nil {
+		return x.IfNeeded
+	}
+	return false
 }
 
 // PullImageProgress is one step of a pull; the last message of the stream
@@ -2253,9 +2265,10 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x04refs\x18\x02 \x03(\tR\x04refs\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x124\n" +
 	"\acreated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x12\x1c\n" +
-	"\tsandboxes\x18\x05 \x01(\x05R\tsandboxes\"(\n" +
+	"\tsandboxes\x18\x05 \x01(\x05R\tsandboxes\"E\n" +
 	"\x10PullImageRequest\x12\x14\n" +
-	"\x05image\x18\x01 \x01(\tR\x05image\"\x99\x01\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\x12\x1b\n" +
+	"\tif_needed\x18\x02 \x01(\bR\bifNeeded\"\x99\x01\n" +
 	"\x11PullImageProgress\x12\x14\n" +
 	"\x05layer\x18\x01 \x01(\tR\x05layer\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x18\n" +
