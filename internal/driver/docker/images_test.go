@@ -18,13 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/moby/moby/client"
 
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -33,82 +28,6 @@ import (
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
-
-// savedTestImage is `docker save` of the test image, in a file.
-func savedTestImage(t *testing.T, d *Driver) string {
-	t.Helper()
-	res, err := d.api.ImageSave(context.Background(), []string{testenv.TestImage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Close()
-	path := filepath.Join(t.TempDir(), "busybox.tar")
-	f, err := os.Create(path)
-	if err == nil {
-		_, err = io.Copy(f, res)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// uniqueImage is the image of a docker save archive with a label of its
-// own (so an id of its own, that no other test's container uses) and,
-// with extra, a random layer of that many bytes on top.
-func uniqueImage(t *testing.T, archive string, extra int64) v1.Image {
-	t.Helper()
-	img, err := tarball.ImageFromPath(archive, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if extra > 0 {
-		layer, err := random.Layer(extra, types.DockerLayer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if img, err = mutate.AppendLayers(img, layer); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := cf.Config
-	cfg.Labels = map[string]string{"corral.test": sandbox.NewID()}
-	if img, err = mutate.Config(img, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
-// writeArchive writes img as a docker-archive file.
-func writeArchive(t *testing.T, img v1.Image) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "image.tar")
-	if err := tarball.WriteToFile(path, name.MustParseReference("corral-test/unique:1"), img); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// writeLayout writes img as an OCI image layout.
-func writeLayout(t *testing.T, img v1.Image) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "layout")
-	p, err := layout.Write(dir, empty.Index)
-	if err == nil {
-		err = p.AppendImage(img)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 func tagOf(t *testing.T, img v1.Image) string {
 	t.Helper()
@@ -171,11 +90,11 @@ func removeTag(d *Driver, ref string) {
 func TestFileImagesRunListAndPrune(t *testing.T) {
 	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
 	ctx := context.Background()
-	saved := savedTestImage(t, d)
-	img := uniqueImage(t, saved, 0)
+	saved := testenv.SavedTestImage(t)
+	img := testenv.UniqueTestImage(t, saved, 0)
 	tag := tagOf(t, img)
 	t.Cleanup(func() { removeTag(d, tag) })
-	archive, dir := writeArchive(t, img), writeLayout(t, img)
+	archive, dir := testenv.WriteArchive(t, img), testenv.WriteLayout(t, img)
 
 	id := runFrom(t, d, archivePrefix+archive)
 	if !hasImage(t, d, tag) {
@@ -235,7 +154,7 @@ func TestFileImagesRunListAndPrune(t *testing.T) {
 func TestPullFileImage(t *testing.T) {
 	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
 	ctx := context.Background()
-	saved := savedTestImage(t, d)
+	saved := testenv.SavedTestImage(t)
 	img, err := tarball.ImageFromPath(saved, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -314,7 +233,7 @@ func TestPullFromRegistry(t *testing.T) {
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(srv.Close)
 	ref := strings.TrimPrefix(srv.URL, "http://") + "/corral-test/pulled:" + sandbox.ShortID(sandbox.NewID())
-	img := uniqueImage(t, savedTestImage(t, d), 256<<10)
+	img := testenv.UniqueTestImage(t, testenv.SavedTestImage(t), 256<<10)
 	pushRef, err := name.ParseReference(ref, name.Insecure)
 	if err == nil {
 		err = remote.Write(pushRef, img)
