@@ -46,11 +46,11 @@ func checkImageRef(ref string) error {
 // the store has ref already and the policy is not always; then it returns
 // nil and no error, and the create does what it always does.
 func (m *Manager) PullImage(ctx context.Context, ref string, ifNeeded bool, progress func(driver.ImageProgress)) (*driver.ImageInfo, error) {
-	if err := checkImageRef(ref); err != nil {
+	im, err := m.imager() // first: a create on a driver without images goes on to check its image itself
+	if err != nil {
 		return nil, err
 	}
-	im, err := m.imager()
-	if err != nil {
+	if err := checkImageRef(ref); err != nil {
 		return nil, err
 	}
 	if ifNeeded {
