@@ -3,16 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/moby/moby/client"
 
 	"github.com/corral-sandbox/corral/internal/testenv"
@@ -113,18 +107,9 @@ func TestDockerImagePullFromRegistry(t *testing.T) {
 	testenv.RequireDocker(t)
 	home, label := t.TempDir(), newLabel(t)
 	dockerGateway(t, home, label, "--image-pull-policy", "if_not_present")
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "http://")
-	ref := host + "/corral-test/pulled:" + label[len(label)-10:]
 	img := testenv.UniqueTestImage(t, testenv.SavedTestImage(t), 4<<20)
-	pushRef, err := name.ParseReference(ref, name.Insecure)
-	if err == nil {
-		err = remote.Write(pushRef, img)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := testenv.ServeImage(t, "corral-test/pulled:"+label[len(label)-10:], img)
+	host, _, _ := strings.Cut(ref, "/")
 	t.Cleanup(func() { forceRemoveImage(t, ref) })
 
 	out, errOut, code := corral(t, home, "image", "pull", ref)

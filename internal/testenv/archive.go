@@ -5,16 +5,21 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/moby/moby/client"
@@ -103,4 +108,22 @@ func WriteLayout(t testing.TB, img v1.Image) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// ServeImage serves img from a registry of the test's (go-containerregistry's,
+// on 127.0.0.1, which Docker reaches over plain HTTP) as repo:tag, and
+// returns that reference, registry host included.
+func ServeImage(t testing.TB, repoTag string, img v1.Image) string {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/" + repoTag
+	push, err := name.ParseReference(ref, name.Insecure)
+	if err == nil {
+		err = remote.Write(push, img)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref
 }

@@ -3,9 +3,6 @@ package docker
 import (
 	"context"
 	"errors"
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,10 +12,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/moby/moby/client"
 
@@ -230,17 +224,9 @@ func TestFileImagesAreValidated(t *testing.T) {
 func TestPullFromRegistry(t *testing.T) {
 	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
 	ctx := context.Background()
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	ref := strings.TrimPrefix(srv.URL, "http://") + "/corral-test/pulled:" + sandbox.ShortID(sandbox.NewID())
 	img := testenv.UniqueTestImage(t, testenv.SavedTestImage(t), 256<<10)
-	pushRef, err := name.ParseReference(ref, name.Insecure)
-	if err == nil {
-		err = remote.Write(pushRef, img)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := testenv.ServeImage(t, "corral-test/pulled:"+sandbox.ShortID(sandbox.NewID()), img)
+	host, _, _ := strings.Cut(ref, "/")
 	t.Cleanup(func() { removeTag(d, ref) })
 	var (
 		mu    sync.Mutex
@@ -265,7 +251,7 @@ func TestPullFromRegistry(t *testing.T) {
 	if !downloaded || !hasImage(t, d, ref) {
 		t.Fatalf("steps = %+v; want a layer's download among them", steps)
 	}
-	if _, err := d.PullImage(ctx, strings.TrimPrefix(srv.URL, "http://")+"/corral-test/nosuch:1", nil); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "nosuch") {
+	if _, err := d.PullImage(ctx, host+"/corral-test/nosuch:1", nil); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "nosuch") {
 		t.Fatalf("pull of a missing image = %v, want InvalidArgument naming it", err)
 	}
 }
