@@ -1695,6 +1695,440 @@ func (x *DoctorReport) GetFindings() []*DoctorFinding {
 	return nil
 }
 
+// Image is an image of the driver's store.
+type Image struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the digest of the image's config, "sha256:...".
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// refs are the names it is known by.
+	Refs []string `protobuf:"bytes,2,rep,name=refs,proto3" json:"refs,omitempty"`
+	// size is what it takes, in bytes.
+	Size    int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Created *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created,proto3" json:"created,omitempty"`
+	// sandboxes counts the sandboxes that use it.
+	Sandboxes     int32 `protobuf:"varint,5,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Image) Reset() {
+	*x = Image{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Image) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Image) ProtoMessage() {}
+
+func (x *Image) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Image.ProtoReflect.Descriptor instead.
+func (*Image) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Image) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Image) GetRefs() []string {
+	if x != nil {
+		return x.Refs
+	}
+	return nil
+}
+
+func (x *Image) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Image) GetCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+func (x *Image) GetSandboxes() int32 {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return 0
+}
+
+type PullImageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Image string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	// if_needed pulls only what a create of the image would, under the
+	// gateway's image_pull_policy: nothing when the policy is never, or when
+	// the image is in the store already and the policy is not always. The
+	// stream is then empty.
+	IfNeeded      bool `protobuf:"varint,2,opt,name=if_needed,json=ifNeeded,proto3" json:"if_needed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullImageRequest) Reset() {
+	*x = PullImageRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullImageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullImageRequest) ProtoMessage() {}
+
+func (x *PullImageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullImageRequest.ProtoReflect.Descriptor instead.
+func (*PullImageRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *PullImageRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *PullImageRequest) GetIfNeeded() bool {
+	if x != nil {
+		return x.IfNeeded
+	}
+	return false
+}
+
+// PullImageProgress is one step of a pull; the last message of the stream
+// has image set instead.
+type PullImageProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// layer is the digest (or the engine's id) of the layer the step is
+	// about; empty is the image as a whole.
+	Layer string `protobuf:"bytes,1,opt,name=layer,proto3" json:"layer,omitempty"`
+	// status is resolving, downloading, unpacking, cached, done, or the
+	// engine's own word.
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// current and total count bytes, when known.
+	Current       int64  `protobuf:"varint,3,opt,name=current,proto3" json:"current,omitempty"`
+	Total         int64  `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	Image         *Image `protobuf:"bytes,5,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullImageProgress) Reset() {
+	*x = PullImageProgress{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullImageProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullImageProgress) ProtoMessage() {}
+
+func (x *PullImageProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullImageProgress.ProtoReflect.Descriptor instead.
+func (*PullImageProgress) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *PullImageProgress) GetLayer() string {
+	if x != nil {
+		return x.Layer
+	}
+	return ""
+}
+
+func (x *PullImageProgress) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *PullImageProgress) GetCurrent() int64 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+func (x *PullImageProgress) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *PullImageProgress) GetImage() *Image {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+type ListImagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListImagesRequest) Reset() {
+	*x = ListImagesRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListImagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListImagesRequest) ProtoMessage() {}
+
+func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
+func (*ListImagesRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{29}
+}
+
+type ListImagesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Images        []*Image               `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListImagesResponse) Reset() {
+	*x = ListImagesResponse{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListImagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListImagesResponse) ProtoMessage() {}
+
+func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
+func (*ListImagesResponse) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListImagesResponse) GetImages() []*Image {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+type RemoveImageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// image is a name or an id.
+	Image         string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveImageRequest) Reset() {
+	*x = RemoveImageRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveImageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveImageRequest) ProtoMessage() {}
+
+func (x *RemoveImageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveImageRequest.ProtoReflect.Descriptor instead.
+func (*RemoveImageRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RemoveImageRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+type PruneImagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneImagesRequest) Reset() {
+	*x = PruneImagesRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneImagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneImagesRequest) ProtoMessage() {}
+
+func (x *PruneImagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneImagesRequest.ProtoReflect.Descriptor instead.
+func (*PruneImagesRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{32}
+}
+
+type PruneImagesResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Removed []*Image               `protobuf:"bytes,1,rep,name=removed,proto3" json:"removed,omitempty"`
+	// space_freed is the sum of the removed images' sizes, in bytes.
+	SpaceFreed    int64 `protobuf:"varint,2,opt,name=space_freed,json=spaceFreed,proto3" json:"space_freed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneImagesResponse) Reset() {
+	*x = PruneImagesResponse{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneImagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneImagesResponse) ProtoMessage() {}
+
+func (x *PruneImagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneImagesResponse.ProtoReflect.Descriptor instead.
+func (*PruneImagesResponse) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PruneImagesResponse) GetRemoved() []*Image {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+func (x *PruneImagesResponse) GetSpaceFreed() int64 {
+	if x != nil {
+		return x.SpaceFreed
+	}
+	return 0
+}
+
 var File_corral_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_corral_v1_sandbox_proto_rawDesc = "" +
@@ -1825,7 +2259,32 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\aproblem\x18\x02 \x01(\tR\aproblem\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\"D\n" +
 	"\fDoctorReport\x124\n" +
-	"\bfindings\x18\x01 \x03(\v2\x18.corral.v1.DoctorFindingR\bfindings2\x84\a\n" +
+	"\bfindings\x18\x01 \x03(\v2\x18.corral.v1.DoctorFindingR\bfindings\"\x93\x01\n" +
+	"\x05Image\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04refs\x18\x02 \x03(\tR\x04refs\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x124\n" +
+	"\acreated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x12\x1c\n" +
+	"\tsandboxes\x18\x05 \x01(\x05R\tsandboxes\"E\n" +
+	"\x10PullImageRequest\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\x12\x1b\n" +
+	"\tif_needed\x18\x02 \x01(\bR\bifNeeded\"\x99\x01\n" +
+	"\x11PullImageProgress\x12\x14\n" +
+	"\x05layer\x18\x01 \x01(\tR\x05layer\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x18\n" +
+	"\acurrent\x18\x03 \x01(\x03R\acurrent\x12\x14\n" +
+	"\x05total\x18\x04 \x01(\x03R\x05total\x12&\n" +
+	"\x05image\x18\x05 \x01(\v2\x10.corral.v1.ImageR\x05image\"\x13\n" +
+	"\x11ListImagesRequest\">\n" +
+	"\x12ListImagesResponse\x12(\n" +
+	"\x06images\x18\x01 \x03(\v2\x10.corral.v1.ImageR\x06images\"*\n" +
+	"\x12RemoveImageRequest\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\"\x14\n" +
+	"\x12PruneImagesRequest\"b\n" +
+	"\x13PruneImagesResponse\x12*\n" +
+	"\aremoved\x18\x01 \x03(\v2\x10.corral.v1.ImageR\aremoved\x12\x1f\n" +
+	"\vspace_freed\x18\x02 \x01(\x03R\n" +
+	"spaceFreed2\xa7\t\n" +
 	"\x0eSandboxService\x12R\n" +
 	"\rCreateSandbox\x12\x1f.corral.v1.CreateSandboxRequest\x1a .corral.v1.CreateSandboxResponse\x12>\n" +
 	"\n" +
@@ -1839,7 +2298,12 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x0eListOperations\x12 .corral.v1.ListOperationsRequest\x1a!.corral.v1.ListOperationsResponse\x12B\n" +
 	"\vExecSandbox\x12\x16.corral.v1.ExecRequest\x1a\x17.corral.v1.ExecResponse(\x010\x01\x12C\n" +
 	"\vSandboxLogs\x12\x1d.corral.v1.SandboxLogsRequest\x1a\x13.corral.v1.LogChunk0\x01\x12;\n" +
-	"\x06Doctor\x12\x18.corral.v1.DoctorRequest\x1a\x17.corral.v1.DoctorReportB8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
+	"\x06Doctor\x12\x18.corral.v1.DoctorRequest\x1a\x17.corral.v1.DoctorReport\x12H\n" +
+	"\tPullImage\x12\x1b.corral.v1.PullImageRequest\x1a\x1c.corral.v1.PullImageProgress0\x01\x12I\n" +
+	"\n" +
+	"ListImages\x12\x1c.corral.v1.ListImagesRequest\x1a\x1d.corral.v1.ListImagesResponse\x12>\n" +
+	"\vRemoveImage\x12\x1d.corral.v1.RemoveImageRequest\x1a\x10.corral.v1.Image\x12L\n" +
+	"\vPruneImages\x12\x1d.corral.v1.PruneImagesRequest\x1a\x1e.corral.v1.PruneImagesResponseB8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
 
 var (
 	file_corral_v1_sandbox_proto_rawDescOnce sync.Once
@@ -1853,7 +2317,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),            // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                // 1: corral.v1.Sandbox
@@ -1881,19 +2345,27 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*DoctorRequest)(nil),          // 23: corral.v1.DoctorRequest
 	(*DoctorFinding)(nil),          // 24: corral.v1.DoctorFinding
 	(*DoctorReport)(nil),           // 25: corral.v1.DoctorReport
-	nil,                            // 26: corral.v1.SandboxSpec.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
+	(*Image)(nil),                  // 26: corral.v1.Image
+	(*PullImageRequest)(nil),       // 27: corral.v1.PullImageRequest
+	(*PullImageProgress)(nil),      // 28: corral.v1.PullImageProgress
+	(*ListImagesRequest)(nil),      // 29: corral.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),     // 30: corral.v1.ListImagesResponse
+	(*RemoveImageRequest)(nil),     // 31: corral.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),     // 32: corral.v1.PruneImagesRequest
+	(*PruneImagesResponse)(nil),    // 33: corral.v1.PruneImagesResponse
+	nil,                            // 34: corral.v1.SandboxSpec.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 35: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	26, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	34, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	27, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	27, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	27, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	35, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	35, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	27, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	27, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	27, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	35, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	35, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	35, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 11: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
@@ -1904,35 +2376,47 @@ var file_corral_v1_sandbox_proto_depIdxs = []int32{
 	18, // 16: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
 	17, // 17: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
 	24, // 18: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
-	3,  // 19: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
-	5,  // 20: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
-	6,  // 21: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
-	8,  // 22: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
-	9,  // 23: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 24: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	11, // 25: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
-	13, // 26: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	15, // 27: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	19, // 28: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	21, // 29: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	23, // 30: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	4,  // 31: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 32: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 33: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 34: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 35: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	12, // 36: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	1,  // 37: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
-	14, // 38: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	16, // 39: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	20, // 40: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	22, // 41: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	25, // 42: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	31, // [31:43] is the sub-list for method output_type
-	19, // [19:31] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	35, // 19: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
+	26, // 20: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
+	26, // 21: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
+	26, // 22: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
+	3,  // 23: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
+	5,  // 24: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
+	6,  // 25: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
+	8,  // 26: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
+	9,  // 27: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
+	10, // 28: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	11, // 29: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
+	13, // 30: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	15, // 31: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	19, // 32: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	21, // 33: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	23, // 34: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	27, // 35: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
+	29, // 36: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
+	31, // 37: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
+	32, // 38: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
+	4,  // 39: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 40: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 41: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 42: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 43: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	12, // 44: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 45: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	14, // 46: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	16, // 47: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	20, // 48: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	22, // 49: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	25, // 50: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	28, // 51: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
+	30, // 52: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
+	26, // 53: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
+	33, // 54: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
+	39, // [39:55] is the sub-list for method output_type
+	23, // [23:39] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_sandbox_proto_init() }
@@ -1958,7 +2442,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

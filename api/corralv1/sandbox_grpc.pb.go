@@ -31,6 +31,10 @@ const (
 	SandboxService_ExecSandbox_FullMethodName    = "/corral.v1.SandboxService/ExecSandbox"
 	SandboxService_SandboxLogs_FullMethodName    = "/corral.v1.SandboxService/SandboxLogs"
 	SandboxService_Doctor_FullMethodName         = "/corral.v1.SandboxService/Doctor"
+	SandboxService_PullImage_FullMethodName      = "/corral.v1.SandboxService/PullImage"
+	SandboxService_ListImages_FullMethodName     = "/corral.v1.SandboxService/ListImages"
+	SandboxService_RemoveImage_FullMethodName    = "/corral.v1.SandboxService/RemoveImage"
+	SandboxService_PruneImages_FullMethodName    = "/corral.v1.SandboxService/PruneImages"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -64,6 +68,20 @@ type SandboxServiceClient interface {
 	// Doctor lists what is inconsistent between records, journal and driver,
 	// and what the gateway does (or the operator can do) about each.
 	Doctor(ctx context.Context, in *DoctorRequest, opts ...grpc.CallOption) (*DoctorReport, error)
+	// PullImage brings an image into the driver's store: a registry
+	// reference, "docker-archive:/path.tar" or "oci:/dir". It streams the
+	// pull's progress; the last message carries the image. A driver that
+	// keeps no images answers UNIMPLEMENTED.
+	PullImage(ctx context.Context, in *PullImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullImageProgress], error)
+	// ListImages returns the images of the driver's store.
+	ListImages(ctx context.Context, in *ListImagesRequest, opts ...grpc.CallOption) (*ListImagesResponse, error)
+	// RemoveImage removes one image by a name or id; one that a sandbox uses
+	// is FAILED_PRECONDITION.
+	RemoveImage(ctx context.Context, in *RemoveImageRequest, opts ...grpc.CallOption) (*Image, error)
+	// PruneImages removes the images no sandbox uses that the driver may
+	// remove (on Docker, only those corral loaded from archives) and returns
+	// them.
+	PruneImages(ctx context.Context, in *PruneImagesRequest, opts ...grpc.CallOption) (*PruneImagesResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -215,6 +233,55 @@ func (c *sandboxServiceClient) Doctor(ctx context.Context, in *DoctorRequest, op
 	return out, nil
 }
 
+func (c *sandboxServiceClient) PullImage(ctx context.Context, in *PullImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullImageProgress], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[3], SandboxService_PullImage_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PullImageRequest, PullImageProgress]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_PullImageClient = grpc.ServerStreamingClient[PullImageProgress]
+
+func (c *sandboxServiceClient) ListImages(ctx context.Context, in *ListImagesRequest, opts ...grpc.CallOption) (*ListImagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListImagesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListImages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) RemoveImage(ctx context.Context, in *RemoveImageRequest, opts ...grpc.CallOption) (*Image, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Image)
+	err := c.cc.Invoke(ctx, SandboxService_RemoveImage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) PruneImages(ctx context.Context, in *PruneImagesRequest, opts ...grpc.CallOption) (*PruneImagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PruneImagesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_PruneImages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -246,6 +313,20 @@ type SandboxServiceServer interface {
 	// Doctor lists what is inconsistent between records, journal and driver,
 	// and what the gateway does (or the operator can do) about each.
 	Doctor(context.Context, *DoctorRequest) (*DoctorReport, error)
+	// PullImage brings an image into the driver's store: a registry
+	// reference, "docker-archive:/path.tar" or "oci:/dir". It streams the
+	// pull's progress; the last message carries the image. A driver that
+	// keeps no images answers UNIMPLEMENTED.
+	PullImage(*PullImageRequest, grpc.ServerStreamingServer[PullImageProgress]) error
+	// ListImages returns the images of the driver's store.
+	ListImages(context.Context, *ListImagesRequest) (*ListImagesResponse, error)
+	// RemoveImage removes one image by a name or id; one that a sandbox uses
+	// is FAILED_PRECONDITION.
+	RemoveImage(context.Context, *RemoveImageRequest) (*Image, error)
+	// PruneImages removes the images no sandbox uses that the driver may
+	// remove (on Docker, only those corral loaded from archives) and returns
+	// them.
+	PruneImages(context.Context, *PruneImagesRequest) (*PruneImagesResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -291,6 +372,18 @@ func (UnimplementedSandboxServiceServer) SandboxLogs(*SandboxLogsRequest, grpc.S
 }
 func (UnimplementedSandboxServiceServer) Doctor(context.Context, *DoctorRequest) (*DoctorReport, error) {
 	return nil, status.Error(codes.Unimplemented, "method Doctor not implemented")
+}
+func (UnimplementedSandboxServiceServer) PullImage(*PullImageRequest, grpc.ServerStreamingServer[PullImageProgress]) error {
+	return status.Error(codes.Unimplemented, "method PullImage not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListImages(context.Context, *ListImagesRequest) (*ListImagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListImages not implemented")
+}
+func (UnimplementedSandboxServiceServer) RemoveImage(context.Context, *RemoveImageRequest) (*Image, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveImage not implemented")
+}
+func (UnimplementedSandboxServiceServer) PruneImages(context.Context, *PruneImagesRequest) (*PruneImagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PruneImages not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -504,6 +597,71 @@ func _SandboxService_Doctor_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_PullImage_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PullImageRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).PullImage(m, &grpc.GenericServerStream[PullImageRequest, PullImageProgress]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_PullImageServer = grpc.ServerStreamingServer[PullImageProgress]
+
+func _SandboxService_ListImages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListImagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListImages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListImages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListImages(ctx, req.(*ListImagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_RemoveImage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveImageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).RemoveImage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_RemoveImage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).RemoveImage(ctx, req.(*RemoveImageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_PruneImages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PruneImagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).PruneImages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_PruneImages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).PruneImages(ctx, req.(*PruneImagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -547,6 +705,18 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Doctor",
 			Handler:    _SandboxService_Doctor_Handler,
 		},
+		{
+			MethodName: "ListImages",
+			Handler:    _SandboxService_ListImages_Handler,
+		},
+		{
+			MethodName: "RemoveImage",
+			Handler:    _SandboxService_RemoveImage_Handler,
+		},
+		{
+			MethodName: "PruneImages",
+			Handler:    _SandboxService_PruneImages_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -563,6 +733,11 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "SandboxLogs",
 			Handler:       _SandboxService_SandboxLogs_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "PullImage",
+			Handler:       _SandboxService_PullImage_Handler,
 			ServerStreams: true,
 		},
 	},

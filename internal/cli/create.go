@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/policy"
@@ -23,7 +27,9 @@ func newCreateCmd(g *globals) *cobra.Command {
 		Use:   "create --name NAME [--image IMG] [--policy FILE] [--label k=v] [--detach] [-- CMD ARGS...]",
 		Short: "Create a sandbox and wait until it is ready",
 		Long: `Create a sandbox. Without --detach, wait until it is ready (exit 0) or
-in error (exit 1), showing its progress on stderr; then print its id.`,
+in error (exit 1), showing its progress on stderr; then print its id.
+With --image, the image is pulled first when the gateway's pull policy
+says a create would pull it, with the pull's progress on stderr.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(format); err != nil {
 				return err
@@ -59,6 +65,11 @@ in error (exit 1), showing its progress on stderr; then print its id.`,
 			}
 			defer c.Close()
 			ctx := cmd.Context()
+			if image != "" {
+				if err := pullForCreate(ctx, c, image, g.stderr); err != nil {
+					return err
+				}
+			}
 			resp, err := c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, Spec: spec, RequestId: requestID})
 			if err != nil {
 				return c.explain(err)
@@ -92,4 +103,14 @@ in error (exit 1), showing its progress on stderr; then print its id.`,
 	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: until ready or error)")
 	f.StringVarP(&format, "output", "o", "table", "output: table (the id), json or yaml")
 	return cmd
+}
+
+// pullForCreate pulls what the create of image would pull, showing the
+// progress; a driver that keeps no images (the fake) has nothing to pull.
+func pullForCreate(ctx context.Context, c *client, image string, progress io.Writer) error {
+	_, err := pullImage(ctx, c, image, true, progress)
+	if status.Code(err) == codes.Unimplemented {
+		return nil
+	}
+	return c.explain(err)
 }

@@ -108,7 +108,7 @@ func Run(opts Options) error {
 	mgr := lifecycle.New(lifecycle.Config{
 		Store: st, Driver: drv, Instance: instance, Logger: log,
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
-		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace,
+		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace, ImagePullPolicy: cfg.ImagePullPolicy,
 	})
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "pid", os.Getpid())
 	if startCtx.Err() != nil {

@@ -126,22 +126,31 @@ func validateCommand(name, field string, command []string) error {
 // validateImage is the byte-level check of an image string; what it means
 // (a Docker reference, a directory) is the driver's to check.
 func validateImage(name, image string) error {
-	field := "image " + quote(image)
+	if field, why := imageProblem(image); why != "" {
+		return invalid(name, field, "%s", why)
+	}
+	return nil
+}
+
+// imageProblem says what is wrong with an image string at the byte level,
+// and names the field: "" when nothing is.
+func imageProblem(image string) (field, why string) {
+	field = "image " + quote(image)
 	if len(image) > MaxImageBytes {
-		return invalid(name, "image", "%d bytes, more than %d", len(image), MaxImageBytes)
+		return "image", fmt.Sprintf("%d bytes, more than %d", len(image), MaxImageBytes)
 	}
 	if !utf8.ValidString(image) {
-		return invalid(name, field, "not valid UTF-8")
+		return field, "not valid UTF-8"
 	}
 	for i, r := range image {
 		switch {
 		case unicode.IsControl(r):
-			return invalid(name, field, "a control character at byte %d", i)
+			return field, fmt.Sprintf("a control character at byte %d", i)
 		case unicode.IsSpace(r):
-			return invalid(name, field, "white space at byte %d", i)
+			return field, fmt.Sprintf("white space at byte %d", i)
 		}
 	}
-	return nil
+	return field, ""
 }
 
 func validatePolicySize(name, text string) error {

@@ -42,6 +42,7 @@ type Lifecycle interface {
 	Watch() (<-chan lifecycle.Event, func())
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
+	Imager
 }
 
 var _ Lifecycle = (*lifecycle.Manager)(nil)

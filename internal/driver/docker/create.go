@@ -39,7 +39,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			return err
 		}
 	}
-	command, err := d.prepareImage(ctx, spec)
+	image, command, err := d.prepareImage(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	_, err = d.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.Name, spec.ID),
 		Config: &container.Config{
-			Image:      spec.Image,
+			Image:      image,
 			Hostname:   spec.Name,
 			Labels:     labels,
 			Env:        env,
@@ -106,60 +106,50 @@ func clearRunDir(dir string) {
 	}
 }
 
-// prepareImage applies the pull policy and returns the command to run: the
-// spec's, else the image's entrypoint and command.
-func (d *Driver) prepareImage(ctx context.Context, spec driver.Spec) ([]string, error) {
+// prepareImage applies the pull policy (a file image is loaded when the
+// engine lacks it, whatever the policy: see loadLocal) and returns the
+// engine's name of the image and the command to run: the spec's, else the
+// image's entrypoint and command.
+func (d *Driver) prepareImage(ctx context.Context, spec driver.Spec) (string, []string, error) {
 	if err := d.Validate(spec); err != nil {
-		return nil, err // a record made before Validate refused such images
+		return "", nil, err // a record made before Validate refused such images
 	}
-	if d.opts.PullPolicy == "always" {
-		if err := d.pull(ctx, spec.Image); err != nil {
-			return nil, err
+	image := spec.Image
+	if _, _, ok := localSource(image); ok {
+		tag, err := d.loadLocal(ctx, image, nil)
+		if err != nil {
+			return "", nil, err
+		}
+		image = tag
+	} else if d.opts.PullPolicy == "always" {
+		if err := d.pull(ctx, image, nil); err != nil {
+			return "", nil, err
 		}
 	}
-	img, err := d.api.ImageInspect(ctx, spec.Image)
+	img, err := d.api.ImageInspect(ctx, image)
 	if cerrdefs.IsNotFound(err) {
 		if d.opts.PullPolicy == "never" {
-			return nil, errdefs.InvalidArgument("image %q is not on the engine and image_pull_policy is never", spec.Image)
+			return "", nil, errdefs.InvalidArgument("image %q is not on the engine and image_pull_policy is never", spec.Image)
 		}
-		if err := d.pull(ctx, spec.Image); err != nil {
-			return nil, err
+		if err := d.pull(ctx, image, nil); err != nil {
+			return "", nil, err
 		}
-		img, err = d.api.ImageInspect(ctx, spec.Image)
+		img, err = d.api.ImageInspect(ctx, image)
 	}
 	if err != nil {
-		return nil, d.wrap(err, fmt.Sprintf("inspect image %q", spec.Image))
+		return "", nil, d.wrap(err, fmt.Sprintf("inspect image %q", spec.Image))
 	}
 	if len(spec.Command) > 0 {
-		return spec.Command, nil
+		return image, spec.Command, nil
 	}
 	var command []string
 	if img.Config != nil {
 		command = append(append(command, img.Config.Entrypoint...), img.Config.Cmd...)
 	}
 	if len(command) == 0 {
-		return nil, errdefs.InvalidArgument("image %q has no command: give one after --", spec.Image)
+		return "", nil, errdefs.InvalidArgument("image %q has no command: give one after --", spec.Image)
 	}
-	return command, nil
-}
-
-// pull pulls an image. When the engine answers but cannot pull it (no such
-// image, no registry), that is the spec's fault until someone provides the
-// image: InvalidArgument, so the create fails at once. An engine that does
-// not answer, or a call past its deadline, is retried.
-func (d *Driver) pull(ctx context.Context, image string) error {
-	resp, err := d.api.ImagePull(ctx, image, client.ImagePullOptions{})
-	if err == nil {
-		defer resp.Close()
-		err = resp.Wait(ctx)
-	}
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil, client.IsErrConnectionFailed(err):
-		return d.wrap(err, fmt.Sprintf("pull image %q", image))
-	}
-	return errdefs.InvalidArgument("image %q is not on the engine and cannot be pulled: %s", image, rootCause(d.wrap(err, "pull")))
+	return image, command, nil
 }
 
 // Start implements driver.Driver. It returns once the supervisor reports

@@ -21,7 +21,8 @@ import (
 var _ driver.Validator = (*Driver)(nil)
 
 // Validate implements driver.Validator: the image must be a valid
-// reference (which also keeps it harmless in Engine API paths).
+// reference (which also keeps it harmless in Engine API paths), or a file
+// image ("docker-archive:/abs/path.tar", "oci:/abs/dir") that exists.
 func (d *Driver) Validate(spec driver.Spec) error {
 	if spec.Image == "" {
 		return errdefs.InvalidArgument("sandbox %s names no image and the gateway has no default_image", spec.Name)
@@ -33,7 +34,12 @@ func (d *Driver) Validate(spec driver.Spec) error {
 // a name[:tag][@digest] or an image id. What it lets through has only
 // [a-z0-9._:@/-] and no "." or ".." path element, so the moby client,
 // which joins it into a URL path, reaches the image and nothing else.
+//
+// A file image needs an absolute path to what exists, of the right kind.
 func checkImage(image string) error {
+	if kind, path, ok := localSource(image); ok {
+		return checkLocal(image, kind, path)
+	}
 	if _, err := reference.ParseAnyReference(image); err != nil {
 		return errdefs.InvalidArgument("image %q is not a valid image reference: %v", image, err)
 	}
