@@ -6,11 +6,13 @@
 //     image and command;
 //   - native: the native driver's create→ready against bwrap and unshare
 //     running the same command in new namespaces, and a bare fork+exec of
-//     it as the floor.
+//     it as the floor;
+//   - images: the native driver's first (unpacking) and warm create of a
+//     50 MB image against the engine's docker load + run of it.
 //
 // Peer and corral runs are interleaved; warm-up runs are discarded.
 //
-//	go run ./bench [-driver docker|native|all] [-n 20] [-warmup 2]
+//	go run ./bench [-driver docker|native|images|core|all] [-n 20] [-warmup 2]
 package main
 
 import (
@@ -35,7 +37,7 @@ import (
 )
 
 func main() {
-	which := flag.String("driver", "all", "which benchmarks: docker, native, core or all")
+	which := flag.String("driver", "all", "which benchmarks: docker, native, images, core or all")
 	n := flag.Int("n", 20, "measured runs per operation")
 	warmup := flag.Int("warmup", 2, "runs discarded before measuring")
 	quick := flag.Bool("quick", false, "a short run of everything (CI): 5 runs each, 1,000 records, 1 s of load")
@@ -81,7 +83,7 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 	for _, b := range []struct {
 		name string
 		fn   func(bin, home string, n, warmup int) (*table, error)
-	}{{"docker", benchDocker}, {"native", benchNative}} {
+	}{{"docker", benchDocker}, {"native", benchNative}, {"images", benchImages}} {
 		if which != "all" && which != b.name {
 			continue
 		}

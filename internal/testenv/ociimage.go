@@ -78,7 +78,7 @@ func TestOCIImage(dir string, filler int64) (OCIImage, error) {
 		dirEntry("home", 0, 0o755), {name: "home/app", typ: tar.TypeDir, mode: 0o750, uid: 1001},
 		{name: "home/app/note", mode: 0o640, uid: 1001, body: []byte("owned by app\n")},
 		dirEntry("app", 0, 0o755), {name: "app/marker", mode: 0o644, body: []byte("layer two\n")},
-		{name: "app/marker.link", typ: tar.TypeLink, link: "app/marker"},
+		{name: "app/marker.link", typ: tar.TypeLink, link: "app/marker", mode: 0o644}, // as tar writes it: the file's mode
 		{name: "app/abs", typ: tar.TypeSymlink, link: "/etc/passwd"},
 		{name: ".wh.gone", mode: 0o644}, {name: "opq/.wh..wh..opq", mode: 0o644}, {name: "opq/new", mode: 0o644, body: []byte("new")},
 	}

@@ -1,10 +1,13 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
@@ -39,11 +43,11 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			return err
 		}
 	}
-	image, command, err := d.prepareImage(ctx, spec)
+	img, err := d.prepareImage(ctx, spec)
 	if err != nil {
 		return err
 	}
-	pol := spec.Policy.WithDefaultUser()
+	pol, env := imageUser(spec.Policy, img.user)
 	// The run directory is the gateway's (root's, when the gateway runs as
 	// root) and not writable by others: a workload as policy.DefaultUser cannot
 	// touch the reports. Only the supervisor, root in the container, writes.
@@ -55,7 +59,10 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		return fmt.Errorf("docker create: %w", err)
 	}
 	clearRunDir(dir)
-	env := []string{"HOME=" + workdir, supervisor.PolicyEnv + "=" + supervisor.PolicyJSON(pol)} // the root is read-only
+	if !slices.ContainsFunc(img.env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
+		env = append(env, "HOME="+workdir) // the root is read-only
+	}
+	env = append(env, supervisor.PolicyEnv+"="+supervisor.PolicyJSON(pol))
 	env = append(env, extraEnv...)
 	work, err := d.workdirMount(ctx, spec, pol)
 	if err != nil {
@@ -78,13 +85,16 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	_, err = d.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.Name, spec.ID),
 		Config: &container.Config{
-			Image:      image,
+			Image:      img.name,
 			Hostname:   spec.Name,
 			Labels:     labels,
 			Env:        env,
 			Entrypoint: supervisor.MainArgv(supervisorPath, readyFile),
-			Cmd:        command,
-			WorkingDir: workdir,
+			Cmd:        img.command,
+			WorkingDir: cmp.Or(img.workingDir, workdir),
+			// The supervisor is root, whatever user the image names: the
+			// exec stage switches to the sandbox's (imageUser).
+			User: "0:0",
 		},
 		HostConfig: hc,
 	})
@@ -106,50 +116,73 @@ func clearRunDir(dir string) {
 	}
 }
 
+// preparedImage is what a container takes from its image.
+type preparedImage struct {
+	name       string   // the engine's name of the image
+	command    []string // the spec's, else the image's entrypoint and command
+	env        []string // the image's environment
+	workingDir string   // the image's working directory, if it names one
+	user       string   // the image's user, if it names one
+}
+
 // prepareImage applies the pull policy (a file image is loaded when the
-// engine lacks it, whatever the policy: see loadLocal) and returns the
-// engine's name of the image and the command to run: the spec's, else the
-// image's entrypoint and command.
-func (d *Driver) prepareImage(ctx context.Context, spec driver.Spec) (string, []string, error) {
+// engine lacks it, whatever the policy: see loadLocal) and returns what
+// the container takes from the image.
+func (d *Driver) prepareImage(ctx context.Context, spec driver.Spec) (preparedImage, error) {
 	if err := d.Validate(spec); err != nil {
-		return "", nil, err // a record made before Validate refused such images
+		return preparedImage{}, err // a record made before Validate refused such images
 	}
-	image := spec.Image
-	if _, _, ok := localSource(image); ok {
-		tag, err := d.loadLocal(ctx, image, nil)
+	p := preparedImage{name: spec.Image, command: spec.Command}
+	if _, _, ok := localSource(p.name); ok {
+		tag, err := d.loadLocal(ctx, p.name, nil)
 		if err != nil {
-			return "", nil, err
+			return p, err
 		}
-		image = tag
+		p.name = tag
 	} else if d.opts.PullPolicy == "always" {
-		if err := d.pull(ctx, image, nil); err != nil {
-			return "", nil, err
+		if err := d.pull(ctx, p.name, nil); err != nil {
+			return p, err
 		}
 	}
-	img, err := d.api.ImageInspect(ctx, image)
+	img, err := d.api.ImageInspect(ctx, p.name)
 	if cerrdefs.IsNotFound(err) {
 		if d.opts.PullPolicy == "never" {
-			return "", nil, errdefs.InvalidArgument("image %q is not on the engine and image_pull_policy is never", spec.Image)
+			return p, errdefs.InvalidArgument("image %q is not on the engine and image_pull_policy is never", spec.Image)
 		}
-		if err := d.pull(ctx, image, nil); err != nil {
-			return "", nil, err
+		if err := d.pull(ctx, p.name, nil); err != nil {
+			return p, err
 		}
-		img, err = d.api.ImageInspect(ctx, image)
+		img, err = d.api.ImageInspect(ctx, p.name)
 	}
 	if err != nil {
-		return "", nil, d.wrap(err, fmt.Sprintf("inspect image %q", spec.Image))
+		return p, d.wrap(err, fmt.Sprintf("inspect image %q", spec.Image))
 	}
-	if len(spec.Command) > 0 {
-		return image, spec.Command, nil
+	if c := img.Config; c != nil {
+		p.env, p.workingDir, p.user = c.Env, c.WorkingDir, c.User
+		if len(p.command) == 0 {
+			p.command = append(append(p.command, c.Entrypoint...), c.Cmd...)
+		}
 	}
-	var command []string
-	if img.Config != nil {
-		command = append(append(command, img.Config.Entrypoint...), img.Config.Cmd...)
+	if len(p.command) == 0 {
+		return p, errdefs.InvalidArgument("image %q has no command: give one after --", spec.Image)
 	}
-	if len(command) == 0 {
-		return "", nil, errdefs.InvalidArgument("image %q has no command: give one after --", spec.Image)
+	return p, nil
+}
+
+// imageUser gives a policy that names no run_as_user the image's user, as
+// the native driver does: a uid at once; a name through the exec stage,
+// which looks it up in the image's /etc/passwd (supervisor.ImageUserEnv);
+// root, or no user, is policy.DefaultUser. It returns the policy and the
+// container environment it needs.
+func imageUser(pol policy.Policy, user string) (policy.Policy, []string) {
+	if pol.Process.RunAsUser != nil || user == "" {
+		return pol.WithDefaultUser(), nil
 	}
-	return image, command, nil
+	if uid, err := supervisor.ResolveUser(user, nil); err == nil {
+		pol.Process.RunAsUser = &uid
+		return pol, nil
+	}
+	return pol, []string{supervisor.ImageUserEnv + "=" + user}
 }
 
 // Start implements driver.Driver. It returns once the supervisor reports

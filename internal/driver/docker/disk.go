@@ -35,6 +35,10 @@ func (d *Driver) diskMount(id string) string { return filepath.Join(d.cfg.StateD
 // holds, and one is never taken away.
 func (d *Driver) workdirMount(ctx context.Context, spec driver.Spec, pol policy.Policy) (mount.Mount, error) {
 	img, mnt := d.diskImage(spec.ID), d.diskMount(spec.ID)
+	owner := 0 // a user named by the image: the supervisor gives it /sandbox
+	if uid := pol.Process.RunAsUser; uid != nil {
+		owner = *uid
+	}
 	_, err := os.Stat(img)
 	hasDisk := err == nil
 	if size := pol.Limits.DiskBytes; size > 0 {
@@ -47,12 +51,12 @@ func (d *Driver) workdirMount(ctx context.Context, spec driver.Spec, pol policy.
 				return mount.Mount{}, d.wrap(err, "inspect volume "+d.volumeName(spec.ID))
 			}
 		}
-		if err := d.mountDisk(img, mnt, size, *pol.Process.RunAsUser); err != nil {
+		if err := d.mountDisk(img, mnt, size, owner); err != nil {
 			return mount.Mount{}, err
 		}
 		hasDisk = true
 	} else if hasDisk {
-		if err := d.mountDisk(img, mnt, 0, *pol.Process.RunAsUser); err != nil {
+		if err := d.mountDisk(img, mnt, 0, owner); err != nil {
 			return mount.Mount{}, err
 		}
 	}

@@ -46,8 +46,7 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 		ConsoleSize:  size,
 		AttachStdin:  opts.Stdin != nil,
 		AttachStdout: true,
-		AttachStderr: true,
-		WorkingDir:   workdir,
+		AttachStderr: true, // in the container's working directory, as root: the exec stage switches
 	})
 	if err != nil {
 		return 0, d.wrap(err, "exec")
