@@ -71,10 +71,11 @@ func TestDockerMissingImageFailsFast(t *testing.T) {
 	testenv.RequireDocker(t)
 	home, label := t.TempDir(), newLabel(t)
 	dockerGateway(t, home, label, "--image-pull-policy", "if_not_present")
+	missing := testenv.Registry(t) + "/nosuch:1" // on loopback: no test pulls from the internet
 	start := time.Now()
-	out, errOut, code := corral(t, home, "sandbox", "create", "--name", "nosuch", "--image", "nosuch:1", "--", "sleep", "1")
-	if took := time.Since(start); code != 1 || took > 10*time.Second || !strings.Contains(errOut, "nosuch:1") {
-		t.Fatalf("create --image nosuch:1: exit %d after %s: %s%s; want exit 1 within 10 s naming the image", code, took.Round(time.Millisecond), out, errOut)
+	out, errOut, code := corral(t, home, "sandbox", "create", "--name", "nosuch", "--image", missing, "--", "sleep", "1")
+	if took := time.Since(start); code != 1 || took > 10*time.Second || !strings.Contains(errOut, missing) {
+		t.Fatalf("create --image %s: exit %d after %s: %s%s; want exit 1 within 10 s naming the image", missing, code, took.Round(time.Millisecond), out, errOut)
 	}
 	t.Logf("refused after %s: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(errOut))
 	for _, image := range []string{"x/../../containers/json", "busybox?all=1", "busybox#x", "busybox%2e%2e"} {

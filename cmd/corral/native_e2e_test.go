@@ -211,9 +211,10 @@ func TestNativeBadCommandIsReported(t *testing.T) {
 		t.Fatalf("sandbox with a missing command: %v", v)
 	}
 	mustCorral(t, home, "sandbox", "delete", "nope")
-	_, errOut, code = corral(t, home, "sandbox", "create", "--name", "img", "--image", "busybox:latest", "--", "true")
-	if code == 0 || !strings.Contains(errOut, "neither") {
-		t.Fatalf("an image name on the native driver: exit %d, %q", code, errOut)
+	missing := "oci:" + filepath.Join(t.TempDir(), "no-such-layout")
+	_, errOut, code = corral(t, home, "sandbox", "create", "--name", "img", "--image", missing, "--", "true")
+	if code == 0 || !strings.Contains(errOut, "no-such-layout") || strings.Contains(errOut, "cannot reach the gateway") {
+		t.Fatalf("an image that does not exist on the native driver: exit %d, %q; want an error that names it", code, errOut)
 	}
 	if out, _, _ := corral(t, home, "sandbox", "list"); strings.Contains(out, "img") {
 		t.Fatalf("a refused create left a record:\n%s", out)

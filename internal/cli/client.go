@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -101,12 +102,15 @@ func (g *globals) dial() (*client, error) {
 
 func (c *client) Close() error { return c.conn.Close() }
 
-// explain turns a transport failure into advice; API errors pass through.
+// explain turns a transport failure into advice; API errors pass through,
+// including an Unavailable that the gateway itself answered with (a registry
+// or an engine it could not reach), which the connection's state tells apart.
 func (c *client) explain(err error) error {
 	if err == nil {
 		return nil
 	}
-	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable && !strings.Contains(s.Message(), "shutting down") {
+	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable && !strings.Contains(s.Message(), "shutting down") &&
+		c.conn.GetState() != connectivity.Ready {
 		if c.tls != nil {
 			if why := tlsauth.Diagnose(c.host, c.tls); why != nil {
 				return fmt.Errorf("gateway %s: %v", c.addr, why)

@@ -110,14 +110,22 @@ func WriteLayout(t testing.TB, img v1.Image) string {
 	return dir
 }
 
+// Registry starts an empty registry of the test's on 127.0.0.1 and returns
+// its host:port, so that a pull of a missing image fails here, not on the
+// internet.
+func Registry(t testing.TB) string {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
 // ServeImage serves img from a registry of the test's (go-containerregistry's,
 // on 127.0.0.1, which Docker reaches over plain HTTP) as repo:tag, and
 // returns that reference, registry host included.
 func ServeImage(t testing.TB, repoTag string, img v1.Image) string {
 	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	ref := strings.TrimPrefix(srv.URL, "http://") + "/" + repoTag
+	ref := Registry(t) + "/" + repoTag
 	push, err := name.ParseReference(ref, name.Insecure)
 	if err == nil {
 		err = remote.Write(push, img)
