@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,5 +121,87 @@ func TestMaliciousImageIsRefused(t *testing.T) {
 	// The pull before the create refused it: nothing was recorded.
 	if _, errOut, code := corral(t, home, "sandbox", "get", "evil"); code == 0 || !strings.Contains(errOut, "not found") {
 		t.Errorf("get of the refused sandbox: exit %d, %q; want not found", code, errOut)
+	}
+}
+
+// layerInodes maps each unpacked layer directory of the native driver's
+// cache to its inode, which a second unpack would change.
+func layerInodes(t *testing.T, home string) map[string]uint64 {
+	t.Helper()
+	dir := filepath.Join(home, "images", "layers", "sha256")
+	entries, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, e := range entries {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dir, e.Name()), &st); err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = st.Ino
+	}
+	return out
+}
+
+// Must hold 1 of issue 13 on native: a second sandbox of an image unpacks
+// nothing (every layer "cached", the cache's directories the same ones),
+// and `image prune` removes only the image no sandbox uses, keeping the
+// layers it shares with one that is used.
+func TestNativeImageCacheAndPrune(t *testing.T) {
+	testenv.RequireRoot(t)
+	home := t.TempDir()
+	nativeGateway(t, home)
+	used, err := testenv.TestOCIImage(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unused, err := testenv.TestOCIImage(t.TempDir(), 4096) // the same two layers, and one of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, unusedRef := "docker-archive:"+used.DockerArchive, "oci:"+unused.Layout
+
+	start := time.Now()
+	_, errOut, code := corral(t, home, "sandbox", "create", "--name", "first", "--image", ref, "--", "sleep", "1d")
+	firstTook := time.Since(start)
+	if code != 0 || !strings.Contains(errOut, "unpacking") {
+		t.Fatalf("first create: exit %d, stderr %q; want the layers unpacked", code, errOut)
+	}
+	before := layerInodes(t, home)
+	start = time.Now()
+	_, errOut, code = corral(t, home, "sandbox", "create", "--name", "second", "--image", ref, "--", "sleep", "1d")
+	secondTook := time.Since(start)
+	if code != 0 || strings.Contains(errOut, "unpacking") || strings.Contains(errOut, "downloading") {
+		t.Fatalf("second create: exit %d, stderr %q; want no layer unpacked again", code, errOut)
+	}
+	if after := layerInodes(t, home); len(before) != 2 || fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("layer directories before the second create %v, after %v; want the same two", before, after)
+	}
+	t.Logf("create→ready: first (unpack) %s, second (cache hit) %s", firstTook.Round(time.Millisecond), secondTook.Round(time.Millisecond))
+
+	unusedID := strings.TrimSpace(mustCorral(t, home, "image", "pull", unusedRef))
+	usedID, _ := used.Image.ConfigName()
+	if n := len(layerInodes(t, home)); n != 3 {
+		t.Fatalf("%d layers cached after the second image's pull; want 3 (two shared)", n)
+	}
+	out := mustCorral(t, home, "image", "prune")
+	if !strings.Contains(out, unusedID[len("sha256:"):][:12]) || strings.Contains(out, usedID.Hex[:12]) {
+		t.Fatalf("image prune with %s in use:\n%s\nwant only %s removed", usedID.Hex[:12], out, unusedID)
+	}
+	if after := layerInodes(t, home); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("layers after the prune %v; want the used image's two, untouched: %v", after, before)
+	}
+	mustCorral(t, home, "sandbox", "exec", "second", "--", "cat", "/app/marker")
+	mustCorral(t, home, "sandbox", "delete", "first")
+	if out := mustCorral(t, home, "image", "prune"); strings.Contains(out, usedID.Hex[:12]) {
+		t.Fatalf("prune removed an image that sandbox second uses:\n%s", out)
+	}
+	mustCorral(t, home, "sandbox", "delete", "second")
+	if out := mustCorral(t, home, "image", "prune"); !strings.Contains(out, usedID.Hex[:12]) {
+		t.Fatalf("prune with no sandbox left:\n%s\nwant %s removed", out, usedID.Hex[:12])
+	}
+	if left := layerInodes(t, home); len(left) != 0 {
+		t.Fatalf("layers left after the last prune: %v", left)
 	}
 }
