@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 )
 
@@ -295,7 +296,7 @@ func (s *Store) writeIndexLocked() error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(s.indexPath(), data); err != nil {
+	if err := atomicfile.WriteDurable(s.indexPath(), data, 0o600); err != nil {
 		return fmt.Errorf("image cache: write index: %w", err)
 	}
 	return nil

@@ -62,25 +62,3 @@ const (
 	// FailedFile says why the main process could not run (Docker mode).
 	FailedFile = "failed"
 )
-
-// WriteFileAtomic writes data to path through a temporary file and a
-// rename, so that readers see the old or the new content, never a part.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}

@@ -22,6 +22,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 )
 
 // Config is what a supervisor runs.
@@ -73,9 +75,9 @@ func Run(cfg Config) (int, error) {
 		if failed != nil {
 			file, data = filepath.Join(dir, FailedFile), []byte(failed.Error())
 		} else {
-			_ = WriteFileAtomic(filepath.Join(dir, ProtectionsFile), []byte(applied), 0o644)
+			_ = atomicfile.Write(filepath.Join(dir, ProtectionsFile), []byte(applied), 0o644)
 		}
-		if err := WriteFileAtomic(file, data, 0o644); err != nil {
+		if err := atomicfile.Write(file, data, 0o644); err != nil {
 			fmt.Fprintf(os.Stderr, "corral supervise: report readiness: %v\n", err)
 		}
 	}

@@ -30,6 +30,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -214,7 +215,7 @@ func (d *Driver) save(o *object) error {
 	if err != nil {
 		return err
 	}
-	return supervisor.WriteFileAtomic(filepath.Join(d.sandboxDir(o.ID), "object.json"), data, 0o600)
+	return atomicfile.Write(filepath.Join(d.sandboxDir(o.ID), "object.json"), data, 0o600)
 }
 
 // generations lists the incarnations that have a bundle, oldest first.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
@@ -90,7 +91,7 @@ func (b Bundle) WriteConfig(cfg SandboxConfig) error {
 	if err != nil {
 		return err
 	}
-	return supervisor.WriteFileAtomic(b.Path(ConfigFile), data, ConfigFileMode)
+	return atomicfile.Write(b.Path(ConfigFile), data, ConfigFileMode)
 }
 
 // ReadConfig loads the bundle's configuration.

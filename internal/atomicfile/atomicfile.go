@@ -1,0 +1,44 @@
+// Package atomicfile replaces files whole: readers, and a crash, see the old
+// content or the new, never a part.
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// Write replaces path with data through a temporary file next to it,
+// fsynced, then renamed over path.
+func Write(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// WriteDurable is Write, and an fsync of the directory, so that the rename
+// itself survives a crash.
+func WriteDurable(path string, data []byte, mode os.FileMode) error {
+	if err := Write(path, data, mode); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
