@@ -115,6 +115,9 @@ type Config struct {
 	// LogMaxBytes caps what is kept on disk of each sandbox's output
 	// (0: DefaultLogMaxBytes).
 	LogMaxBytes int64
+	// Egress, when set, is the proxy every sandbox's traffic leaves through;
+	// nil: sandboxes have no way out at all (no network_policies).
+	Egress Egress
 }
 
 // DefaultLogMaxBytes is what is kept of a sandbox's output by default.

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,10 +21,12 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
+	"github.com/corral-sandbox/corral/internal/driver"
 )
 
 // Config is what a supervisor runs.
@@ -64,6 +67,7 @@ func Run(cfg Config) (int, error) {
 		_ = os.Chmod("/tmp", 0o777|os.ModeSticky)
 	}
 	var c Children
+	AwaitEgress(os.Environ())
 	main, done, applied, failed, err := c.Start(cfg.Command, os.Environ(), []*os.File{os.Stdin, os.Stdout, os.Stderr}, false)
 	if err != nil {
 		return 0, fmt.Errorf("supervise: start %s: %w", cfg.Command[0], err)
@@ -142,4 +146,30 @@ func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
 		fmt.Fprintf(report, "applied: %s\n", strings.Join(applied, "; "))
 	}
 	return syscall.Exec(path, command, os.Environ())
+}
+
+// egressWait bounds how long a main process waits for its egress proxy.
+const egressWait = 10 * time.Second
+
+// AwaitEgress returns once the egress proxy named in env
+// (driver.EgressProxyEnv) accepts a connection, so that the main process's
+// first request finds it, or after egressWait: without the proxy a sandbox
+// has no way out at all, so running on is safe.
+func AwaitEgress(env []string) {
+	var addr string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, driver.EgressProxyEnv+"="); ok {
+			addr = v
+		}
+	}
+	if addr == "" {
+		return
+	}
+	for deadline := time.Now().Add(egressWait); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return
+		}
+	}
+	fmt.Fprintf(os.Stderr, "corral supervise: the egress proxy at %s does not answer; the main process starts without it\n", addr)
 }

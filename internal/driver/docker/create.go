@@ -81,6 +81,16 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			work,
 		},
 	}
+	if d.cfg.Egress != nil {
+		trust, err := d.cfg.Egress.Prepare(spec.ID)
+		if err != nil {
+			return fmt.Errorf("docker create: egress: %w", err)
+		}
+		env = append(env, driver.EgressEnv()...)
+		hc.Mounts = append(hc.Mounts,
+			mount.Mount{Type: mount.TypeBind, Source: trust, Target: driver.TrustDir, ReadOnly: true},
+			mount.Mount{Type: mount.TypeBind, Source: filepath.Join(trust, driver.BundleFile), Target: driver.SystemBundle, ReadOnly: true})
+	}
 	d.harden(hc, pol)
 	_, err = d.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: containerName(spec.Name, spec.ID),
@@ -202,7 +212,7 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	dir := d.readyDir(ref.ID, ref.Generation)
 	switch stateOf(c.State) {
 	case driver.StateRunning:
-		return nil
+		return d.attachEgress(ctx, ref, c.ID) // a start whose answer was lost may not have
 	case driver.StateStopped:
 		clearRunDir(dir) // a restart of the same incarnation
 	}
@@ -212,7 +222,53 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	if _, err := d.api.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
 		return d.wrap(err, "start container "+c.Names[0])
 	}
+	if err := d.attachEgress(ctx, ref, c.ID); err != nil {
+		return err
+	}
 	return d.waitReady(ctx, c.ID, dir)
+}
+
+// attachEgress serves the egress proxy in the network namespace of a
+// running container, when the gateway has one.
+func (d *Driver) attachEgress(ctx context.Context, ref driver.Ref, containerID string) error {
+	if d.cfg.Egress == nil {
+		return nil
+	}
+	netns, err := d.containerNetNS(ctx, containerID)
+	if err != nil {
+		return err
+	}
+	return d.cfg.Egress.Attach(ctx, ref, netns)
+}
+
+// NetNS implements driver.NetNSer.
+func (d *Driver) NetNS(ctx context.Context, ref driver.Ref) (string, error) {
+	list, err := d.containers(ctx, ref.ID)
+	if err != nil {
+		return "", err
+	}
+	if len(list) == 0 || generation(list[0].Labels) != ref.Generation {
+		return "", errdefs.NotFound("no container of sandbox %s at generation %d", ref.ID, ref.Generation)
+	}
+	return d.containerNetNS(ctx, list[0].ID)
+}
+
+// containerNetNS is the network namespace of a running container, seen
+// from the gateway, which must share the engine's host.
+func (d *Driver) containerNetNS(ctx context.Context, containerID string) (string, error) {
+	res, err := d.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+	if err != nil {
+		return "", d.wrap(err, "inspect container")
+	}
+	st := res.Container.State
+	if st == nil || !st.Running || st.Pid <= 0 {
+		return "", errdefs.NotFound("container %s does not run", containerID)
+	}
+	path := fmt.Sprintf("/proc/%d/ns/net", st.Pid)
+	if _, err := os.Stat(path); err != nil {
+		return "", errdefs.FailedPrecondition("the network namespace of container %s (pid %d) is not visible to the gateway: egress needs the Docker engine on the gateway's own host: %v", containerID, st.Pid, err)
+	}
+	return path, nil
 }
 
 // ready tells whether the supervisor reported readiness in dir (a regular

@@ -56,7 +56,7 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	}
 	if live {
 		if d.awaitRunning(ctx, o.ID, o.Generation) {
-			return nil
+			return d.attachEgress(ctx, ref, b) // a start whose answer was lost may not have
 		}
 		// Shutting down, or not answering: let it go, then start afresh.
 		if err := d.stopIncarnation(ctx, o.ID, o.Generation, driver.StopOptions{Timeout: killGrace}); err != nil {
@@ -127,6 +127,13 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 	if o.ImageID != "" {
 		cfg.Layers = d.layerPaths(o)
 	}
+	if d.cfg.Egress != nil {
+		trust, err := d.cfg.Egress.Prepare(o.ID)
+		if err != nil {
+			return fmt.Errorf("native start: egress: %w", err)
+		}
+		cfg.Trust, cfg.Env = trust, append(cfg.Env, driver.EgressEnv()...)
+	}
 	owner := -1 // the workdir's owner on the host; -1: leave it
 	if uid := pol.Process.RunAsUser; uid != nil {
 		owner = *uid
@@ -177,6 +184,14 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 	}
 	// Reap it while this gateway lives; after that, init does.
 	go func() { _ = cmd.Wait() }()
+	if d.cfg.Egress != nil {
+		// Its namespaces exist from the clone on; its main process waits
+		// for the proxy.
+		netns := fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid)
+		if err := d.cfg.Egress.Attach(ctx, driver.Ref{ID: o.ID, Generation: o.Generation}, netns); err != nil {
+			return err
+		}
+	}
 
 	answer := make(chan string, 1)
 	go func() {
@@ -371,4 +386,30 @@ func removeCgroup(ctx context.Context, id string) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return err
+}
+
+// attachEgress serves the egress proxy in the network namespace of a live
+// supervisor, when the gateway has one.
+func (d *Driver) attachEgress(ctx context.Context, ref driver.Ref, b shim.Bundle) error {
+	if d.cfg.Egress == nil {
+		return nil
+	}
+	pid, err := readPID(b)
+	if err != nil {
+		return fmt.Errorf("native start: the supervisor's pid: %w", err)
+	}
+	return d.cfg.Egress.Attach(ctx, ref, fmt.Sprintf("/proc/%d/ns/net", pid))
+}
+
+// NetNS implements driver.NetNSer.
+func (d *Driver) NetNS(ctx context.Context, ref driver.Ref) (string, error) {
+	b := d.bundle(ref.ID, ref.Generation)
+	if live, err := alive(b); err != nil || !live {
+		return "", errdefs.NotFound("no supervisor of sandbox %s at generation %d runs", ref.ID, ref.Generation)
+	}
+	pid, err := readPID(b)
+	if err != nil {
+		return "", fmt.Errorf("native: the supervisor's pid: %w", err)
+	}
+	return fmt.Sprintf("/proc/%d/ns/net", pid), nil
 }

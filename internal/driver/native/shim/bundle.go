@@ -44,6 +44,10 @@ type SandboxConfig struct {
 	// is given to WorkdirOwner (a host uid).
 	WorkdirImage string `json:"workdir_image,omitempty"`
 	WorkdirOwner int    `json:"workdir_owner,omitempty"`
+	// Trust, when set, is the host directory of the sandbox's egress
+	// certificates, mounted read-only at driver.TrustDir; its bundle also
+	// covers driver.SystemBundle where the root has that file.
+	Trust string `json:"trust,omitempty"`
 	// Hide are host directories covered by an empty read-only directory
 	// wherever they appear in the sandbox's root (the gateway's home,
 	// with its keys, its store and the other sandboxes).

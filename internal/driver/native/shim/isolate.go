@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/diskimage"
+	"github.com/corral-sandbox/corral/internal/driver"
 )
 
 // These run inside the new namespaces the native driver starts a
@@ -24,30 +25,9 @@ func setHostname(name string) error {
 	return nil
 }
 
-// loopbackUp brings up lo, the only interface of a new network namespace.
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("loopback: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("loopback flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("bring up loopback: %w", err)
-	}
-	return nil
-}
-
 // provided are the top-level directories the sandbox gets fresh, whatever
 // its source root holds.
-var provided = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp": true, "sandbox": true}
+var provided = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp": true, "sandbox": true, ".corral": true}
 
 // devices are the host device nodes bound into the sandbox's /dev.
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
@@ -154,10 +134,33 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	if err := mountWorkdir(cfg, filepath.Join(newRoot, "sandbox")); err != nil {
 		return err
 	}
+	if err := mountTrust(cfg.Trust, newRoot); err != nil {
+		return err
+	}
 	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("make the root read-only: %w", err)
 	}
 	return pivot(newRoot)
+}
+
+// mountTrust mounts the egress certificates of the sandbox (none when trust
+// is empty) at driver.TrustDir, and its bundle over the root's own CA
+// bundle when it has a regular file there.
+func mountTrust(trust, newRoot string) error {
+	if trust == "" {
+		return nil
+	}
+	if err := bindReadOnly(trust, filepath.Join(newRoot, driver.TrustDir)); err != nil {
+		return err
+	}
+	system := filepath.Join(newRoot, driver.SystemBundle)
+	if fi, err := os.Lstat(system); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	if err := mount(filepath.Join(trust, driver.BundleFile), system, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	return readOnly(system)
 }
 
 // mountWorkdir mounts the sandbox's workdir (its directory, or its disk

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/netns"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
@@ -137,7 +138,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err := setHostname(cfg.Hostname); err != nil {
 		return s, err
 	}
-	if err := loopbackUp(); err != nil {
+	if err := netns.LoopbackUp(); err != nil {
 		return s, err
 	}
 	if cfg.IDs != nil {
@@ -154,6 +155,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err := enterRoot(cfg, root); err != nil {
 		return s, err
 	}
+	supervisor.AwaitEgress(cfg.Env)
 	pid, done, applied, failed, err := s.children.Start(cfg.Command, cfg.Env, []*os.File{null, stdout, stderr}, false)
 	if err != nil {
 		return s, fmt.Errorf("start %s: %w", cfg.Command[0], err)

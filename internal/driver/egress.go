@@ -1,0 +1,60 @@
+package driver
+
+import "context"
+
+// ProxyAddr is where a sandbox reaches its egress proxy: on its own
+// loopback, at a port below 1024, which a workload without
+// CAP_NET_BIND_SERVICE cannot take.
+const ProxyAddr = "127.0.0.1:999"
+
+// TrustDir is where a sandbox finds the certificates of its egress:
+// CAFile (its own egress CA, which signs what the proxy inspects) and
+// BundleFile (the gateway host's CA certificates and that one).
+const (
+	TrustDir   = "/.corral/egress"
+	CAFile     = "ca.pem"
+	BundleFile = "ca-bundle.pem"
+	// SystemBundle is the CA bundle most tools read; a driver puts
+	// BundleFile over it when the sandbox's root has it.
+	SystemBundle = "/etc/ssl/certs/ca-certificates.crt"
+)
+
+// EgressProxyEnv names the proxy's address in a sandbox's environment; its
+// supervisor waits for the proxy to answer before the main process runs.
+const EgressProxyEnv = "CORRAL_EGRESS_PROXY"
+
+// EgressEnv is what a sandbox with egress has in its environment: the
+// proxy for the tools that read *_PROXY, and the bundle for those that
+// take a CA file from the environment.
+func EgressEnv() []string {
+	proxy, bundle := "http://"+ProxyAddr, TrustDir+"/"+BundleFile
+	return []string{
+		EgressProxyEnv + "=" + ProxyAddr,
+		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "http_proxy=" + proxy, "https_proxy=" + proxy,
+		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+		"SSL_CERT_FILE=" + bundle, "REQUESTS_CA_BUNDLE=" + bundle, "CURL_CA_BUNDLE=" + bundle,
+		"GIT_SSL_CAINFO=" + bundle, "PIP_CERT=" + bundle, "NODE_EXTRA_CA_CERTS=" + TrustDir + "/" + CAFile,
+	}
+}
+
+// Egress is the gateway's egress proxy as a driver sees it. Every sandbox
+// of a driver given one has it: its network namespace keeps loopback only,
+// and the proxy, served inside it at ProxyAddr, is its one way out.
+type Egress interface {
+	// Prepare readies the egress of sandbox id (its CA, made once) and
+	// returns the host directory that the driver mounts read-only at
+	// TrustDir.
+	Prepare(id string) (string, error)
+	// Attach serves the proxy of incarnation ref inside the network
+	// namespace at netns (/proc/PID/ns/net). A driver calls it in Start
+	// once that namespace exists, before waiting for the main process.
+	Attach(ctx context.Context, ref Ref, netns string) error
+}
+
+// NetNSer is a driver that tells where the network namespace of a running
+// incarnation is, so that a gateway started later can serve its proxy again.
+type NetNSer interface {
+	// NetNS returns /proc/PID/ns/net of a process in incarnation ref's
+	// network namespace; errdefs.ErrNotFound when it does not run.
+	NetNS(ctx context.Context, ref Ref) (string, error)
+}
