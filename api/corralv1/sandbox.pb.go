@@ -35,7 +35,10 @@ type SandboxSpec struct {
 	// applies it when the main process exits.
 	RestartPolicy string `protobuf:"bytes,5,opt,name=restart_policy,json=restartPolicy,proto3" json:"restart_policy,omitempty"`
 	// max_restarts caps restarts since the last start (default 5).
-	MaxRestarts   int32 `protobuf:"varint,6,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
+	MaxRestarts int32 `protobuf:"varint,6,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
+	// add_hosts pin names for the egress proxy, as "NAME:IP" (docker run
+	// --add-host): the proxy connects to IP instead of resolving NAME.
+	AddHosts      []string `protobuf:"bytes,7,rep,name=add_hosts,json=addHosts,proto3" json:"add_hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -112,6 +115,13 @@ func (x *SandboxSpec) GetMaxRestarts() int32 {
 	return 0
 }
 
+func (x *SandboxSpec) GetAddHosts() []string {
+	if x != nil {
+		return x.AddHosts
+	}
+	return nil
+}
+
 type Sandbox struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -139,7 +149,10 @@ type Sandbox struct {
 	// protections says what of the policy protects the running main process,
 	// as the driver reports it (GetSandbox only), e.g. "landlock ABI 7;
 	// no_new_privs; user 1000; seccomp default".
-	Protections   string `protobuf:"bytes,15,opt,name=protections,proto3" json:"protections,omitempty"`
+	Protections string `protobuf:"bytes,15,opt,name=protections,proto3" json:"protections,omitempty"`
+	// network is the egress rules in force, as the proxy holds them
+	// (GetSandbox only), e.g. "deny all" or "pypi: pypi.org:443 (pass-through)".
+	Network       string `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,6 +288,13 @@ func (x *Sandbox) GetRestarts() int32 {
 func (x *Sandbox) GetProtections() string {
 	if x != nil {
 		return x.Protections
+	}
+	return ""
+}
+
+func (x *Sandbox) GetNetwork() string {
+	if x != nil {
+		return x.Network
 	}
 	return ""
 }
@@ -2129,21 +2149,187 @@ func (x *PruneImagesResponse) GetSpaceFreed() int64 {
 	return 0
 }
 
+type SandboxDenialsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Follow        bool                   `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxDenialsRequest) Reset() {
+	*x = SandboxDenialsRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxDenialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxDenialsRequest) ProtoMessage() {}
+
+func (x *SandboxDenialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxDenialsRequest.ProtoReflect.Descriptor instead.
+func (*SandboxDenialsRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *SandboxDenialsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SandboxDenialsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+// Denial is one decision of a sandbox's egress proxy that was not a plain
+// allow: a refused (verdict denied) or audited connection or request.
+type Denial struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	Host  string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	Port  int32                  `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// address is the resolved address, when the name was resolved.
+	Address string `protobuf:"bytes,4,opt,name=address,proto3" json:"address,omitempty"`
+	Method  string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	Path    string `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
+	// verdict is denied or audited.
+	Verdict string `protobuf:"bytes,7,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// policy names the network_policies entry that decided, if one did.
+	Policy        string `protobuf:"bytes,8,opt,name=policy,proto3" json:"policy,omitempty"`
+	Reason        string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Denial) Reset() {
+	*x = Denial{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Denial) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Denial) ProtoMessage() {}
+
+func (x *Denial) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Denial.ProtoReflect.Descriptor instead.
+func (*Denial) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *Denial) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Denial) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *Denial) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *Denial) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Denial) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *Denial) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Denial) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *Denial) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Denial) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_corral_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"\x17corral/v1/sandbox.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x96\x02\n" +
+	"\x17corral/v1/sandbox.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x02\n" +
 	"\vSandboxSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12:\n" +
 	"\x06labels\x18\x03 \x03(\v2\".corral.v1.SandboxSpec.LabelsEntryR\x06labels\x12\x16\n" +
 	"\x06policy\x18\x04 \x01(\tR\x06policy\x12%\n" +
 	"\x0erestart_policy\x18\x05 \x01(\tR\rrestartPolicy\x12!\n" +
-	"\fmax_restarts\x18\x06 \x01(\x05R\vmaxRestarts\x1a9\n" +
+	"\fmax_restarts\x18\x06 \x01(\x05R\vmaxRestarts\x12\x1b\n" +
+	"\tadd_hosts\x18\a \x03(\tR\baddHosts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x04\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12*\n" +
@@ -2164,7 +2350,8 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\brevision\x18\f \x01(\x03R\brevision\x12 \n" +
 	"\texit_code\x18\r \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x1a\n" +
 	"\brestarts\x18\x0e \x01(\x05R\brestarts\x12 \n" +
-	"\vprotections\x18\x0f \x01(\tR\vprotectionsB\f\n" +
+	"\vprotections\x18\x0f \x01(\tR\vprotections\x12\x18\n" +
+	"\anetwork\x18\x10 \x01(\tR\anetworkB\f\n" +
 	"\n" +
 	"_exit_code\"\x92\x03\n" +
 	"\tOperation\x12\x0e\n" +
@@ -2284,7 +2471,20 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x13PruneImagesResponse\x12*\n" +
 	"\aremoved\x18\x01 \x03(\v2\x10.corral.v1.ImageR\aremoved\x12\x1f\n" +
 	"\vspace_freed\x18\x02 \x01(\x03R\n" +
-	"spaceFreed2\xa7\t\n" +
+	"spaceFreed\"C\n" +
+	"\x15SandboxDenialsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06follow\x18\x02 \x01(\bR\x06follow\"\xf0\x01\n" +
+	"\x06Denial\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\x12\x18\n" +
+	"\aaddress\x18\x04 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method\x12\x12\n" +
+	"\x04path\x18\x06 \x01(\tR\x04path\x12\x18\n" +
+	"\averdict\x18\a \x01(\tR\averdict\x12\x16\n" +
+	"\x06policy\x18\b \x01(\tR\x06policy\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason2\xf0\t\n" +
 	"\x0eSandboxService\x12R\n" +
 	"\rCreateSandbox\x12\x1f.corral.v1.CreateSandboxRequest\x1a .corral.v1.CreateSandboxResponse\x12>\n" +
 	"\n" +
@@ -2303,7 +2503,8 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"ListImages\x12\x1c.corral.v1.ListImagesRequest\x1a\x1d.corral.v1.ListImagesResponse\x12>\n" +
 	"\vRemoveImage\x12\x1d.corral.v1.RemoveImageRequest\x1a\x10.corral.v1.Image\x12L\n" +
-	"\vPruneImages\x12\x1d.corral.v1.PruneImagesRequest\x1a\x1e.corral.v1.PruneImagesResponseB8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
+	"\vPruneImages\x12\x1d.corral.v1.PruneImagesRequest\x1a\x1e.corral.v1.PruneImagesResponse\x12G\n" +
+	"\x0eSandboxDenials\x12 .corral.v1.SandboxDenialsRequest\x1a\x11.corral.v1.Denial0\x01B8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
 
 var (
 	file_corral_v1_sandbox_proto_rawDescOnce sync.Once
@@ -2317,7 +2518,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),            // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                // 1: corral.v1.Sandbox
@@ -2353,19 +2554,21 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*RemoveImageRequest)(nil),     // 31: corral.v1.RemoveImageRequest
 	(*PruneImagesRequest)(nil),     // 32: corral.v1.PruneImagesRequest
 	(*PruneImagesResponse)(nil),    // 33: corral.v1.PruneImagesResponse
-	nil,                            // 34: corral.v1.SandboxSpec.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 35: google.protobuf.Timestamp
+	(*SandboxDenialsRequest)(nil),  // 34: corral.v1.SandboxDenialsRequest
+	(*Denial)(nil),                 // 35: corral.v1.Denial
+	nil,                            // 36: corral.v1.SandboxSpec.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	34, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	36, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	35, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	35, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	37, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	37, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	37, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	35, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	35, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	35, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	37, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	37, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	37, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 11: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
@@ -2376,47 +2579,50 @@ var file_corral_v1_sandbox_proto_depIdxs = []int32{
 	18, // 16: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
 	17, // 17: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
 	24, // 18: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
-	35, // 19: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
+	37, // 19: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
 	26, // 20: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
 	26, // 21: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
 	26, // 22: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
-	3,  // 23: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
-	5,  // 24: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
-	6,  // 25: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
-	8,  // 26: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
-	9,  // 27: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 28: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	11, // 29: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
-	13, // 30: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	15, // 31: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	19, // 32: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	21, // 33: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	23, // 34: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	27, // 35: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
-	29, // 36: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
-	31, // 37: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
-	32, // 38: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
-	4,  // 39: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 40: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 41: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 42: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 43: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	12, // 44: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	1,  // 45: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
-	14, // 46: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	16, // 47: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	20, // 48: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	22, // 49: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	25, // 50: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	28, // 51: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
-	30, // 52: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
-	26, // 53: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
-	33, // 54: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
-	39, // [39:55] is the sub-list for method output_type
-	23, // [23:39] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	37, // 23: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
+	3,  // 24: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
+	5,  // 25: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
+	6,  // 26: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
+	8,  // 27: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
+	9,  // 28: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
+	10, // 29: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	11, // 30: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
+	13, // 31: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	15, // 32: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	19, // 33: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	21, // 34: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	23, // 35: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	27, // 36: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
+	29, // 37: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
+	31, // 38: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
+	32, // 39: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
+	34, // 40: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
+	4,  // 41: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 42: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 43: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 44: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 45: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	12, // 46: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 47: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	14, // 48: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	16, // 49: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	20, // 50: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	22, // 51: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	25, // 52: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	28, // 53: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
+	30, // 54: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
+	26, // 55: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
+	33, // 56: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
+	35, // 57: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
+	41, // [41:58] is the sub-list for method output_type
+	24, // [24:41] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_sandbox_proto_init() }
@@ -2442,7 +2648,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,7 @@ const (
 	SandboxService_ListImages_FullMethodName     = "/corral.v1.SandboxService/ListImages"
 	SandboxService_RemoveImage_FullMethodName    = "/corral.v1.SandboxService/RemoveImage"
 	SandboxService_PruneImages_FullMethodName    = "/corral.v1.SandboxService/PruneImages"
+	SandboxService_SandboxDenials_FullMethodName = "/corral.v1.SandboxService/SandboxDenials"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -82,6 +83,10 @@ type SandboxServiceClient interface {
 	// remove (on Docker, only those corral loaded from archives) and returns
 	// them.
 	PruneImages(ctx context.Context, in *PruneImagesRequest, opts ...grpc.CallOption) (*PruneImagesResponse, error)
+	// SandboxDenials streams the egress proxy's refused and audited
+	// connections and requests of one sandbox, oldest first; with follow,
+	// then each new one until the caller goes away.
+	SandboxDenials(ctx context.Context, in *SandboxDenialsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Denial], error)
 }
 
 type sandboxServiceClient struct {
@@ -282,6 +287,25 @@ func (c *sandboxServiceClient) PruneImages(ctx context.Context, in *PruneImagesR
 	return out, nil
 }
 
+func (c *sandboxServiceClient) SandboxDenials(ctx context.Context, in *SandboxDenialsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Denial], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_SandboxDenials_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SandboxDenialsRequest, Denial]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_SandboxDenialsClient = grpc.ServerStreamingClient[Denial]
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -327,6 +351,10 @@ type SandboxServiceServer interface {
 	// remove (on Docker, only those corral loaded from archives) and returns
 	// them.
 	PruneImages(context.Context, *PruneImagesRequest) (*PruneImagesResponse, error)
+	// SandboxDenials streams the egress proxy's refused and audited
+	// connections and requests of one sandbox, oldest first; with follow,
+	// then each new one until the caller goes away.
+	SandboxDenials(*SandboxDenialsRequest, grpc.ServerStreamingServer[Denial]) error
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -384,6 +412,9 @@ func (UnimplementedSandboxServiceServer) RemoveImage(context.Context, *RemoveIma
 }
 func (UnimplementedSandboxServiceServer) PruneImages(context.Context, *PruneImagesRequest) (*PruneImagesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PruneImages not implemented")
+}
+func (UnimplementedSandboxServiceServer) SandboxDenials(*SandboxDenialsRequest, grpc.ServerStreamingServer[Denial]) error {
+	return status.Error(codes.Unimplemented, "method SandboxDenials not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -662,6 +693,17 @@ func _SandboxService_PruneImages_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_SandboxDenials_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SandboxDenialsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).SandboxDenials(m, &grpc.GenericServerStream[SandboxDenialsRequest, Denial]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_SandboxDenialsServer = grpc.ServerStreamingServer[Denial]
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -738,6 +780,11 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "PullImage",
 			Handler:       _SandboxService_PullImage_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "SandboxDenials",
+			Handler:       _SandboxService_SandboxDenials_Handler,
 			ServerStreams: true,
 		},
 	},
