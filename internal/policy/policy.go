@@ -27,6 +27,8 @@ type Policy struct {
 	Landlock   Landlock   `json:"landlock"`
 	Process    Process    `json:"process"`
 	Limits     Limits     `json:"limits"`
+	// Network is network_policies, in the file's order; none: no egress.
+	Network []NetworkPolicy `json:"network_policies,omitempty"`
 }
 
 // Filesystem lists what a sandbox may read and write. When Set, every path
@@ -230,6 +232,10 @@ func Parse(text string) (Policy, error) {
 				},
 			})
 		},
+		"network_policies": func(n *yaml.Node, f string) (err error) {
+			p.Network, err = network(n, f)
+			return err
+		},
 		"limits": func(n *yaml.Node, f string) error {
 			return walk(n, f, fields{
 				"memory": func(n *yaml.Node, f string) (err error) {
@@ -308,7 +314,7 @@ func walk(n *yaml.Node, prefix string, known fields) error {
 	if n.Kind != yaml.MappingNode {
 		name := prefix
 		if name == "" {
-			return &Error{Line: n.Line, Msg: "a policy is a mapping of keys (version, filesystem_policy, landlock, process, limits)"}
+			return &Error{Line: n.Line, Msg: "a policy is a mapping of keys (version, filesystem_policy, landlock, process, limits, network_policies)"}
 		}
 		return &Error{Line: n.Line, Field: name, Msg: fmt.Sprintf("want a mapping of %s, not %s", keys(known), describe(n))}
 	}
