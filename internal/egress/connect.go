@@ -1,0 +1,217 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+
+	"github.com/elazarl/goproxy"
+)
+
+// tunnelOf is a MITM tunnel's destination, carried by goproxy from the
+// CONNECT to each request inside it.
+type tunnelOf struct {
+	host string
+	port int
+}
+
+// onConnect decides a CONNECT: refused with a 403, spliced at TCP level,
+// or intercepted (MITM) for an endpoint that inspects requests.
+func (p *Proxy) onConnect(hostport string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+	reject := func(reason string) (*goproxy.ConnectAction, string) {
+		ctx.Resp = forbidden(ctx.Req, reason)
+		return goproxy.RejectConnect, hostport
+	}
+	host, port, err := hostPort(hostport, 443)
+	if err != nil {
+		return reject(err.Error())
+	}
+	f := &flow{host: host, port: port, tunnel: true}
+	addrs, r, gen := p.admit(ctx.Req.Context(), f)
+	if r.verdict == Denied {
+		return reject(r.reason)
+	}
+	if !r.m.endpoint.Inspects() {
+		f.plain = true
+		return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(req *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+			p.splice(f, gen, addrs, r, client)
+		}}, hostport
+	}
+	if p.cfg.CA == nil {
+		r = result{m: r.m, verdict: Denied, reason: "inspecting this endpoint needs the sandbox's CA, and the proxy has none"}
+		p.emit(f, r)
+		return reject(r.reason)
+	}
+	client, _ := ctx.Req.Context().Value(connKey{}).(*clientConn)
+	if client == nil {
+		return reject("internal error: the CONNECT has no connection")
+	}
+	f.kill = func() { _ = client.Close() }
+	if r, ok := p.register(f, gen); !ok {
+		p.emit(f, r)
+		return reject(r.reason)
+	}
+	client.whenClosed(func() { p.unregister(f) })
+	ctx.UserData = tunnelOf{host: host, port: port}
+	return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: p.mitmTLS}, hostport
+}
+
+// mitmTLS is the TLS configuration shown to a client whose CONNECT is
+// intercepted: a leaf certificate for the CONNECT's host, signed by the
+// sandbox's CA.
+func (p *Proxy) mitmTLS(hostport string, _ *goproxy.ProxyCtx) (*tls.Config, error) {
+	host, _, err := hostPort(hostport, 443)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := p.cfg.CA.leaf(host)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{Certificates: []tls.Certificate{*leaf}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// splice connects a CONNECT's client to one of the checked addresses and
+// copies bytes both ways (splice(2) between TCP sockets) until both sides
+// are done or SetRules closes the tunnel.
+func (p *Proxy) splice(f *flow, gen uint64, addrs []netip.Addr, r result, client net.Conn) {
+	defer client.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var up net.Conn
+	killed := false
+	f.kill = func() { // closes both sides before SetRules returns
+		cancel()
+		mu.Lock()
+		killed = true
+		if up != nil {
+			_ = up.Close()
+		}
+		mu.Unlock()
+		_ = client.Close()
+	}
+	if r, ok := p.register(f, gen); !ok {
+		p.emit(f, r)
+		_ = forbidden(&http.Request{Method: http.MethodConnect}, r.reason).Write(client)
+		return
+	}
+	defer p.unregister(f)
+	c, err := p.dialAddrs(ctx, addrs, r.m.endpoint.AllowedIPs, f.port)
+	if err != nil {
+		msg := fmt.Sprintf("corral egress: cannot reach %s port %d: %v\n", f.host, f.port, err)
+		_, _ = io.WriteString(client, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nContent-Length: "+strconv.Itoa(len(msg))+"\r\n\r\n"+msg)
+		return
+	}
+	defer c.Close()
+	mu.Lock()
+	up = c
+	gone := killed
+	mu.Unlock()
+	if gone {
+		return
+	}
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	pipe(client, c)
+}
+
+// pipe copies a to b and b to a, each direction half-closed when it ends.
+func pipe(a, b net.Conn) {
+	raw := func(c net.Conn) net.Conn {
+		if cc, ok := c.(*clientConn); ok {
+			return cc.Conn // a *net.TCPConn: io.Copy splices
+		}
+		return c
+	}
+	ra, rb := raw(a), raw(b)
+	done := make(chan struct{})
+	copyHalf := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		if hc, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = hc.CloseWrite()
+		} else {
+			_ = dst.Close()
+		}
+	}
+	go func() { copyHalf(rb, ra); close(done) }()
+	copyHalf(ra, rb)
+	<-done
+}
+
+// dialAddrs dials the first of addrs that answers, checking each with
+// CheckAddr right before: the address dialed is the address checked.
+func (p *Proxy) dialAddrs(ctx context.Context, addrs []netip.Addr, allowed []netip.Prefix, port int) (net.Conn, error) {
+	err := errors.New("no address")
+	for _, a := range addrs {
+		if cerr := CheckAddr(a, allowed, p.cfg.Deny); cerr != nil {
+			err = cerr
+			continue
+		}
+		var c net.Conn
+		if c, err = p.dial(ctx, "tcp", netip.AddrPortFrom(a.Unmap(), uint16(port)).String()); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+// target is what a request's context carries to dialChecked: the
+// addresses admit checked for it.
+type target struct {
+	addrs   []netip.Addr
+	allowed []netip.Prefix
+	port    int
+}
+
+type targetKey struct{}
+
+// dialChecked is the upstream transport's dialer: it dials only the
+// addresses admit put in the request's context, never a name.
+func (p *Proxy) dialChecked(ctx context.Context, _, _ string) (net.Conn, error) {
+	t, ok := ctx.Value(targetKey{}).(target)
+	if !ok {
+		return nil, errors.New("corral egress: a dial without checked addresses")
+	}
+	return p.dialAddrs(ctx, t.addrs, t.allowed, t.port)
+}
+
+// onRequest decides a plain-HTTP proxy request, or a request inside an
+// intercepted tunnel: a 403, or the request sent on with its checked
+// addresses and a context SetRules can cancel.
+func (p *Proxy) onRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+	defaultPort := 80
+	if req.URL.Scheme == "https" {
+		defaultPort = 443
+	}
+	host, port, err := hostPort(req.URL.Host, defaultPort)
+	if err != nil {
+		return req, forbidden(req, err.Error())
+	}
+	if t, ok := ctx.UserData.(tunnelOf); ok && (t.host != host || t.port != port) {
+		return req, forbidden(req, fmt.Sprintf("the request is for %s port %d, not its CONNECT's %s port %d", host, port, t.host, t.port))
+	}
+	f := &flow{host: host, port: port, method: req.Method, path: req.URL.EscapedPath()}
+	addrs, r, gen := p.admit(req.Context(), f)
+	if r.verdict == Denied {
+		return req, forbidden(req, r.reason)
+	}
+	rctx, cancel := context.WithCancel(req.Context())
+	f.kill = cancel
+	if r, ok := p.register(f, gen); !ok {
+		cancel()
+		p.emit(f, r)
+		return req, forbidden(req, r.reason)
+	}
+	context.AfterFunc(req.Context(), func() { p.unregister(f) })
+	rctx = context.WithValue(rctx, targetKey{}, target{addrs: addrs, allowed: r.m.endpoint.AllowedIPs, port: port})
+	return req.WithContext(rctx), nil
+}
