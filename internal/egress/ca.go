@@ -115,9 +115,10 @@ func (c *CA) CertPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.certDER})
 }
 
-// leaf returns a certificate for host (a name or an IP address) signed by
-// the CA, from the cache while it is fresh.
-func (c *CA) leaf(host string) (*tls.Certificate, error) {
+// Leaf returns a certificate for host (a name or an IP address) signed by
+// the CA, from the cache while it is fresh: what the proxy shows a client
+// for an inspected host (tests and benchmarks also give it to servers).
+func (c *CA) Leaf(host string) (*tls.Certificate, error) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -71,7 +71,7 @@ func (p *Proxy) mitmTLS(hostport string, _ *goproxy.ProxyCtx) (*tls.Config, erro
 	if err != nil {
 		return nil, err
 	}
-	leaf, err := p.cfg.CA.leaf(host)
+	leaf, err := p.cfg.CA.Leaf(host)
 	if err != nil {
 		return nil, err
 	}

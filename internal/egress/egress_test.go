@@ -61,7 +61,7 @@ func newWorld(t *testing.T, rulesText string, edit func(*Config)) *world {
 	t.Cleanup(plain.Close)
 	secure := httptest.NewUnstartedServer(handler)
 	secure.TLS = &tls.Config{GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-		return w.serverCA.leaf(hello.ServerName)
+		return w.serverCA.Leaf(hello.ServerName)
 	}}
 	secure.StartTLS()
 	t.Cleanup(secure.Close)
@@ -574,7 +574,7 @@ func TestCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := again.leaf("pypi.org")
+	leaf, err := again.Leaf("pypi.org")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -586,7 +586,7 @@ func TestCA(t *testing.T) {
 	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "evil.org", Roots: roots}); err == nil {
 		t.Error("a leaf for pypi.org verifies for evil.org")
 	}
-	if cached, _ := again.leaf("pypi.org"); cached != leaf {
+	if cached, _ := again.Leaf("pypi.org"); cached != leaf {
 		t.Error("the leaf was not cached")
 	}
 	other, _ := NewCA("other")
