@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -45,9 +46,9 @@ var egressPaths = []struct {
 // HTTP), for keep-alive GET latency, GETs per second from 4 clients, a GET
 // on a new connection each time, and a 1 GiB download.
 func benchEgress(quick bool) ([]*figure, error) {
-	gets, run, download := 2000, 2*time.Second, int64(downloadBytes)
+	rounds, gets, run, download, downloads := 10, 300, time.Second, int64(downloadBytes), 3
 	if quick {
-		gets, run, download = 300, 500*time.Millisecond, 64<<20
+		rounds, gets, run, download, downloads = 3, 100, 300*time.Millisecond, 64<<20, 1
 	}
 	s, err := startEgressWorld()
 	if err != nil {
@@ -58,62 +59,81 @@ func benchEgress(quick bool) ([]*figure, error) {
 	add := func(name string, v float64, unit, goal string, met *bool) {
 		figs = append(figs, &figure{Name: name, Value: v, Unit: unit, Goal: goal, Met: met})
 	}
-	p50 := map[string]time.Duration{}
-	rate := map[string]float64{}
-	for _, path := range egressPaths {
-		c := s.client(path.https, path.proxied, path.host == "inspect.test")
-		u := s.url(path.host, path.https, "/")
-		lat, err := latencies(c, u, gets)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path.name, err)
-		}
-		p50[path.name] = stats(lat)[0]
-		add("GET p50 (keep-alive), "+path.name, float64(p50[path.name].Microseconds())/1000, "ms", "", nil)
-		if rate[path.name], err = getsPerSecond(func() *http.Client { return s.client(path.https, path.proxied, path.host == "inspect.test") }, u, 4, run); err != nil {
-			return nil, fmt.Errorf("%s: %w", path.name, err)
-		}
-		add("GETs/s (4 clients), "+path.name, rate[path.name], "req/s", "", nil)
-	}
-	ratio := float64(p50["HTTPS via CONNECT pass-through"]) / float64(p50["direct HTTPS"])
-	add("GET p50 pass-through / direct (keep-alive)", ratio, "×", "≤ 1.2", ptr(ratio <= 1.2))
-	add("GET p50 inspected / direct (keep-alive)", float64(p50["HTTPS inspected (TLS terminated)"])/float64(p50["direct HTTPS"]), "×", "", nil)
-	add("GETs/s pass-through / direct", 100*rate["HTTPS via CONNECT pass-through"]/rate["direct HTTPS"], "%", "", nil)
-
-	// a new connection (and TLS handshake) for every GET
-	fresh := map[string]time.Duration{}
-	for _, path := range egressPaths[:3] {
-		var lat []time.Duration
-		for range gets / 4 {
+	const direct, pass, inspected = "direct HTTPS", "HTTPS via CONNECT pass-through", "HTTPS inspected (TLS terminated)"
+	// Paths are interleaved, round after round, so that the load of a
+	// shared machine falls on each alike.
+	lat, freshLat := map[string][]time.Duration{}, map[string][]time.Duration{}
+	rates := map[string][]float64{}
+	for range rounds {
+		for _, path := range egressPaths {
 			c := s.client(path.https, path.proxied, path.host == "inspect.test")
-			d, err := latencies(c, s.url(path.host, true, "/"), 1)
+			u := s.url(path.host, path.https, "/")
+			d, err := latencies(c, u, gets)
 			c.CloseIdleConnections()
 			if err != nil {
-				return nil, fmt.Errorf("%s, new connections: %w", path.name, err)
+				return nil, fmt.Errorf("%s: %w", path.name, err)
 			}
-			lat = append(lat, d...)
+			lat[path.name] = append(lat[path.name], d...)
+			r, err := getsPerSecond(func() *http.Client { return s.client(path.https, path.proxied, path.host == "inspect.test") }, u, 4, run/time.Duration(rounds))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path.name, err)
+			}
+			rates[path.name] = append(rates[path.name], r)
+			if !path.https {
+				continue
+			}
+			for range gets / 10 { // a new connection (and TLS handshake) for every GET
+				c := s.client(true, path.proxied, path.host == "inspect.test")
+				d, err := latencies(c, u, 1)
+				c.CloseIdleConnections()
+				if err != nil {
+					return nil, fmt.Errorf("%s, new connections: %w", path.name, err)
+				}
+				freshLat[path.name] = append(freshLat[path.name], d...)
+			}
 		}
-		fresh[path.name] = stats(lat)[0]
-		add("GET p50 (new connection), "+path.name, float64(fresh[path.name].Microseconds())/1000, "ms", "", nil)
 	}
-	ratio = float64(fresh["HTTPS via CONNECT pass-through"]) / float64(fresh["direct HTTPS"])
-	add("GET p50 pass-through / direct (new connection)", ratio, "×", "≤ 1.2", ptr(ratio <= 1.2))
-
-	mbps := map[string]float64{}
+	p50 := func(d []time.Duration) float64 { return float64(stats(d)[0].Microseconds()) / 1000 }
 	for _, path := range egressPaths {
-		c := s.client(path.https, path.proxied, path.host == "inspect.test")
-		took, err := fetch(c, s.url(path.host, path.https, "/big?n="+strconv.FormatInt(download, 10)), download)
-		c.CloseIdleConnections()
-		if err != nil {
-			return nil, fmt.Errorf("%s download: %w", path.name, err)
-		}
-		mbps[path.name] = float64(download) / took.Seconds() / 1e6
-		add(fmt.Sprintf("%d MiB download, %s", download>>20, path.name), mbps[path.name], "MB/s", "", nil)
+		add("GET p50 (keep-alive), "+path.name, p50(lat[path.name]), "ms", "", nil)
+		add("GETs/s (4 clients), "+path.name, median(rates[path.name]), "req/s", "", nil)
 	}
-	share := 100 * mbps["HTTPS via CONNECT pass-through"] / mbps["direct HTTPS"]
+	for _, path := range egressPaths[:3] {
+		add("GET p50 (new connection each), "+path.name, p50(freshLat[path.name]), "ms", "", nil)
+	}
+	ratio := p50(lat[pass]) / p50(lat[direct])
+	add("GET p50 pass-through / direct (keep-alive)", ratio, "×", "≤ 1.2", ptr(ratio <= 1.2))
+	ratio = p50(freshLat[pass]) / p50(freshLat[direct])
+	add("GET p50 pass-through / direct (new connection each)", ratio, "×", "≤ 1.2", ptr(ratio <= 1.2))
+	add("GET p50 inspected / direct (keep-alive)", p50(lat[inspected])/p50(lat[direct]), "×", "", nil)
+	add("GETs/s pass-through / direct", 100*median(rates[pass])/median(rates[direct]), "%", "", nil)
+
+	mbps := map[string][]float64{}
+	for range downloads {
+		for _, path := range egressPaths {
+			c := s.client(path.https, path.proxied, path.host == "inspect.test")
+			took, err := fetch(c, s.url(path.host, path.https, "/big?n="+strconv.FormatInt(download, 10)), download)
+			c.CloseIdleConnections()
+			if err != nil {
+				return nil, fmt.Errorf("%s download: %w", path.name, err)
+			}
+			mbps[path.name] = append(mbps[path.name], float64(download)/took.Seconds()/1e6)
+		}
+	}
+	for _, path := range egressPaths {
+		add(fmt.Sprintf("%d MiB download (median of %d), %s", download>>20, downloads, path.name), median(mbps[path.name]), "MB/s", "", nil)
+	}
+	share := 100 * median(mbps[pass]) / median(mbps[direct])
 	add("download pass-through / direct", share, "%", "≥ 80", ptr(share >= 80))
-	add("download inspected / direct", 100*mbps["HTTPS inspected (TLS terminated)"]/mbps["direct HTTPS"], "%", "", nil)
-	add("download HTTP via the proxy / direct HTTP", 100*mbps["HTTP via the proxy"]/mbps["direct HTTP"], "%", "", nil)
+	add("download inspected / direct", 100*median(mbps[inspected])/median(mbps[direct]), "%", "", nil)
+	add("download HTTP via the proxy / direct HTTP", 100*median(mbps["HTTP via the proxy"])/median(mbps["direct HTTP"]), "%", "", nil)
 	return figs, nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 func ptr(b bool) *bool { return &b }
