@@ -348,13 +348,7 @@ func TestSetRulesBothWaysAndClosesWhatItNoLongerAllows(t *testing.T) {
 	w.expect(c, "GET", "http://denied.test:HTTP/", 200, "hello GET /")
 
 	// an open pass-through tunnel, used once, then no longer allowed
-	tun, br, status := w.connect(fmt.Sprintf("denied.test:%d", w.httpsPort))
-	if status != "200 " {
-		t.Fatalf("CONNECT denied.test after SetRules = %q; want 200", status)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(w.serverCA.CertPEM())
-	tc := tls.Client(&bufConn{Conn: tun, r: br}, &tls.Config{ServerName: "denied.test", RootCAs: roots})
+	tun, tc := w.tlsTunnel("denied.test", w.httpsPort, w.serverCA)
 	fmt.Fprintf(tc, "GET /t HTTP/1.1\r\nHost: denied.test\r\n\r\n")
 	tr := bufio.NewReader(tc)
 	resp, err := http.ReadResponse(tr, nil)
@@ -381,16 +375,7 @@ func TestSetRulesBothWaysAndClosesWhatItNoLongerAllows(t *testing.T) {
 
 func TestSetRulesClosesAnInspectedTunnel(t *testing.T) {
 	w := newWorld(t, readOnlyRules, nil)
-	tun, br, status := w.connect(fmt.Sprintf("allowed.test:%d", w.httpsPort))
-	if status != "200 " {
-		t.Fatalf("CONNECT = %q", status)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(w.sandboxCA.CertPEM())
-	tc := tls.Client(&bufConn{Conn: tun, r: br}, &tls.Config{ServerName: "allowed.test", RootCAs: roots})
-	if err := tc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
+	tun, tc := w.tlsTunnel("allowed.test", w.httpsPort, w.sandboxCA)
 	w.proxy.SetRules(nil)
 	_ = tun.SetReadDeadline(time.Now().Add(20 * time.Second))
 	if _, err := tc.Read(make([]byte, 1)); err == nil {
@@ -398,6 +383,23 @@ func TestSetRulesClosesAnInspectedTunnel(t *testing.T) {
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Error("an intercepted tunnel to a host no longer allowed was not closed")
 	}
+}
+
+// tlsTunnel opens a CONNECT tunnel to host:port and TLS in it, trusting
+// only ca; it returns the raw connection too.
+func (w *world) tlsTunnel(host string, port int, ca *CA) (net.Conn, *tls.Conn) {
+	w.t.Helper()
+	tun, br, status := w.connect(fmt.Sprintf("%s:%d", host, port))
+	if status != "200 " {
+		w.t.Fatalf("CONNECT %s:%d = %q; want 200", host, port, status)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM())
+	tc := tls.Client(&bufConn{Conn: tun, r: br}, &tls.Config{ServerName: host, RootCAs: roots})
+	if err := tc.Handshake(); err != nil {
+		w.t.Fatalf("TLS through the tunnel to %s: %v", host, err)
+	}
+	return tun, tc
 }
 
 // bufConn reads what a bufio.Reader kept first.
@@ -546,13 +548,7 @@ func TestHostHeaderMustBeTheConnectTarget(t *testing.T) {
     endpoints:
       - {host: denied.test, ports: [HTTPS], access: full, allowed_ips: [127.0.0.0/8]}
 `, nil)
-	tun, br, status := w.connect(fmt.Sprintf("allowed.test:%d", w.httpsPort))
-	if status != "200 " {
-		t.Fatalf("CONNECT = %q", status)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(w.sandboxCA.CertPEM())
-	tc := tls.Client(&bufConn{Conn: tun, r: br}, &tls.Config{ServerName: "allowed.test", RootCAs: roots})
+	_, tc := w.tlsTunnel("allowed.test", w.httpsPort, w.sandboxCA)
 	fmt.Fprintf(tc, "POST /x HTTP/1.1\r\nHost: denied.test:%d\r\nContent-Length: 0\r\n\r\n", w.httpsPort)
 	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
 	if err != nil {
