@@ -1,6 +1,8 @@
 package egress
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,7 +12,9 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/elazarl/goproxy"
 )
@@ -121,31 +125,108 @@ func (p *Proxy) splice(f *flow, gen uint64, addrs []netip.Addr, r result, client
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	pipe(client, c)
+	pipe(client, c, p.checkServerName(f, r))
 }
 
-// pipe copies a to b and b to a, each direction half-closed when it ends.
-func pipe(a, b net.Conn) {
-	raw := func(c net.Conn) net.Conn {
-		if cc, ok := c.(*clientConn); ok {
-			return cc.Conn // a *net.TCPConn: io.Copy splices
-		}
-		return c
-	}
-	ra, rb := raw(a), raw(b)
+// pipe copies the server's bytes to the client at once, and the client's
+// to the server once hello has read (and passed) what the client sends
+// first; each direction is half-closed when it ends, and both are closed
+// if hello refuses.
+func pipe(client, up net.Conn, hello func(io.Reader) ([]byte, error)) {
+	rc, ru := rawConn(client), rawConn(up)
 	done := make(chan struct{})
-	copyHalf := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if hc, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = hc.CloseWrite()
-		} else {
-			_ = dst.Close()
-		}
+	go func() { copyHalf(rc, ru); close(done) }()
+	head, err := hello(rc)
+	if err == nil && len(head) > 0 {
+		_, err = ru.Write(head)
 	}
-	go func() { copyHalf(rb, ra); close(done) }()
-	copyHalf(ra, rb)
+	if err != nil {
+		_ = client.Close()
+		_ = up.Close()
+	} else {
+		copyHalf(ru, rc)
+	}
 	<-done
 }
+
+// rawConn is the *net.TCPConn under a client's connection: io.Copy
+// between two of them splices.
+func rawConn(c net.Conn) net.Conn {
+	if cc, ok := c.(*clientConn); ok {
+		return cc.Conn
+	}
+	return c
+}
+
+func copyHalf(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	if hc, ok := dst.(interface{ CloseWrite() error }); ok {
+		_ = hc.CloseWrite()
+	} else {
+		_ = dst.Close()
+	}
+}
+
+// checkServerName reads what a tunnel's client sends first and returns it,
+// to be sent on; when it is a TLS ClientHello whose server name (SNI) is not
+// the CONNECT's host, the tunnel is refused: a pass-through endpoint cannot
+// front for another name on the same server.
+func (p *Proxy) checkServerName(f *flow, r result) func(io.Reader) ([]byte, error) {
+	return func(client io.Reader) ([]byte, error) {
+		br := bufio.NewReaderSize(client, 16<<10)
+		first, err := br.Peek(1)
+		if err != nil {
+			return nil, err
+		}
+		var read bytes.Buffer
+		if first[0] == recordTypeHandshake {
+			name, err := clientHelloName(io.TeeReader(br, &read))
+			if err != nil {
+				return nil, err
+			}
+			if _, isIP := netip.ParseAddr(f.host); name != "" && isIP != nil && !strings.EqualFold(strings.TrimSuffix(name, "."), f.host) {
+				p.emit(f, result{m: r.m, verdict: Denied, reason: fmt.Sprintf("the TLS server name %q is not the CONNECT's host %s", name, f.host)})
+				return nil, errors.New("server name differs")
+			}
+		}
+		rest, _ := br.Peek(br.Buffered())
+		return append(read.Bytes(), rest...), nil
+	}
+}
+
+// recordTypeHandshake is the first byte of a TLS handshake record.
+const recordTypeHandshake = 22
+
+var errHelloRead = errors.New("client hello read")
+
+// clientHelloName reads a TLS ClientHello from r with crypto/tls and
+// returns the server name it asks for.
+func clientHelloName(r io.Reader) (string, error) {
+	var name string
+	var got bool
+	err := tls.Server(helloConn{r: r}, &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		name, got = h.ServerName, true
+		return nil, errHelloRead
+	}}).Handshake()
+	if got {
+		return name, nil
+	}
+	return "", err
+}
+
+// helloConn is a read-only connection for clientHelloName: what the TLS
+// server would write is dropped.
+type helloConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c helloConn) Read(b []byte) (int, error)       { return c.r.Read(b) }
+func (c helloConn) Write(b []byte) (int, error)      { return len(b), nil }
+func (c helloConn) Close() error                     { return nil }
+func (c helloConn) SetDeadline(time.Time) error      { return nil }
+func (c helloConn) SetReadDeadline(time.Time) error  { return nil }
+func (c helloConn) SetWriteDeadline(time.Time) error { return nil }
 
 // dialAddrs dials the first of addrs that answers, checking each with
 // CheckAddr right before: the address dialed is the address checked.
@@ -199,6 +280,11 @@ func (p *Proxy) onRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	if t, ok := ctx.UserData.(tunnelOf); ok && (t.host != host || t.port != port) {
 		return req, forbidden(req, fmt.Sprintf("the request is for %s port %d, not its CONNECT's %s port %d", host, port, t.host, t.port))
 	}
+	if req.Host != "" { // the Host header names the server too (virtual hosts, domain fronting)
+		if h, p, err := hostPort(req.Host, defaultPort); err != nil || h != host || p != port {
+			return req, forbidden(req, fmt.Sprintf("the Host header %q is not the request's host %s port %d", req.Host, host, port))
+		}
+	}
 	f := &flow{host: host, port: port, method: req.Method, path: req.URL.EscapedPath()}
 	addrs, r, gen := p.admit(req.Context(), f)
 	if r.verdict == Denied {
@@ -214,4 +300,14 @@ func (p *Proxy) onRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	context.AfterFunc(req.Context(), func() { p.unregister(f) })
 	rctx = context.WithValue(rctx, targetKey{}, target{addrs: addrs, allowed: r.m.endpoint.AllowedIPs, port: port})
 	return req.WithContext(rctx), nil
+}
+
+// onResponse turns a failure to reach the server into a 502 that says why
+// (goproxy would answer 500).
+func (p *Proxy) onResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *http.Response {
+	if resp != nil || ctx.Error == nil {
+		return resp
+	}
+	return goproxy.NewResponse(ctx.Req, goproxy.ContentTypeText, http.StatusBadGateway,
+		fmt.Sprintf("corral egress: cannot reach %s: %v\n", ctx.Req.URL.Host, ctx.Error))
 }

@@ -256,6 +256,32 @@ func TestPassThroughIsNotIntercepted(t *testing.T) {
 	if status, _ := w.do(w.client(w.sandboxCA), "GET", "https://allowed.test:HTTPS/"); status != 0 {
 		t.Errorf("a pass-through tunnel showed a certificate of the sandbox CA")
 	}
+	w.decided()
+
+	// not TLS: passed as it is
+	tun, br, status := w.connect(fmt.Sprintf("allowed.test:%d", w.httpPort))
+	if status != "200 " {
+		t.Fatalf("CONNECT to the HTTP port = %q", status)
+	}
+	fmt.Fprintf(tun, "GET /plain HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Errorf("plain HTTP in a tunnel: %v, %v", resp, err)
+	}
+
+	// TLS asking for another name (domain fronting): refused
+	tun, br, status = w.connect(fmt.Sprintf("allowed.test:%d", w.httpsPort))
+	if status != "200 " {
+		t.Fatalf("CONNECT = %q", status)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(w.serverCA.CertPEM())
+	if err := tls.Client(&bufConn{Conn: tun, r: br}, &tls.Config{ServerName: "denied.test", RootCAs: roots}).Handshake(); err == nil {
+		t.Error("a tunnel to allowed.test carried TLS for denied.test")
+	}
+	d := w.decided()
+	if len(d) != 1 || d[0].Verdict != Denied || !strings.Contains(d[0].Reason, `the TLS server name "denied.test" is not the CONNECT's host allowed.test`) {
+		t.Errorf("decisions = %+v; want the refused server name", d)
+	}
 }
 
 func TestDeniedHostAndPort(t *testing.T) {

@@ -126,6 +126,7 @@ func New(cfg Config) (*Proxy, error) {
 	})
 	gp.OnRequest().HandleConnectFunc(p.onConnect)
 	gp.OnRequest().DoFunc(p.onRequest)
+	gp.OnResponse().DoFunc(p.onResponse)
 	p.gp = gp
 	return p, nil
 }
@@ -136,6 +137,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 	srv := &http.Server{
 		Handler:           p.gp,
 		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          log.New(io.Discard, "", 0),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
