@@ -22,8 +22,9 @@ import (
 // tunnelOf is a MITM tunnel's destination, carried by goproxy from the
 // CONNECT to each request inside it.
 type tunnelOf struct {
-	host string
-	port int
+	host   string
+	port   int
+	client *clientConn
 }
 
 // onConnect decides a CONNECT: refused with a 403, spliced at TCP level,
@@ -63,7 +64,7 @@ func (p *Proxy) onConnect(hostport string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 		return reject(r.reason)
 	}
 	client.whenClosed(func() { p.unregister(f) })
-	ctx.UserData = tunnelOf{host: host, port: port}
+	ctx.UserData = tunnelOf{host: host, port: port, client: client}
 	return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: p.mitmTLS}, hostport
 }
 
@@ -290,8 +291,19 @@ func (p *Proxy) onRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	if r.verdict == Denied {
 		return req, forbidden(req, r.reason)
 	}
+	// Cutting a request closes its client's connection too: a response
+	// cut short must not look complete (a chunked body would end cleanly).
+	client, _ := req.Context().Value(connKey{}).(*clientConn)
+	if t, ok := ctx.UserData.(tunnelOf); ok {
+		client = t.client
+	}
 	rctx, cancel := context.WithCancel(req.Context())
-	f.kill = cancel
+	f.kill = func() {
+		cancel()
+		if client != nil {
+			_ = client.Close()
+		}
+	}
 	if r, ok := p.register(f, gen); !ok {
 		cancel()
 		p.emit(f, r)

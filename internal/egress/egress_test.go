@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -54,6 +55,12 @@ func newWorld(t *testing.T, rulesText string, edit func(*Config)) *world {
 		t.Fatal(err)
 	}
 	handler := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" { // a response that lasts until the request is cut
+			rw.Write(make([]byte, 64<<10)) // past every buffer on the way
+			rw.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(rw, "hello %s %s %s", r.Method, r.URL.Path, body)
 	})
@@ -426,6 +433,40 @@ func (w *world) tlsTunnel(host string, port int, ca *CA) (net.Conn, *tls.Conn) {
 		w.t.Fatalf("TLS through the tunnel to %s: %v", host, err)
 	}
 	return tun, tc
+}
+
+func TestSetRulesCutsARequestInFlight(t *testing.T) {
+	w := newWorld(t, readOnlyRules, nil)
+	for _, u := range []string{"http://allowed.test:HTTP/hang", "https://allowed.test:HTTPS/hang"} {
+		w.proxy.SetRules(w.rules(readOnlyRules))
+		u = strings.NewReplacer(":HTTPS", fmt.Sprintf(":%d", w.httpsPort), ":HTTP", fmt.Sprintf(":%d", w.httpPort)).Replace(u)
+		resp, err := w.client(w.sandboxCA).Get(u)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %v, %v", u, resp, err)
+		}
+		w.proxy.SetRules(w.rules(`
+  other:
+    endpoints:
+      - {host: denied.test, port: 1}
+`))
+		read := make(chan error, 1)
+		go func() { _, err := io.Copy(io.Discard, resp.Body); read <- err }()
+		select {
+		case err := <-read:
+			if err == nil {
+				t.Errorf("%s: the body ended cleanly; want it cut", u)
+			}
+		case <-time.After(20 * time.Second): // a guard against a hang, not a timing assertion
+			t.Errorf("%s: a request in flight to a host no longer allowed was not cut", u)
+		}
+		resp.Body.Close()
+		d := w.decided()
+		if !slices.ContainsFunc(d, func(x Decision) bool {
+			return x.Method == "GET" && x.Path == "/hang" && strings.Contains(x.Reason, "closed by new rules: no network policy allows allowed.test")
+		}) {
+			t.Errorf("%s: decisions = %+v; want the request cut", u, d)
+		}
+	}
 }
 
 // bufConn reads what a bufio.Reader kept first.
