@@ -378,6 +378,9 @@ func TestSetRulesBothWaysAndClosesWhatItNoLongerAllows(t *testing.T) {
 `)
 	w.expect(c, "GET", "http://denied.test:HTTP/", 403, "no network policy")
 	w.proxy.SetRules(open)
+	if got := w.proxy.Rules(); len(got) != 1 || got[0].Name != "more" {
+		t.Errorf("Rules() = %+v; want the rules just set", got)
+	}
 	w.expect(c, "GET", "http://denied.test:HTTP/", 200, "hello GET /")
 
 	// an open pass-through tunnel, used once, then no longer allowed

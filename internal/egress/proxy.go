@@ -131,8 +131,9 @@ func New(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
-// Serve serves the proxy on l until l is closed or the proxy is. It may be
-// called for several listeners at once.
+// Serve serves the proxy on l until l is closed or the proxy is, then
+// closes the connections l accepted (their CONNECT tunnels excepted). It
+// may be called for several listeners at once.
 func (p *Proxy) Serve(l net.Listener) error {
 	srv := &http.Server{
 		Handler:           p.gp,
@@ -151,6 +152,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 	p.servers[srv] = struct{}{}
 	p.mu.Unlock()
 	err := srv.Serve(listener{l})
+	_ = srv.Close() // its clients' connections go with it (tunnels stay, until SetRules or Close)
 	p.mu.Lock()
 	delete(p.servers, srv)
 	p.mu.Unlock()
@@ -427,4 +429,11 @@ func (c *clientConn) whenClosed(f func()) {
 	if f != nil {
 		f()
 	}
+}
+
+// Rules returns the rules in force.
+func (p *Proxy) Rules() []policy.NetworkPolicy {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.rules)
 }
