@@ -39,7 +39,7 @@ type world struct {
 var loopback = map[string][]netip.Addr{}
 
 func init() {
-	for _, name := range []string{"allowed.test", "denied.test", "a.wild.test", "wild.test", "a.b.wild.test"} {
+	for _, name := range []string{"Allowed.Test", "denied.test.", "a.wild.test", "wild.test", "a.b.wild.test"} {
 		loopback[name] = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	}
 }

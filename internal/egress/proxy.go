@@ -105,6 +105,11 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
+	pins := make(map[string][]netip.Addr, len(cfg.Hosts))
+	for name, addrs := range cfg.Hosts { // names are matched lower-case, without a trailing dot
+		pins[strings.TrimSuffix(strings.ToLower(name), ".")] = slices.Clone(addrs)
+	}
+	cfg.Hosts = pins
 	p := &Proxy{cfg: cfg, rules: slices.Clone(cfg.Rules), live: map[*flow]struct{}{}, servers: map[*http.Server]struct{}{}}
 	d := &net.Dialer{Timeout: cfg.DialTimeout}
 	p.dial = d.DialContext
