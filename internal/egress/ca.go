@@ -14,6 +14,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
 
 // CA is a sandbox's certificate authority: the proxy signs with it the
@@ -42,21 +44,7 @@ func NewCA(commonName string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	serial, err := serialNumber()
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"corral egress"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(10, 0, 0),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
+	tmpl := tlsauth.CATemplate(commonName, "corral egress", 10*365*24*time.Hour)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, err
