@@ -27,26 +27,70 @@ type tunnelOf struct {
 	client *clientConn
 }
 
-// onConnect decides a CONNECT: refused with a 403, spliced at TCP level,
-// or intercepted (MITM) for an endpoint that inspects requests.
+// admission is a CONNECT decided: its flow, the addresses it may dial,
+// the result and the rules' generation.
+type admission struct {
+	f     *flow
+	addrs []netip.Addr
+	r     result
+	gen   uint64
+}
+
+type admittedKey struct{}
+
+// admitConnect decides a CONNECT's host, port and addresses.
+func (p *Proxy) admitConnect(req *http.Request) admission {
+	host, port, err := hostPort(req.URL.Host, 443)
+	if err != nil {
+		return admission{f: &flow{host: req.URL.Host, tunnel: true}, r: result{verdict: Denied, reason: err.Error()}}
+	}
+	a := admission{f: &flow{host: host, port: port, tunnel: true}}
+	a.addrs, a.r, a.gen = p.admit(req.Context(), a.f)
+	return a
+}
+
+// serveHTTP is the proxy's handler. A CONNECT to a pass-through endpoint
+// is spliced here, where the bytes a client sent right behind its CONNECT
+// are still at hand (goproxy's hijack would drop them); the rest is
+// goproxy's, with the CONNECT's admission in the request's context.
+func (p *Proxy) serveHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodConnect {
+		p.gp.ServeHTTP(w, req)
+		return
+	}
+	a := p.admitConnect(req)
+	if hj, ok := w.(http.Hijacker); ok && a.r.verdict != Denied && !a.r.m.endpoint.Inspects() {
+		conn, rw, err := hj.Hijack()
+		if err != nil {
+			return
+		}
+		early, _ := rw.Reader.Peek(rw.Reader.Buffered())
+		a.f.plain = true
+		p.splice(a, conn, early)
+		return
+	}
+	p.gp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), admittedKey{}, a)))
+}
+
+// onConnect answers a CONNECT that serveHTTP did not splice: refused with a
+// 403, or intercepted (MITM) for an endpoint that inspects requests.
 func (p *Proxy) onConnect(hostport string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
 	reject := func(reason string) (*goproxy.ConnectAction, string) {
 		ctx.Resp = forbidden(ctx.Req, reason)
 		return goproxy.RejectConnect, hostport
 	}
-	host, port, err := hostPort(hostport, 443)
-	if err != nil {
-		return reject(err.Error())
+	a, ok := ctx.Req.Context().Value(admittedKey{}).(admission)
+	if !ok {
+		a = p.admitConnect(ctx.Req)
 	}
-	f := &flow{host: host, port: port, tunnel: true}
-	addrs, r, gen := p.admit(ctx.Req.Context(), f)
+	f, r, gen := a.f, a.r, a.gen
 	if r.verdict == Denied {
 		return reject(r.reason)
 	}
-	if !r.m.endpoint.Inspects() {
+	if !r.m.endpoint.Inspects() { // only when the connection cannot be hijacked
 		f.plain = true
-		return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(req *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
-			p.splice(f, gen, addrs, r, client)
+		return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(_ *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+			p.splice(a, client, nil)
 		}}, hostport
 	}
 	if p.cfg.CA == nil {
@@ -64,7 +108,7 @@ func (p *Proxy) onConnect(hostport string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 		return reject(r.reason)
 	}
 	client.whenClosed(func() { p.unregister(f) })
-	ctx.UserData = tunnelOf{host: host, port: port, client: client}
+	ctx.UserData = tunnelOf{host: f.host, port: f.port, client: client}
 	return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: p.mitmTLS}, hostport
 }
 
@@ -86,7 +130,8 @@ func (p *Proxy) mitmTLS(hostport string, _ *goproxy.ProxyCtx) (*tls.Config, erro
 // splice connects a CONNECT's client to one of the checked addresses and
 // copies bytes both ways (splice(2) between TCP sockets) until both sides
 // are done or SetRules closes the tunnel.
-func (p *Proxy) splice(f *flow, gen uint64, addrs []netip.Addr, r result, client net.Conn) {
+func (p *Proxy) splice(a admission, client net.Conn, early []byte) {
+	f, r := a.f, a.r
 	defer client.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -103,13 +148,13 @@ func (p *Proxy) splice(f *flow, gen uint64, addrs []netip.Addr, r result, client
 		mu.Unlock()
 		_ = client.Close()
 	}
-	if r, ok := p.register(f, gen); !ok {
+	if r, ok := p.register(f, a.gen); !ok {
 		p.emit(f, r)
 		_ = forbidden(&http.Request{Method: http.MethodConnect}, r.reason).Write(client)
 		return
 	}
 	defer p.unregister(f)
-	c, err := p.dialAddrs(ctx, addrs, r.m.endpoint.AllowedIPs, f.port)
+	c, err := p.dialAddrs(ctx, a.addrs, r.m.endpoint.AllowedIPs, f.port)
 	if err != nil {
 		msg := fmt.Sprintf("corral egress: cannot reach %s port %d: %v\n", f.host, f.port, err)
 		_, _ = io.WriteString(client, "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nContent-Length: "+strconv.Itoa(len(msg))+"\r\n\r\n"+msg)
@@ -126,18 +171,18 @@ func (p *Proxy) splice(f *flow, gen uint64, addrs []netip.Addr, r result, client
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	pipe(client, c, p.checkServerName(f, r))
+	pipe(client, c, early, p.checkServerName(f, r))
 }
 
 // pipe copies the server's bytes to the client at once, and the client's
-// to the server once hello has read (and passed) what the client sends
-// first; each direction is half-closed when it ends, and both are closed
+// (early, the bytes already read, first) to the server once hello has read
+// (and passed) what the client sends first; each direction is half-closed when it ends, and both are closed
 // if hello refuses.
-func pipe(client, up net.Conn, hello func(io.Reader) ([]byte, error)) {
+func pipe(client, up net.Conn, early []byte, hello func(io.Reader) ([]byte, error)) {
 	rc, ru := rawConn(client), rawConn(up)
 	done := make(chan struct{})
 	go func() { copyHalf(rc, ru); close(done) }()
-	head, err := hello(rc)
+	head, err := hello(io.MultiReader(bytes.NewReader(early), rc))
 	if err == nil && len(head) > 0 {
 		_, err = ru.Write(head)
 	}

@@ -275,6 +275,24 @@ func TestPassThroughIsNotIntercepted(t *testing.T) {
 		t.Errorf("plain HTTP in a tunnel: %v, %v", resp, err)
 	}
 
+	// bytes sent with the CONNECT, before its answer, are not lost
+	early, err := net.Dial("tcp", w.proxyURL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Close()
+	_ = early.SetDeadline(time.Now().Add(20 * time.Second)) // a guard against a hang
+	fmt.Fprintf(early, "CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET /early HTTP/1.1\r\nHost: allowed.test\r\n\r\n", w.httpPort)
+	ebr := bufio.NewReader(early)
+	if resp, err := http.ReadResponse(ebr, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT with early bytes: %v, %v", resp, err)
+	}
+	if resp, err := http.ReadResponse(ebr, nil); err != nil || resp.StatusCode != 200 {
+		t.Errorf("a request sent with its CONNECT: %v, %v", resp, err)
+	} else if body, _ := io.ReadAll(resp.Body); string(body) != "hello GET /early " {
+		t.Errorf("a request sent with its CONNECT got %q", body)
+	}
+
 	// TLS asking for another name (domain fronting): refused
 	tun, br, status = w.connect(fmt.Sprintf("allowed.test:%d", w.httpsPort))
 	if status != "200 " {

@@ -141,7 +141,7 @@ func New(cfg Config) (*Proxy, error) {
 // may be called for several listeners at once.
 func (p *Proxy) Serve(l net.Listener) error {
 	srv := &http.Server{
-		Handler:           p.gp,
+		Handler:           http.HandlerFunc(p.serveHTTP),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          log.New(io.Discard, "", 0),
