@@ -343,11 +343,11 @@ func (p *Proxy) onRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 		client = t.client
 	}
 	rctx, cancel := context.WithCancel(req.Context())
-	f.kill = func() {
-		cancel()
+	f.kill = func() { // the client's connection first: nothing may end the response cleanly
 		if client != nil {
 			_ = client.Close()
 		}
+		cancel()
 	}
 	if r, ok := p.register(f, gen); !ok {
 		cancel()
