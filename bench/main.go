@@ -8,11 +8,14 @@
 //     running the same command in new namespaces, and a bare fork+exec of
 //     it as the floor;
 //   - images: the native driver's first (unpacking) and warm create of a
-//     50 MB image against the engine's docker load + run of it.
+//     50 MB image against the engine's docker load + run of it;
+//   - egress: HTTP GETs and a 1 GiB download through a sandbox's egress
+//     proxy (CONNECT pass-through, inspected, plain HTTP) against the same
+//     local server reached directly; no Docker, no root.
 //
 // Peer and corral runs are interleaved; warm-up runs are discarded.
 //
-//	go run ./bench [-driver docker|native|images|core|all] [-n 20] [-warmup 2]
+//	go run ./bench [-driver docker|native|images|core|egress|all] [-n 20] [-warmup 2]
 package main
 
 import (
@@ -37,7 +40,7 @@ import (
 )
 
 func main() {
-	which := flag.String("driver", "all", "which benchmarks: docker, native, images, core or all")
+	which := flag.String("driver", "all", "which benchmarks: docker, native, images, core, egress or all")
 	n := flag.Int("n", 20, "measured runs per operation")
 	warmup := flag.Int("warmup", 2, "runs discarded before measuring")
 	quick := flag.Bool("quick", false, "a short run of everything (CI): 5 runs each, 1,000 records, 1 s of load")
@@ -71,12 +74,16 @@ type report struct {
 	Tables  []*table  `json:"tables"`
 	Scaling []*figure `json:"scaling,omitempty"`
 	Core    []*figure `json:"core,omitempty"`
+	Egress  []*figure `json:"egress,omitempty"`
 }
 
 func run(dir, which string, n, warmup int, quick bool) (*report, error) {
-	bin, err := testenv.BuildCorralRelease(dir) // what ships: no test switches
-	if err != nil {
-		return nil, err
+	var bin string
+	if which != "egress" { // egress runs in this process
+		var err error
+		if bin, err = testenv.BuildCorralRelease(dir); err != nil { // what ships: no test switches
+			return nil, err
+		}
 	}
 	r := &report{Machine: machine(), Command: "go run ./bench " + strings.Join(os.Args[1:], " "), Runs: n, Warmup: warmup}
 	fmt.Printf("%s\n%d runs (after %d warm-up) of each operation, corral interleaved with its peers\n", r.Machine, n, warmup)
@@ -120,6 +127,16 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 		}
 		r.Core = figs
 		if err := printFigures(coreTitle, figs); err != nil {
+			return nil, err
+		}
+	}
+	if which == "all" || which == "egress" {
+		figs, err := benchEgress(quick)
+		if err != nil {
+			return nil, fmt.Errorf("egress: %w", err)
+		}
+		r.Egress = figs
+		if err := printFigures(egressTitle, figs); err != nil {
 			return nil, err
 		}
 	}
