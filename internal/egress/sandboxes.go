@@ -176,7 +176,7 @@ func (s *Sandboxes) box(ctx context.Context, id string) (*box, error) {
 	}
 	b = &box{name: nw.Name, rules: nw.Rules, watchers: map[chan Decision]struct{}{}}
 	b.proxy, err = New(Config{Sandbox: nw.Name, Rules: nw.Rules, Hosts: hosts, CA: ca, Deny: s.Deny,
-		OnDecision: func(d Decision) { s.record(b, d) }})
+		OnDecision: func(d Decision) { s.record(b, d) }, LogAllowed: true})
 	if err != nil {
 		return nil, err
 	}
