@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -53,8 +54,16 @@ ones. -o json prints one JSON object a line.`,
 			if err != nil {
 				return c.explain(err)
 			}
+			// Without -f the table is aligned at the end; with it, each
+			// row goes out as it comes, tab-separated.
+			var out io.Writer = g.stdout
+			if !follow {
+				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				defer tw.Flush()
+				out = tw
+			}
 			if format == "table" {
-				fmt.Fprintln(g.stdout, "TIME\tVERDICT\tHOST\tPORT\tADDRESS\tMETHOD\tPATH\tPOLICY\tREASON")
+				fmt.Fprintln(out, "TIME\tVERDICT\tHOST\tPORT\tADDRESS\tMETHOD\tPATH\tPOLICY\tREASON")
 			}
 			for {
 				d, err := stream.Recv()
@@ -64,7 +73,7 @@ ones. -o json prints one JSON object a line.`,
 				if err != nil {
 					return c.explain(err)
 				}
-				if err := printDenial(g.stdout, format, d); err != nil {
+				if err := printDenial(out, format, d); err != nil {
 					return err
 				}
 			}
