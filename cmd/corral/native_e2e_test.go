@@ -277,6 +277,14 @@ func TestNativeUnprivilegedGateway(t *testing.T) {
 	if pids := supervisorPids(t, home); len(pids) != 0 {
 		t.Errorf("supervisors after delete: %v", pids)
 	}
+	// no egress proxy without root: network_policies are refused, saying so
+	pol := filepath.Join(dir, "net.yaml")
+	if err := os.WriteFile(pol, []byte("version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - host: a.test\n        port: 80\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run("sandbox", "create", "--name", "net", "--policy", pol, "--", "sleep", "1"); err == nil || !strings.Contains(out, "does not run as root") {
+		t.Errorf("network_policies on a gateway that is not root: %v, %q; want refused with the reason", err, out)
+	}
 }
 
 // The policy through the CLI: enforced and shown by get; replaced on a
