@@ -14,8 +14,8 @@
 // Enforcement audit lets through, and reports, what the HTTP rules would
 // refuse; it never lets through a host, port or address that is refused.
 //
-// The HTTP parsing, CONNECT handling and TLS interception are
-// github.com/elazarl/goproxy's.
+// HTTP is parsed by net/http; proxying requests and intercepting TLS are
+// github.com/elazarl/goproxy's; pass-through tunnels are spliced here.
 package egress
 
 import (
