@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/policy"
 )
 
@@ -139,5 +140,6 @@ func summary(p policy.Policy) string {
 	if l.DiskBytes > 0 {
 		parts = append(parts, fmt.Sprintf("/sandbox %d MiB", l.DiskBytes>>20))
 	}
+	parts = append(parts, "network: "+egress.Describe(p.Network))
 	return strings.Join(parts, "; ")
 }
