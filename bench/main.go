@@ -85,6 +85,12 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 			return nil, err
 		}
 	}
+	if which == "all" || which == "docker" {
+		// at once, rather than after minutes of retries: an engine, and its test image (made here when missing)
+		if err := testenv.EnsureTestImage(context.Background()); err != nil {
+			return nil, fmt.Errorf("docker: %w", err)
+		}
+	}
 	r := &report{Machine: machine(), Command: "go run ./bench " + strings.Join(os.Args[1:], " "), Runs: n, Warmup: warmup}
 	fmt.Printf("%s\n%d runs (after %d warm-up) of each operation, corral interleaved with its peers\n", r.Machine, n, warmup)
 	for _, b := range []struct {
