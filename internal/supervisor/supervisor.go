@@ -22,6 +22,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/files"
 )
 
 // Config is what a supervisor runs.
@@ -121,6 +123,9 @@ func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
 		return err
 	}
 	os.Unsetenv(PolicyEnv)
+	if command[0] == files.Command {
+		return runFiles(command[1:], pol, hasPolicy, dropCaps, report)
+	}
 	path, err := exec.LookPath(command[0])
 	if err != nil {
 		return err

@@ -1,0 +1,50 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/corral-sandbox/corral/internal/files"
+	"github.com/corral-sandbox/corral/internal/policy"
+)
+
+// runFiles runs a file operation (files.Command) in this process instead
+// of a program: with the same protections as any command of the exec
+// stage (capabilities, Landlock, no_new_privs, the user, seccomp), applied
+// to every thread first, so the operation reads and writes only what the
+// sandbox's user may under its policy. It exits; it returns only an error
+// that came before the operation ran.
+func runFiles(args []string, pol policy.Policy, hasPolicy, dropCaps bool, report *os.File) error {
+	req, err := files.ParseArgv(args)
+	if err != nil {
+		return err
+	}
+	if dropCaps {
+		if err := dropCapabilities(); err != nil {
+			return err
+		}
+	}
+	var applied []string
+	if hasPolicy {
+		if applied, err = protect(pol); err != nil {
+			return err
+		}
+	}
+	if report != nil { // what an exec would close: the caller waits for its end
+		fmt.Fprintf(report, "applied: %s\n", strings.Join(applied, "; "))
+		report.Close()
+	}
+	root, err := os.OpenRoot("/")
+	if err == nil {
+		fsys := &files.FS{Root: root, Prefix: "/"}
+		err = fsys.Do(context.Background(), req, os.Stdin, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprint(os.Stderr, files.ErrLine(err))
+		os.Exit(1)
+	}
+	os.Exit(0)
+	return nil
+}
