@@ -24,6 +24,7 @@ import (
 // client is a connection to a gateway.
 type client struct {
 	corralv1.SandboxServiceClient
+	files corralv1.FileServiceClient
 	conn *grpc.ClientConn
 	addr string
 	tls  *tls.Config // nil on a Unix socket
@@ -97,6 +98,7 @@ func (g *globals) dial() (*client, error) {
 		return nil, fmt.Errorf("gateway %s: %w", e.Gateway, err)
 	}
 	c.conn, c.SandboxServiceClient = conn, corralv1.NewSandboxServiceClient(conn)
+	c.files = corralv1.NewFileServiceClient(conn)
 	return c, nil
 }
 

@@ -1,4 +1,5 @@
-// Package service is the API edge: corral.v1.SandboxService over gRPC on
+// Package service is the API edge: corral.v1.SandboxService (and
+// corral.v1.FileService, in files.go) over gRPC on
 // the lifecycle's requests. It maps errors to gRPC codes here and nowhere
 // else. It knows the lifecycle only through Lifecycle, and no driver or
 // store at all; which ones serve it is the wiring's business
@@ -43,6 +44,7 @@ type Lifecycle interface {
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
 	Imager
+	Files
 }
 
 var _ Lifecycle = (*lifecycle.Manager)(nil)
@@ -61,9 +63,11 @@ func New(m Lifecycle) corralv1.SandboxServiceServer { return &service{m: m} }
 func NewServer(m Lifecycle, opts ...grpc.ServerOption) *grpc.Server {
 	srv := grpc.NewServer(opts...)
 	corralv1.RegisterSandboxServiceServer(srv, New(m))
+	corralv1.RegisterFileServiceServer(srv, NewFiles(m))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(corralv1.SandboxService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(corralv1.FileService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
 	return srv
