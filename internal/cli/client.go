@@ -25,10 +25,10 @@ import (
 type client struct {
 	corralv1.SandboxServiceClient
 	files corralv1.FileServiceClient
-	conn *grpc.ClientConn
-	addr string
-	tls  *tls.Config // nil on a Unix socket
-	host string      // HOST:PORT over TCP
+	conn  *grpc.ClientConn
+	addr  string
+	tls   *tls.Config // nil on a Unix socket
+	host  string      // HOST:PORT over TCP
 }
 
 // homeDir is --home, else the default home (CORRAL_HOME, ...).
