@@ -333,3 +333,29 @@ func typeOf(fi os.FileInfo) string {
 	}
 	return "other"
 }
+
+// Local opens the FS that req needs in this process's own root, as a
+// sandbox's file operation does inside it: the kernel resolves the
+// directory the operation works in (inside a sandbox, within its root,
+// where ".." of / is /, and Landlock checks only that directory itself),
+// and an os.Root of it resolves what lies below. That directory is the
+// path itself when it is a directory and the operation reads or copies
+// it, else its parent.
+func Local(req Request) (*FS, error) {
+	if !strings.HasPrefix(req.Path, "/") {
+		return nil, errdefs.InvalidArgument("%q: a path in a sandbox must be absolute", req.Path)
+	}
+	p := path.Clean(req.Path)
+	dir := path.Dir(p)
+	switch req.Op {
+	case OpCopyIn, OpCopyOut, OpList, OpStat, OpWatch:
+		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+			dir = p
+		}
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, Classify(dir, err)
+	}
+	return &FS{Root: root, Prefix: dir}, nil
+}

@@ -187,6 +187,16 @@ func Classify(path string, err error) error {
 	}
 	var r *safetar.Refusal
 	if errors.As(err, &r) {
+		var errno syscall.Errno
+		if r.Err != nil && !isEscape(r.Err) && errors.As(r.Err, &errno) {
+			// The file system said no (read-only, full, missing): its class.
+			switch kindOf(errno) {
+			case kindPermission:
+				return errdefs.PermissionDenied("copy into %s: %v (the sandbox's user or policy (filesystem_policy) does not allow it)", path, err)
+			case kindNoSpace:
+				return errdefs.ResourceExhausted("copy into %s: %v (no space left on the sandbox's disk (ENOSPC: limits.disk is full))", path, err)
+			}
+		}
 		return errdefs.InvalidArgument("copy into %s refused: %v", path, err)
 	}
 	if k := kindOf(err); k != kindOther || isEscape(err) {

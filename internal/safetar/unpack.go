@@ -30,7 +30,12 @@ var DefaultLimits = Limits{Entries: 1 << 20, PathLen: 4096, Depth: 256}
 // Refusal is an entry the unpacker will not write, and why.
 type Refusal struct {
 	Entry, Reason string
+	// Err is the file system's error behind the reason, if any.
+	Err error
 }
+
+// Unwrap is the file system's error behind the refusal.
+func (r *Refusal) Unwrap() error { return r.Err }
 
 func (r *Refusal) Error() string {
 	entry := r.Entry
@@ -119,7 +124,7 @@ func Unpack(r io.Reader, root *os.Root, opts Options) (Stats, error) {
 			return u.stats, fmt.Errorf("read the tar stream: %w", err)
 		}
 		if n > lim.Entries {
-			return u.stats, &Refusal{hdr.Name, fmt.Sprintf("the archive has more than %d entries", lim.Entries)}
+			return u.stats, &Refusal{Entry: hdr.Name, Reason: fmt.Sprintf("the archive has more than %d entries", lim.Entries)}
 		}
 		if err := u.entry(hdr, tr); err != nil {
 			return u.stats, err
@@ -179,16 +184,16 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		name, why = u.clean(u.opts.Rename(name))
 	}
 	if why != "" {
-		return &Refusal{hdr.Name, why}
+		return &Refusal{Entry: hdr.Name, Reason: why}
 	}
-	refuse := func(what string, err error) error { return &Refusal{hdr.Name, u.fsReason(what, err)} }
+	refuse := func(what string, err error) error { return &Refusal{Entry: hdr.Name, Reason: u.fsReason(what, err), Err: err} }
 	parent, base := path.Dir(name), path.Base(name)
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
 		return nil
 	}
 	if name == "." {
 		if hdr.Typeflag != tar.TypeDir {
-			return &Refusal{hdr.Name, "the root of the archive is not a directory"}
+			return &Refusal{Entry: hdr.Name, Reason: "the root of the archive is not a directory"}
 		}
 		return nil // the destination keeps its owner and mode
 	}
@@ -231,7 +236,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		u.stats.Bytes += n
 	case tar.TypeSymlink:
 		if hdr.Linkname == "" || len(hdr.Linkname) > u.lim.PathLen || strings.IndexByte(hdr.Linkname, 0) >= 0 {
-			return &Refusal{hdr.Name, fmt.Sprintf("a symlink target of %d bytes (empty, NUL or over %d)", len(hdr.Linkname), u.lim.PathLen)}
+			return &Refusal{Entry: hdr.Name, Reason: fmt.Sprintf("a symlink target of %d bytes (empty, NUL or over %d)", len(hdr.Linkname), u.lim.PathLen)}
 		}
 		if err := u.clear(name, false); err != nil {
 			return refuse("replace what was there", err)
@@ -245,12 +250,12 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		return u.hardLink(hdr, name)
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
 		if !u.opts.Layer {
-			return &Refusal{hdr.Name, "a device node or fifo: never created"}
+			return &Refusal{Entry: hdr.Name, Reason: "a device node or fifo: never created"}
 		}
 		u.stats.Skipped++ // never created in the cache; a sandbox has its own /dev
 		return nil
 	default:
-		return &Refusal{hdr.Name, fmt.Sprintf("unsupported entry type %q", hdr.Typeflag)}
+		return &Refusal{Entry: hdr.Name, Reason: fmt.Sprintf("unsupported entry type %q", hdr.Typeflag)}
 	}
 	if err := u.setMeta(name, hdr); err != nil {
 		return refuse("set its owner, mode and times", err)
@@ -266,25 +271,25 @@ func (u *unpacker) hardLink(hdr *tar.Header, name string) error {
 		target, why = u.clean(u.opts.Rename(target))
 	}
 	if why != "" {
-		return &Refusal{hdr.Name, "hard link target " + fmt.Sprintf("%q", hdr.Linkname) + ": " + why}
+		return &Refusal{Entry: hdr.Name, Reason: "hard link target " + fmt.Sprintf("%q", hdr.Linkname) + ": " + why}
 	}
 	if target == name || target == "." {
-		return &Refusal{hdr.Name, fmt.Sprintf("a hard link to %q", hdr.Linkname)}
+		return &Refusal{Entry: hdr.Name, Reason: fmt.Sprintf("a hard link to %q", hdr.Linkname)}
 	}
 	fi, err := u.root.Lstat(target)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return &Refusal{hdr.Name, fmt.Sprintf("hard link target %q is not in %s (not before the link)", hdr.Linkname, u.what())}
+		return &Refusal{Entry: hdr.Name, Reason: fmt.Sprintf("hard link target %q is not in %s (not before the link)", hdr.Linkname, u.what())}
 	case err != nil:
-		return &Refusal{hdr.Name, u.fsReason(fmt.Sprintf("hard link target %q", hdr.Linkname), err)}
+		return &Refusal{Entry: hdr.Name, Reason: u.fsReason(fmt.Sprintf("hard link target %q", hdr.Linkname), err), Err: err}
 	case fi.IsDir():
-		return &Refusal{hdr.Name, fmt.Sprintf("hard link target %q is a directory", hdr.Linkname)}
+		return &Refusal{Entry: hdr.Name, Reason: fmt.Sprintf("hard link target %q is a directory", hdr.Linkname)}
 	}
 	if err := u.clear(name, false); err != nil {
-		return &Refusal{hdr.Name, u.fsReason("replace what was there", err)}
+		return &Refusal{Entry: hdr.Name, Reason: u.fsReason("replace what was there", err), Err: err}
 	}
 	if err := u.root.Link(target, name); err != nil {
-		return &Refusal{hdr.Name, u.fsReason("make the hard link", err)}
+		return &Refusal{Entry: hdr.Name, Reason: u.fsReason("make the hard link", err), Err: err}
 	}
 	return nil
 }
@@ -301,7 +306,7 @@ func (u *unpacker) whiteout(entry, parent, base string) error {
 	}
 	d, err := u.root.OpenFile(parent, os.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return &Refusal{entry, u.fsReason("open its directory", err)}
+		return &Refusal{Entry: entry, Reason: u.fsReason("open its directory", err), Err: err}
 	}
 	defer d.Close()
 	if base == opaqueMarker {
@@ -312,10 +317,10 @@ func (u *unpacker) whiteout(entry, parent, base string) error {
 	}
 	hidden := strings.TrimPrefix(base, whiteoutPrefix)
 	if hidden == "" || hidden == "." || hidden == ".." {
-		return &Refusal{entry, "a whiteout of no name"}
+		return &Refusal{Entry: entry, Reason: "a whiteout of no name"}
 	}
 	if err := u.clear(path.Join(parent, hidden), false); err != nil {
-		return &Refusal{entry, u.fsReason("replace what was there", err)}
+		return &Refusal{Entry: entry, Reason: u.fsReason("replace what was there", err), Err: err}
 	}
 	if err := unix.Mknodat(int(d.Fd()), hidden, unix.S_IFCHR, 0); err != nil {
 		return fmt.Errorf("entry %q: make the whiteout: %w", entry, err)
@@ -397,7 +402,7 @@ func (u *unpacker) finishDirs() error {
 			continue // replaced by a later entry
 		}
 		if err := u.setMeta(name, u.dirHdr[name]); err != nil {
-			return &Refusal{name, u.fsReason("set its owner, mode and times", err)}
+			return &Refusal{Entry: name, Reason: u.fsReason("set its owner, mode and times", err), Err: err}
 		}
 	}
 	return nil

@@ -36,9 +36,8 @@ func runFiles(args []string, pol policy.Policy, hasPolicy, dropCaps bool, report
 		fmt.Fprintf(report, "applied: %s\n", strings.Join(applied, "; "))
 		report.Close()
 	}
-	root, err := os.OpenRoot("/")
+	fsys, err := files.Local(req)
 	if err == nil {
-		fsys := &files.FS{Root: root, Prefix: "/"}
 		err = fsys.Do(context.Background(), req, os.Stdin, os.Stdout)
 	}
 	if err != nil {
