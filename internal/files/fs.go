@@ -354,6 +354,9 @@ func Local(req Request) (*FS, error) {
 		}
 	}
 	root, err := os.OpenRoot(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errdefs.NotFound("%s: no such directory", dir)
+	}
 	if err != nil {
 		return nil, Classify(dir, err)
 	}
