@@ -186,7 +186,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	if why != "" {
 		return &Refusal{Entry: hdr.Name, Reason: why}
 	}
-	refuse := func(what string, err error) error { return &Refusal{Entry: hdr.Name, Reason: u.fsReason(what, err), Err: err} }
+	refuse := func(what string, err error) error {
+		return &Refusal{Entry: hdr.Name, Reason: u.fsReason(what, err), Err: err}
+	}
 	parent, base := path.Dir(name), path.Base(name)
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
 		return nil
