@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,22 +62,10 @@ func dockerWorkdir(t *testing.T, id string) string {
 	return vols.Items[0].Mountpoint
 }
 
-// corralIn runs the CLI with stdin.
+// corralIn runs the CLI on the gateway of home with stdin.
 func corralIn(t *testing.T, home string, stdin io.Reader, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--home", home}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("corral %s: hung", strings.Join(args, " "))
-	}
-	if _, ok := err.(*exec.ExitError); err != nil && !ok {
-		t.Fatal(err)
-	}
-	return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+	return corralRun(t, nil, stdin, append([]string{"--home", home}, args...)...)
 }
 
 func filesAPI(t *testing.T, home string) corralv1.FileServiceClient {
@@ -356,7 +343,7 @@ func TestFilesWatchEvents(t *testing.T) {
 		mustCorral(t, g.home, "sandbox", "exec", "box", "--", "sh", "-c", "echo 1 > /sandbox/w/a; sleep 0.3; echo 2 >> /sandbox/w/a; sleep 0.3; rm /sandbox/w/a")
 		done := time.Now()
 		var got []string
-		var last time.Time
+		var first, last time.Time
 		timeout := time.After(5 * time.Second)
 	collect:
 		for len(got) < 3 {
@@ -369,6 +356,9 @@ func TestFilesWatchEvents(t *testing.T) {
 				if len(got) == 0 || got[len(got)-1] != s { // runs of writes may be several "modified"
 					got = append(got, s)
 				}
+				if first.IsZero() {
+					first = a.at
+				}
 				last = a.at
 			case <-timeout:
 				break collect
@@ -377,6 +367,11 @@ func TestFilesWatchEvents(t *testing.T) {
 		want := []string{"created /sandbox/w/a", "modified /sandbox/w/a", "removed /sandbox/w/a"}
 		if strings.Join(got, "; ") != strings.Join(want, "; ") {
 			t.Fatalf("events %q, want %q", got, want)
+		}
+		// The changes were 0.3 s apart: the events came as they happened,
+		// not in one batch at the end.
+		if spread := last.Sub(first); spread < 400*time.Millisecond {
+			t.Errorf("the events came %v apart, the changes 600ms: not as they happened", spread)
 		}
 		if lag := last.Sub(done); lag > 200*time.Millisecond {
 			t.Errorf("the last event came %v after the change was made, want within 200ms", lag)

@@ -56,13 +56,26 @@ func (s *fileService) ReadFile(req *corralv1.ReadFileRequest, stream grpc.Server
 	return errdefs.ToGRPC(s.m.Files(stream.Context(), req.GetSandbox(), files.Request{Op: files.OpRead, Path: req.GetPath()}, nil, out))
 }
 
-// upload feeds a client stream's data messages into a pipe, after the
-// header that recv's first message holds, until the client closes.
-func upload(ctx context.Context, data func() ([]byte, error)) io.Reader {
+// upload receives a client stream's header, its first message, and
+// returns it with a reader of the data of the messages after it, which
+// ends when the client closes its side.
+func upload[M any, H comparable](ctx context.Context, what string, recv func() (M, error), header func(M) H, data func(M) []byte) (H, io.Reader, error) {
+	var none H
+	first, err := recv()
+	if err != nil {
+		return none, nil, err
+	}
+	h := header(first)
+	if h == none {
+		return none, nil, status.Errorf(codes.InvalidArgument, "the first %s message must be its header", what)
+	}
 	r, w := io.Pipe()
 	go func() {
 		for {
-			p, err := data()
+			msg, err := recv()
+			if err == nil && header(msg) != none {
+				err = status.Errorf(codes.InvalidArgument, "a second %s header", what)
+			}
 			if err == io.EOF {
 				w.Close()
 				return
@@ -71,65 +84,33 @@ func upload(ctx context.Context, data func() ([]byte, error)) io.Reader {
 				w.CloseWithError(err)
 				return
 			}
-			if _, err := w.Write(p); err != nil {
+			if _, err := w.Write(data(msg)); err != nil {
 				return // the reader gave up
 			}
 		}
 	}()
 	context.AfterFunc(ctx, func() { r.CloseWithError(ctx.Err()) })
-	return r
+	return h, r, nil
 }
 
 func (s *fileService) CopyIn(stream grpc.ClientStreamingServer[corralv1.CopyInRequest, corralv1.CopyInResponse]) error {
-	first, err := stream.Recv()
+	h, in, err := upload(stream.Context(), "CopyIn", stream.Recv, (*corralv1.CopyInRequest).GetHeader, (*corralv1.CopyInRequest).GetData)
 	if err != nil {
 		return err
 	}
-	h := first.GetHeader()
-	if h == nil {
-		return status.Error(codes.InvalidArgument, "the first CopyIn message must be a CopyInHeader")
-	}
-	in := upload(stream.Context(), func() ([]byte, error) {
-		msg, err := stream.Recv()
-		if err != nil {
-			return nil, err
-		}
-		if msg.GetHeader() != nil {
-			return nil, status.Error(codes.InvalidArgument, "a second CopyInHeader")
-		}
-		return msg.GetData(), nil
-	})
-	var out bytes.Buffer
 	req := files.Request{Op: files.OpCopyIn, Path: h.GetPath(), Base: h.GetBase()}
-	if err := s.m.Files(stream.Context(), h.GetSandbox(), req, in, &out); err != nil {
-		return errdefs.ToGRPC(err)
-	}
-	res, err := files.ReadResult(&out)
+	res, err := s.result(stream.Context(), h.GetSandbox(), req, in)
 	if err != nil {
-		return errdefs.ToGRPC(err)
+		return err
 	}
 	return stream.SendAndClose(&corralv1.CopyInResponse{Written: res.Written})
 }
 
 func (s *fileService) WriteFile(stream grpc.ClientStreamingServer[corralv1.WriteFileRequest, corralv1.FileInfo]) error {
-	first, err := stream.Recv()
+	h, in, err := upload(stream.Context(), "WriteFile", stream.Recv, (*corralv1.WriteFileRequest).GetHeader, (*corralv1.WriteFileRequest).GetData)
 	if err != nil {
 		return err
 	}
-	h := first.GetHeader()
-	if h == nil {
-		return status.Error(codes.InvalidArgument, "the first WriteFile message must be a WriteFileHeader")
-	}
-	in := upload(stream.Context(), func() ([]byte, error) {
-		msg, err := stream.Recv()
-		if err != nil {
-			return nil, err
-		}
-		if msg.GetHeader() != nil {
-			return nil, status.Error(codes.InvalidArgument, "a second WriteFileHeader")
-		}
-		return msg.GetData(), nil
-	})
 	res, err := s.result(stream.Context(), h.GetSandbox(), files.Request{Op: files.OpWrite, Path: h.GetPath(), Mode: h.GetMode()}, in)
 	if err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/corral-sandbox/corral/internal/files"
 	"github.com/corral-sandbox/corral/internal/policy"
@@ -21,20 +20,11 @@ func runFiles(args []string, pol policy.Policy, hasPolicy, dropCaps bool, report
 	if err != nil {
 		return err
 	}
-	if dropCaps {
-		if err := dropCapabilities(); err != nil {
-			return err
-		}
+	if err := applyStage(pol, hasPolicy, dropCaps, report); err != nil {
+		return err
 	}
-	var applied []string
-	if hasPolicy {
-		if applied, err = protect(pol); err != nil {
-			return err
-		}
-	}
-	if report != nil { // what an exec would close: the caller waits for its end
-		fmt.Fprintf(report, "applied: %s\n", strings.Join(applied, "; "))
-		report.Close()
+	if report != nil {
+		report.Close() // what an exec would close: the caller waits for its end
 	}
 	fsys, err := files.Local(req)
 	if err == nil {

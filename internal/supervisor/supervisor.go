@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/files"
+	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 // Config is what a supervisor runs.
@@ -130,6 +131,15 @@ func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := applyStage(pol, hasPolicy, dropCaps, report); err != nil {
+		return err
+	}
+	return syscall.Exec(path, command, os.Environ())
+}
+
+// applyStage applies what the exec stage applies before its command runs
+// (the capabilities, then the policy) and says so on report, if any.
+func applyStage(pol policy.Policy, hasPolicy, dropCaps bool, report *os.File) error {
 	if dropCaps {
 		if err := dropCapabilities(); err != nil {
 			return err
@@ -137,6 +147,7 @@ func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
 	}
 	var applied []string
 	if hasPolicy {
+		var err error
 		if applied, err = protect(pol); err != nil {
 			return err
 		}
@@ -144,5 +155,5 @@ func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
 	if report != nil {
 		fmt.Fprintf(report, "applied: %s\n", strings.Join(applied, "; "))
 	}
-	return syscall.Exec(path, command, os.Environ())
+	return nil
 }
