@@ -8,11 +8,14 @@
 //     running the same command in new namespaces, and a bare fork+exec of
 //     it as the floor;
 //   - images: the native driver's first (unpacking) and warm create of a
-//     50 MB image against the engine's docker load + run of it.
+//     50 MB image against the engine's docker load + run of it;
+//   - files: corral sandbox cp of a 1 GiB file and of 10,000 small files
+//     in and out, on both drivers, against docker cp of the same data, with
+//     the gateway's RSS growth during each copy.
 //
 // Peer and corral runs are interleaved; warm-up runs are discarded.
 //
-//	go run ./bench [-driver docker|native|images|core|all] [-n 20] [-warmup 2]
+//	go run ./bench [-driver docker|native|images|files|core|all] [-n 20] [-warmup 2]
 package main
 
 import (
@@ -37,7 +40,7 @@ import (
 )
 
 func main() {
-	which := flag.String("driver", "all", "which benchmarks: docker, native, images, core or all")
+	which := flag.String("driver", "all", "which benchmarks: docker, native, images, files, core or all")
 	n := flag.Int("n", 20, "measured runs per operation")
 	warmup := flag.Int("warmup", 2, "runs discarded before measuring")
 	quick := flag.Bool("quick", false, "a short run of everything (CI): 5 runs each, 1,000 records, 1 s of load")
@@ -71,6 +74,7 @@ type report struct {
 	Tables  []*table  `json:"tables"`
 	Scaling []*figure `json:"scaling,omitempty"`
 	Core    []*figure `json:"core,omitempty"`
+	Files   []*figure `json:"files,omitempty"`
 }
 
 func run(dir, which string, n, warmup int, quick bool) (*report, error) {
@@ -96,6 +100,24 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 			return nil, err
 		}
 		r.Tables = append(r.Tables, t)
+	}
+	if which == "all" || which == "files" {
+		fn, fw := n, warmup
+		if quick || which == "all" {
+			fn, fw = 1, 0 // a GiB a copy: one run is the measure
+		}
+		t, figs, err := benchFiles(bin, filepath.Join(dir, "files"), fn, fw)
+		if err != nil {
+			return nil, fmt.Errorf("files: %w", err)
+		}
+		fmt.Printf("\n%s\n", t.Title)
+		if err := t.print(); err != nil {
+			return nil, err
+		}
+		r.Tables, r.Files = append(r.Tables, t), figs
+		if err := printFigures(filesTitle, figs); err != nil {
+			return nil, err
+		}
 	}
 	var drivers []string
 	for _, d := range []string{"docker", "native"} {
@@ -130,6 +152,7 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 const (
 	scalingTitle = "scaling: create→ready and create throughput by sandboxes already running"
 	coreTitle    = "gateway core: fake driver, real SQLite store, every operation journaled"
+	filesTitle   = "files: throughput of corral sandbox cp beside docker cp, and the gateway's memory"
 )
 
 func printFigures(title string, figs []*figure) error {
