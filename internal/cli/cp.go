@@ -205,7 +205,7 @@ func copyIn(ctx context.Context, c *client, src, name, dst string) error {
 	bar := newCopyProgress(os.Stderr, name+":"+dst, total)
 	defer bar.finish()
 	src2 := bar.reader(in)
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, 256<<10) // a message of the stream
 	for {
 		n, rerr := io.ReadFull(src2, buf)
 		if n > 0 {

@@ -92,6 +92,7 @@ type unpacker struct {
 	opts   Options
 	dirs   []string
 	dirHdr map[string]*tar.Header // directories' metadata, set once all is written
+	made   map[string]bool        // directories known to be there, until an entry replaces them
 	stats  Stats
 }
 
@@ -113,7 +114,7 @@ func Unpack(r io.Reader, root *os.Root, opts Options) (Stats, error) {
 	if lim == (Limits{}) {
 		lim = DefaultLimits
 	}
-	u := &unpacker{root: root, lim: lim, opts: opts, dirHdr: map[string]*tar.Header{}}
+	u := &unpacker{root: root, lim: lim, opts: opts, dirHdr: map[string]*tar.Header{}, made: map[string]bool{}}
 	tr := tar.NewReader(r)
 	for n := 1; ; n++ {
 		hdr, err := tr.Next()
@@ -199,10 +200,11 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		return nil // the destination keeps its owner and mode
 	}
-	if parent != "." {
+	if parent != "." && !u.made[parent] {
 		if err := u.root.MkdirAll(parent, 0o755); err != nil {
 			return refuse("make its parent", err)
 		}
+		u.made[parent] = true
 	}
 	if u.opts.Layer && strings.HasPrefix(base, whiteoutPrefix) {
 		return u.whiteout(hdr.Name, parent, base)
@@ -215,6 +217,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		if err := u.root.Mkdir(name, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return refuse("make the directory", err)
 		}
+		u.made[name] = true
 		if _, seen := u.dirHdr[name]; !seen {
 			u.dirs = append(u.dirs, name)
 		}
@@ -345,6 +348,11 @@ func (u *unpacker) clear(name string, keepDir bool) error {
 	}
 	if fi.IsDir() && !u.opts.Layer {
 		return errors.New("a directory is there: a copy does not replace a directory with a file")
+	}
+	for dir := range u.made {
+		if dir == name || strings.HasPrefix(dir, name+"/") {
+			delete(u.made, dir)
+		}
 	}
 	return u.root.RemoveAll(name)
 }

@@ -32,7 +32,7 @@ type fileService struct {
 func NewFiles(m Files) corralv1.FileServiceServer { return &fileService{m: m} }
 
 // chunkSize is the most one message of a stream carries.
-const chunkSize = 64 << 10
+const chunkSize = 256 << 10
 
 // chunker sends what is written to it in chunks of at most chunkSize.
 type chunker func(p []byte) error

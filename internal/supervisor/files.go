@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -28,7 +29,11 @@ func runFiles(args []string, pol policy.Policy, hasPolicy, dropCaps bool, report
 	}
 	fsys, err := files.Local(req)
 	if err == nil {
-		err = fsys.Do(context.Background(), req, os.Stdin, os.Stdout)
+		out := bufio.NewWriterSize(os.Stdout, 256<<10)
+		err = fsys.Do(context.Background(), req, bufio.NewReaderSize(os.Stdin, 256<<10), flusher{out})
+		if ferr := out.Flush(); err == nil {
+			err = ferr
+		}
 	}
 	if err != nil {
 		fmt.Fprint(os.Stderr, files.ErrLine(err))
@@ -36,4 +41,16 @@ func runFiles(args []string, pol policy.Policy, hasPolicy, dropCaps bool, report
 	}
 	os.Exit(0)
 	return nil
+}
+
+// flusher flushes what is written at once when it is a line (a watch's
+// event): the rest waits until the buffer fills.
+type flusher struct{ w *bufio.Writer }
+
+func (f flusher) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err == nil && len(p) > 0 && p[len(p)-1] == '\n' {
+		err = f.w.Flush()
+	}
+	return n, err
 }
