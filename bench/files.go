@@ -136,6 +136,9 @@ func benchFiles(bin, home string, n, warmup int) (*table, []*figure, error) {
 				&figure{Name: key + ", corral / docker cp", Value: ours / theirs, Unit: "×", Goal: "≥ 0.8", Met: &ok},
 				&figure{Name: key + ", gateway RSS growth during the copy", Value: growth[op], Unit: "MB", Goal: "< 50", Met: &lean})
 		}
+		if err := g.remove("files"); err == nil {
+			_ = g.waitPhase("files", "")
+		}
 		g.close()
 	}
 	return t, figs, nil
