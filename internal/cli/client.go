@@ -93,7 +93,10 @@ func (g *globals) dial() (*client, error) {
 		c.host, target = u.Host, u.Host
 		creds = credentials.NewTLS(c.tls)
 	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds),
+		// windows and buffers for file copies, as the gateway's (service.StreamOptions)
+		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(4<<20),
+		grpc.WithReadBufferSize(256<<10), grpc.WithWriteBufferSize(256<<10))
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: %w", e.Gateway, err)
 	}

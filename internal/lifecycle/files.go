@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -20,6 +21,10 @@ import (
 
 // stderrCap bounds what is kept of a file operation's stderr.
 const stderrCap = 64 << 10
+
+// streamBuffer is how much of a streamed output is gathered before it is
+// passed on.
+const streamBuffer = 256 << 10
 
 // Files runs one file operation on a sandbox's files, its input read from
 // stdin and its output written to stdout as it goes (nothing is held
@@ -66,7 +71,16 @@ func (m *Manager) filesInside(ctx context.Context, sb *sandbox.Sandbox, req file
 		stdin = r
 	}
 	stderr := &capped{max: stderrCap}
+	var out *bufio.Writer
+	if req.Op == files.OpCopyOut || req.Op == files.OpRead {
+		// Whole chunks of the stream, whatever size the driver writes in.
+		out = bufio.NewWriterSize(stdout, streamBuffer)
+		stdout = out
+	}
 	code, err := x.Exec(ctx, sb.ID, driver.ExecOptions{Command: files.Argv(req), Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	if err == nil && out != nil {
+		err = out.Flush()
+	}
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,28 @@ const chunkSize = 256 << 10
 // chunker sends what is written to it in chunks of at most chunkSize.
 type chunker func(p []byte) error
 
+// ReadFrom sends what r holds in whole chunks: io.Copy would read (and
+// send) 32 KiB at a time.
+func (c chunker) ReadFrom(r io.Reader) (int64, error) {
+	buf := make([]byte, chunkSize)
+	var total int64
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if serr := c(bytes.Clone(buf[:n])); serr != nil {
+				return total, serr
+			}
+			total += int64(n)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
 func (c chunker) Write(p []byte) (int, error) {
 	for off := 0; off < len(p); off += chunkSize {
 		if err := c(bytes.Clone(p[off:min(len(p), off+chunkSize)])); err != nil {
