@@ -80,6 +80,9 @@ type Options struct {
 	What string
 }
 
+// copyBuffer is how much of a file's contents is written at once.
+const copyBuffer = 256 << 10
+
 // Owner is a uid and gid.
 type Owner struct{ UID, GID int }
 
@@ -93,6 +96,7 @@ type unpacker struct {
 	dirs   []string
 	dirHdr map[string]*tar.Header // directories' metadata, set once all is written
 	made   map[string]bool        // directories known to be there, until an entry replaces them
+	buf    []byte                 // for the contents of files
 	stats  Stats
 }
 
@@ -231,7 +235,10 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		if err != nil {
 			return refuse("create the file", err)
 		}
-		n, err := io.Copy(f, r)
+		if u.buf == nil {
+			u.buf = make([]byte, copyBuffer)
+		}
+		n, err := io.CopyBuffer(struct{ io.Writer }{f}, r, u.buf) // not *os.File's ReadFrom, 32 KiB a write
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
