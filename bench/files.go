@@ -57,7 +57,7 @@ func benchFiles(bin, home string, n, warmup int) (*table, []*figure, error) {
 			ops = append(ops, d+" driver: "+op)
 		}
 	}
-	t := newTable("files: corral sandbox cp (Docker and native drivers) vs docker cp of the same data", ops, []string{"docker cp"})
+	t := newTable("files: corral sandbox cp (Docker and native drivers) vs docker cp of the same data", ops, []string{"docker cp", "docker exec cat"})
 	var figs []*figure
 	for _, driver := range []string{"docker", "native"} {
 		args := []string{"--driver", driver}
@@ -114,6 +114,17 @@ func benchFiles(bin, home string, n, warmup int) (*table, []*figure, error) {
 					if err := sameSmall(filepath.Join(data, "small"), filepath.Join(out, "small")); err != nil {
 						return nil, nil, fmt.Errorf("%s %s: %w", driver, who, err)
 					}
+				}
+				if who == "docker cp" && i >= warmup {
+					// the engine's exec stream alone: the floor of whatever
+					// goes out through docker exec, as corral's copies do
+					d, _, err := sampled(0, func() error {
+						return runCmd("sh", "-c", "docker exec "+peer+" cat /data/big > "+filepath.Join(out, "big.exec"))
+					})
+					if err != nil {
+						return nil, nil, err
+					}
+					t.add(driver+" driver: "+filesOps[1], "docker exec cat", d)
 				}
 				if err := rm(); err != nil {
 					return nil, nil, err
