@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/testenv"
@@ -70,12 +68,7 @@ func corralIn(t *testing.T, home string, stdin io.Reader, args ...string) (strin
 
 func filesAPI(t *testing.T, home string) corralv1.FileServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient("unix://"+filepath.Join(home, "corral.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return corralv1.NewFileServiceClient(conn)
+	return corralv1.NewFileServiceClient(apiConn(t, home))
 }
 
 // fileRecord is what a copy must keep of a file.

@@ -146,12 +146,18 @@ func (g *gatewayProc) exited() bool {
 // api returns an API client on the gateway socket of home.
 func api(t *testing.T, home string) corralv1.SandboxServiceClient {
 	t.Helper()
+	return corralv1.NewSandboxServiceClient(apiConn(t, home))
+}
+
+// apiConn is a connection to the gateway of home, closed at the test's end.
+func apiConn(t *testing.T, home string) *grpc.ClientConn {
+	t.Helper()
 	conn, err := grpc.NewClient("unix://"+filepath.Join(home, "corral.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return corralv1.NewSandboxServiceClient(conn)
+	return conn
 }
 
 // corral runs the CLI on the gateway of home and returns its stdout,
