@@ -18,14 +18,20 @@ import (
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
-// The data of the files benchmark.
-const (
-	filesBig   = 1 << 30 // one file of random bytes
-	filesSmall = 10000   // small files (1–4 KiB), 100 to a directory
+// The data of the files benchmark (-quick: 64 MiB and 1,000 files).
+var (
+	filesBig   int64 = 1 << 30 // one file of random bytes
+	filesSmall       = 10000   // small files (1–4 KiB), 100 to a directory
 )
 
 // filesOps are the copies the files benchmark times, per driver.
 var filesOps = []string{"1 GiB file in", "1 GiB file out", "10,000 files in", "10,000 files out"}
+
+// quickFiles makes the files benchmark short, for -quick.
+func quickFiles() {
+	filesBig, filesSmall = 64<<20, 1000
+	filesOps = []string{"64 MiB file in", "64 MiB file out", "1,000 files in", "1,000 files out"}
+}
 
 // benchFiles times `corral sandbox cp` of a 1 GiB file and of 10,000 small
 // files into a sandbox and back out, on the Docker driver and on the

@@ -106,6 +106,9 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 		if quick || which == "all" {
 			fn, fw = 1, 0 // a GiB a copy: one run is the measure
 		}
+		if quick {
+			quickFiles()
+		}
 		t, figs, err := benchFiles(bin, filepath.Join(dir, "files"), fn, fw)
 		if err != nil {
 			return nil, fmt.Errorf("files: %w", err)
