@@ -40,7 +40,7 @@ const (
 // user and under its policy (a path the policy makes read-only cannot be
 // written); a stopped sandbox's /sandbox (kept across incarnations) is
 // reached from the host, under the same policy's file lists. Streams carry
-// chunks of at most 64 KiB: nothing is held whole in the gateway.
+// chunks of at most 256 KiB: nothing is held whole in the gateway.
 type FileServiceClient interface {
 	// CopyOut streams path as a tar archive, as docker cp: a file, a symlink
 	// (as a link) or a directory tree; a path ending in "/." streams what
@@ -212,7 +212,7 @@ type FileService_WatchDirClient = grpc.ServerStreamingClient[FileEvent]
 // user and under its policy (a path the policy makes read-only cannot be
 // written); a stopped sandbox's /sandbox (kept across incarnations) is
 // reached from the host, under the same policy's file lists. Streams carry
-// chunks of at most 64 KiB: nothing is held whole in the gateway.
+// chunks of at most 256 KiB: nothing is held whole in the gateway.
 type FileServiceServer interface {
 	// CopyOut streams path as a tar archive, as docker cp: a file, a symlink
 	// (as a link) or a directory tree; a path ending in "/." streams what
