@@ -25,6 +25,7 @@ import (
 // filesGateway is a gateway of one real driver for the file tests, and how
 // to find a sandbox's /sandbox on the host.
 type filesGateway struct {
+	driver  string
 	home    string
 	workdir func(t *testing.T, name string) string
 }
@@ -35,14 +36,14 @@ func onBothDrivers(t *testing.T, f func(t *testing.T, g filesGateway)) {
 		testenv.RequireDocker(t)
 		home, label := t.TempDir(), newLabel(t)
 		dockerGateway(t, home, label)
-		f(t, filesGateway{home: home, workdir: func(t *testing.T, name string) string {
+		f(t, filesGateway{driver: "docker", home: home, workdir: func(t *testing.T, name string) string {
 			return dockerWorkdir(t, getJSON(t, home, name)["id"].(string))
 		}})
 	})
 	t.Run("native", func(t *testing.T) {
 		home := t.TempDir()
 		nativeGateway(t, home)
-		f(t, filesGateway{home: home, workdir: func(t *testing.T, name string) string {
+		f(t, filesGateway{driver: "native", home: home, workdir: func(t *testing.T, name string) string {
 			return filepath.Join(home, "native", "sandboxes", getJSON(t, home, name)["id"].(string), "workdir")
 		}})
 	})
@@ -496,6 +497,18 @@ func TestFilesCopyPastDiskQuota(t *testing.T) {
 			t.Errorf("after the full disk: %v", v["phase"])
 		}
 		mustCorral(t, g.home, "sandbox", "exec", "box", "--", "true")
+		// Stopped: Docker's disk stays mounted on the host, a native one is
+		// mounted only inside the running sandbox.
+		mustCorral(t, g.home, "sandbox", "stop", "box")
+		small := filepath.Join(t.TempDir(), "small")
+		os.WriteFile(small, []byte("x\n"), 0o644)
+		_, errOut, code = corral(t, g.home, "sandbox", "cp", small, "box:/sandbox/")
+		switch {
+		case g.driver == "docker" && code != 0:
+			t.Errorf("stopped, cp onto the disk: %d %q", code, errOut)
+		case g.driver == "native" && (code == 0 || !strings.Contains(errOut, "mounted only while it runs")):
+			t.Errorf("stopped, cp onto a native disk: %d %q; want a refusal that says to start it", code, errOut)
+		}
 		mustCorral(t, g.home, "sandbox", "delete", "box") // its disk is unmounted
 	})
 }
