@@ -153,8 +153,25 @@ func TestErrors(t *testing.T) {
 			t.Errorf("%v crossed as %v", err, got)
 		}
 	}
+	// docker cp's rules: a directory never replaces a file, nor a file a directory
+	os.MkdirAll(filepath.Join(dir, "src", "sub"), 0o755)
+	var tarball bytes.Buffer
+	if err := fsys.Do(ctx, Request{Op: OpCopyOut, Path: "/sandbox/src"}, nil, &tarball); err != nil {
+		t.Fatal(err)
+	}
+	err := fsys.Do(ctx, Request{Op: OpCopyIn, Path: "/sandbox/file", Base: "src"}, bytes.NewReader(tarball.Bytes()), &bytes.Buffer{})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "does not replace a file with a directory") {
+		t.Errorf("a directory onto a file: %v", err)
+	}
+	os.MkdirAll(filepath.Join(dir, "dst", "file"), 0o755)
+	var one bytes.Buffer
+	fsys.Do(ctx, Request{Op: OpCopyOut, Path: "/sandbox/file"}, nil, &one)
+	err = fsys.Do(ctx, Request{Op: OpCopyIn, Path: "/sandbox/dst"}, &one, &bytes.Buffer{})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "does not replace a directory with a file") {
+		t.Errorf("a file onto a directory: %v", err)
+	}
 	os.Symlink("/", filepath.Join(dir, "out"))
-	err := fsys.Do(ctx, Request{Op: OpWrite, Path: "/sandbox/out/escaped"}, strings.NewReader("x"), &bytes.Buffer{})
+	err = fsys.Do(ctx, Request{Op: OpWrite, Path: "/sandbox/out/escaped"}, strings.NewReader("x"), &bytes.Buffer{})
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "leads outside") {
 		t.Errorf("a write through a symlink out: %v", err)
 	}

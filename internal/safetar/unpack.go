@@ -356,6 +356,9 @@ func (u *unpacker) clear(name string, keepDir bool) error {
 	if fi.IsDir() && !u.opts.Layer {
 		return errors.New("a directory is there: a copy does not replace a directory with a file")
 	}
+	if keepDir && !u.opts.Layer {
+		return errors.New("a file is there: a copy does not replace a file with a directory")
+	}
 	for dir := range u.made {
 		if dir == name || strings.HasPrefix(dir, name+"/") {
 			delete(u.made, dir)
