@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/safetar"
 )
 
 // sandboxFS is a stopped sandbox's /sandbox, as the gateway sees it on the
@@ -198,6 +200,33 @@ func TestWriteAtomicAndReadOnly(t *testing.T) {
 		err := fsys.Do(ctx, req, strings.NewReader(""), &bytes.Buffer{})
 		if !errors.Is(err, errdefs.ErrPermissionDenied) || !strings.Contains(err.Error(), "read-only") {
 			t.Errorf("%s %s: %v; want permission denied (read-only)", req.Op, req.Path, err)
+		}
+	}
+}
+
+// On the host, every directory a copy or mkdir makes belongs to the
+// sandbox's user, the parents a tar stream does not list too.
+func TestHostSideOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown needs root")
+	}
+	fsys, dir, _ := sandboxFS(t)
+	fsys.Owner = &safetar.Owner{UID: 4321, GID: 4321}
+	ctx := context.Background()
+	err := fsys.Do(ctx, Request{Op: OpCopyIn, Path: "/sandbox"}, bytes.NewReader(tarOf(t, entry{name: "a/b/f", body: "x", typ: tar.TypeReg})), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fsys.Do(ctx, Request{Op: OpMkdir, Path: "/sandbox/m/n", Parents: true}, nil, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "a/b", "a/b/f", "m", "m/n"} {
+		fi, err := os.Lstat(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 4321 || st.Gid != 4321 {
+			t.Errorf("%s belongs to %d:%d, want 4321:4321", p, st.Uid, st.Gid)
 		}
 	}
 }

@@ -247,18 +247,18 @@ func (f *FS) mkdir(req Request, rel string) (*Info, error) {
 	if req.Mode == 0 {
 		mode = 0o755
 	}
-	var err error
 	if req.Parents {
-		err = f.Root.MkdirAll(rel, mode)
-	} else {
-		err = f.Root.Mkdir(rel, mode)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if o := f.Owner; o != nil {
-		if err := f.Root.Lchown(rel, o.UID, o.GID); err != nil {
+		if err := safetar.MkdirAll(f.Root, rel, mode, f.Owner); err != nil {
 			return nil, err
+		}
+	} else {
+		if err := f.Root.Mkdir(rel, mode); err != nil {
+			return nil, err
+		}
+		if o := f.Owner; o != nil {
+			if err := f.Root.Lchown(rel, o.UID, o.GID); err != nil {
+				return nil, err
+			}
 		}
 	}
 	fi, err := f.Root.Lstat(rel)

@@ -80,6 +80,29 @@ type Options struct {
 	What string
 }
 
+// MkdirAll makes dir and its missing parents in root, as os.Root's
+// MkdirAll, and gives each one it makes to owner, when set.
+func MkdirAll(root *os.Root, dir string, mode os.FileMode, owner *Owner) error {
+	if owner == nil {
+		return root.MkdirAll(dir, mode)
+	}
+	made := ""
+	for _, c := range strings.Split(path.Clean(dir), "/") {
+		made = path.Join(made, c)
+		err := root.Mkdir(made, mode)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := root.Lchown(made, owner.UID, owner.GID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // copyBuffer is how much of a file's contents is written at once.
 const copyBuffer = 256 << 10
 
@@ -205,7 +228,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		return nil // the destination keeps its owner and mode
 	}
 	if parent != "." && !u.made[parent] {
-		if err := u.root.MkdirAll(parent, 0o755); err != nil {
+		if err := MkdirAll(u.root, parent, 0o755, u.opts.Owner); err != nil {
 			return refuse("make its parent", err)
 		}
 		u.made[parent] = true
