@@ -102,6 +102,7 @@ func TestCopyRoundTrip(t *testing.T) {
 	os.MkdirAll(filepath.Join(src, "sub"), 0o750)
 	os.WriteFile(filepath.Join(src, "sub", "x"), []byte("hello"), 0o600)
 	os.Symlink("sub/x", filepath.Join(src, "link"))
+	os.Link(filepath.Join(src, "sub", "x"), filepath.Join(src, "hard"))
 	mtime := time.Unix(1600000000, 123000000)
 	os.Chtimes(filepath.Join(src, "sub", "x"), mtime, mtime)
 	var tarball bytes.Buffer
@@ -122,6 +123,11 @@ func TestCopyRoundTrip(t *testing.T) {
 	}
 	if l, err := os.Readlink(filepath.Join(dir, "dst", "link")); l != "sub/x" || err != nil {
 		t.Errorf("dst/link: %q, %v; want the link sub/x", l, err)
+	}
+	a, _ := os.Stat(filepath.Join(dir, "dst", "sub", "x"))
+	b, _ := os.Stat(filepath.Join(dir, "dst", "hard"))
+	if !os.SameFile(a, b) {
+		t.Errorf("dst/hard is not a hard link of dst/sub/x")
 	}
 	if fi, _ := os.Stat(filepath.Join(dir, "dst", "sub")); fi.Mode().Perm() != 0o750 {
 		t.Errorf("dst/sub: mode %v, want 0750", fi.Mode())

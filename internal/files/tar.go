@@ -19,14 +19,23 @@ import (
 // what a directory holds is written without it. Device nodes, fifos and
 // sockets are left out. Memory stays constant whatever the sizes.
 func Pack(w io.Writer, root *os.Root, rel, top string) error {
-	tw := tar.NewWriter(w)
-	if err := packEntry(tw, root, rel, top); err != nil {
+	p := &packer{tw: tar.NewWriter(w), root: root, links: map[[2]uint64]string{}}
+	if err := p.entry(rel, top); err != nil {
 		return err
 	}
-	return tw.Close()
+	return p.tw.Close()
 }
 
-func packEntry(tw *tar.Writer, root *os.Root, rel, name string) error {
+// packer writes one tree; a file with several links is written once, its
+// other names as hard links to the first.
+type packer struct {
+	tw    *tar.Writer
+	root  *os.Root
+	links map[[2]uint64]string // device and inode: the first name written
+}
+
+func (p *packer) entry(rel, name string) error {
+	tw, root := p.tw, p.root
 	fi, err := root.Lstat(rel)
 	if err != nil {
 		return err
@@ -51,6 +60,14 @@ func packEntry(tw *tar.Writer, root *os.Root, rel, name string) error {
 		}
 		hdr.Uname, hdr.Gname = "", ""
 		hdr.Format = tar.FormatPAX // sub-second times, long names
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
+			key := [2]uint64{uint64(st.Dev), st.Ino}
+			if first, seen := p.links[key]; seen {
+				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+				return tw.WriteHeader(hdr)
+			}
+			p.links[key] = name
+		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
@@ -79,7 +96,7 @@ func packEntry(tw *tar.Writer, root *os.Root, rel, name string) error {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			if err := packEntry(tw, root, path.Join(rel, n), path.Join(name, n)); err != nil {
+			if err := p.entry(path.Join(rel, n), path.Join(name, n)); err != nil {
 				return err
 			}
 		}
