@@ -16,7 +16,7 @@ import (
 // Pack writes rel of root as a tar stream, as docker cp does: a file, a
 // symlink (as a link) or a directory tree, with modes, owners and
 // modification times; its top entry is named top, or, when top is "",
-// what a directory holds is written without it. Device nodes, fifos and
+// what a directory holds is written without it; hard links are kept. Device nodes, fifos and
 // sockets are left out. Memory stays constant whatever the sizes.
 func Pack(w io.Writer, root *os.Root, rel, top string) error {
 	p := &packer{tw: tar.NewWriter(w), root: root, links: map[[2]uint64]string{}}
