@@ -27,9 +27,10 @@ type FS struct {
 	// Owner, when set, is given every file made (host side: the owner of
 	// the sandbox's /sandbox); else files belong to whoever runs this.
 	Owner *safetar.Owner
-	// Writable, when set, tells whether the policy lets the sandbox write
-	// a path; nil allows all (in a sandbox, Landlock decides).
-	Writable func(path string) bool
+	// Writable and Readable, when set, tell whether the policy lets the
+	// sandbox write or read a path; nil allows all (in a sandbox, Landlock
+	// decides).
+	Writable, Readable func(path string) bool
 }
 
 // rel is the name in Root of a sandbox path.
@@ -63,12 +64,26 @@ func (f *FS) checkWrite(p string) error {
 	return nil
 }
 
+// checkRead refuses a read the policy does not allow.
+func (f *FS) checkRead(p string) error {
+	if f.Readable != nil && !f.Readable(path.Clean(p)) {
+		return errdefs.PermissionDenied("%s: permission denied: the sandbox's policy (filesystem_policy) does not let it read there", p)
+	}
+	return nil
+}
+
 // Do runs req, reading its input from stdin and writing its output to
 // stdout. Its errors name the path as the sandbox sees it.
 func (f *FS) Do(ctx context.Context, req Request, stdin io.Reader, stdout io.Writer) error {
 	rel, err := f.rel(req.Path)
 	if err != nil {
 		return err
+	}
+	switch req.Op {
+	case OpCopyOut, OpRead, OpStat, OpList, OpWatch:
+		if err := f.checkRead(req.Path); err != nil {
+			return err
+		}
 	}
 	switch req.Op {
 	case OpCopyOut:

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -123,19 +124,23 @@ func (m *Manager) filesOnHost(ctx context.Context, sb *sandbox.Sandbox, req file
 	if err != nil {
 		return fmt.Errorf("sandbox %q: its policy: %w", sb.Name, err)
 	}
-	fsys.Writable = writable(pol)
+	fsys.Writable = allowed(pol, false)
+	fsys.Readable = allowed(pol, true)
 	return fsys.Do(ctx, req, stdin, stdout)
 }
 
-// writable is what the policy's Landlock rules let the sandbox write, or
-// nil when they do not restrict it.
-func writable(p policy.Policy) func(string) bool {
+// allowed is what the policy's Landlock rules let the sandbox write (or,
+// with read, read), or nil when they do not restrict it.
+func allowed(p policy.Policy, read bool) func(string) bool {
 	if !p.Filesystem.Set {
 		return nil
 	}
-	rw := p.Filesystem.ReadWrite
+	rw := slices.Clone(p.Filesystem.ReadWrite)
+	if read {
+		rw = append(rw, p.Filesystem.ReadOnly...)
+	}
 	if p.Filesystem.IncludeWorkdir {
-		rw = append(rw[:len(rw):len(rw)], "/sandbox")
+		rw = append(rw, "/sandbox")
 	}
 	return func(name string) bool {
 		for _, r := range rw {
