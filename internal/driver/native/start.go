@@ -413,3 +413,19 @@ func (d *Driver) NetNS(ctx context.Context, ref driver.Ref) (string, error) {
 	}
 	return fmt.Sprintf("/proc/%d/ns/net", pid), nil
 }
+
+var _ driver.Workdirs = (*Driver)(nil)
+
+// Workdir implements driver.Workdirs: the sandbox's workdir directory. A
+// /sandbox on a disk image (limits.disk) is mounted only inside a running
+// sandbox's namespace, so it cannot be reached while the sandbox is
+// stopped.
+func (d *Driver) Workdir(ctx context.Context, id string) (string, error) {
+	if _, err := d.load(id); err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(d.sandboxDir(id), "disk.ext4")); err == nil {
+		return "", errdefs.FailedPrecondition("sandbox %s keeps /sandbox on its own disk (limits.disk), mounted only while it runs: start it to reach its files", id)
+	}
+	return d.workdir(id), nil
+}
