@@ -321,6 +321,7 @@ func (m *Manager) remove(a *actor, sb *sandbox.Sandbox) {
 		return
 	}
 	m.log.Info("sandbox deleted", "sandbox", sb.Name, "id", sb.ID)
+	m.exposed.drop(sb.ID, 0) // its records went with it
 	sb.Phase = sandbox.PhaseDeleting
 	m.events.publish(Event{Type: EventDeleted, Sandbox: sb})
 	m.markGone(a)

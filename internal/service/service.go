@@ -43,6 +43,7 @@ type Lifecycle interface {
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
 	Imager
+	Porter
 }
 
 var _ Lifecycle = (*lifecycle.Manager)(nil)
