@@ -5,6 +5,7 @@
 package tunnel
 
 import (
+	"errors"
 	"io"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
@@ -21,7 +22,9 @@ type Side interface {
 // Join copies a's bytes to b and b's to a. Each direction ends when its
 // source ends (then the destination is half-closed) and Join returns nil
 // once both have; at the first error it returns that error at once, and
-// the caller closes both sides, which ends the other direction.
+// the caller closes both sides, which ends the other direction. A write
+// that meets io.EOF (a gRPC client stream that the gateway ended) is not
+// that error: the other direction's read, which ends too, says why.
 func Join(a, b Side) error {
 	done := make(chan error, 2)
 	pipe := func(dst, src Side) {
@@ -33,12 +36,16 @@ func Join(a, b Side) error {
 	}
 	go pipe(a, b)
 	go pipe(b, a)
+	var ended error
 	for range 2 {
-		if err := <-done; err != nil {
+		switch err := <-done; {
+		case errors.Is(err, io.EOF):
+			ended = err
+		case err != nil:
 			return err
 		}
 	}
-	return nil
+	return ended
 }
 
 // Frames is a PortForward stream seen as a Side, on either end of the
