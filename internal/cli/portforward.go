@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/tunnel"
@@ -133,5 +135,10 @@ func (pf *portForwarder) carry(ctx context.Context, conn *net.TCPConn, remote in
 		_, err = stream.Recv() // the call's own error
 		return err
 	}
-	return tunnel.Join(conn, &tunnel.Frames{Send: stream.Send, Recv: stream.Recv, CloseSend: stream.CloseSend})
+	err = tunnel.Join(conn, &tunnel.Frames{Send: stream.Send, Recv: stream.Recv, CloseSend: stream.CloseSend})
+	var call interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &call) { // the gateway's answer, without the local copy's wrapping
+		return call.GRPCStatus().Err()
+	}
+	return err
 }
