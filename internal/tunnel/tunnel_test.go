@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 )
@@ -26,6 +27,10 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dialed.Close(); accepted.Close() })
+	// a direction that never ends fails the test instead of hanging it
+	deadline := time.Now().Add(time.Minute)
+	dialed.SetDeadline(deadline)
+	accepted.SetDeadline(deadline)
 	return dialed.(*net.TCPConn), accepted.(*net.TCPConn)
 }
 
