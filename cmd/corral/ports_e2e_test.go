@@ -242,14 +242,7 @@ func TestPortForwardOverMutualTLS(t *testing.T) {
 		gateway(home, "--listen", addr)
 		mustCorral(t, home, "gateway", "client-cert", "alice", "--out", certs)
 		env := []string{"CORRAL_CONFIG=" + filepath.Join(t.TempDir(), "config"), "CORRAL_HOME="}
-		run := func(args ...string) string {
-			t.Helper()
-			out, errOut, code := corralEnv(t, env, args...)
-			if code != 0 {
-				t.Fatalf("corral %s: exit %d %s%s", strings.Join(args, " "), code, out, errOut)
-			}
-			return out
-		}
+		run := func(args ...string) string { t.Helper(); return mustCorralEnv(t, env, args...) }
 		run("context", "add", "remote", "--gateway", "https://"+addr, "--ca", filepath.Join(certs, "ca.crt"),
 			"--cert", filepath.Join(certs, "alice.crt"), "--key", filepath.Join(certs, "alice.key"))
 		run("context", "use", "remote")

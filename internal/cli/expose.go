@@ -14,53 +14,53 @@ import (
 
 func newExposeCmd(g *globals) *cobra.Command {
 	var address string
-	cmd := &cobra.Command{
-		Use:   "expose NAME PORT [--address HOST:PORT]",
-		Short: "Serve a sandbox's port on an address of the gateway host, and print it",
-		Long: "The gateway listens on --address (default 127.0.0.1 and a free port) on its own host and forwards\n" +
-			"every connection to 127.0.0.1:PORT inside the sandbox while it runs; while it does not, connections\n" +
-			"are refused. The address is recorded: it serves again after a gateway restart, until unexpose or\n" +
-			"the sandbox's delete.",
-		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			port, err := portArg(args[1])
-			if err != nil {
-				return err
-			}
-			return call(g, cmd, func(ctx context.Context, c *client) error {
-				p, err := c.ExposePort(ctx, &corralv1.ExposePortRequest{Name: args[0], Port: port, Address: address})
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(g.stdout, p.Address)
-				if p.Error != "" {
-					fmt.Fprintf(g.stderr, "corral: warning: the gateway does not serve %s now: %s\n", p.Address, p.Error)
-				}
-				return nil
-			})
-		},
-	}
+	cmd := newPortCmd(g, "expose NAME PORT [--address HOST:PORT]",
+		"Serve a sandbox's port on an address of the gateway host, and print it",
+		func(ctx context.Context, c *client, name string, port int32) (*corralv1.ExposedPort, error) {
+			return c.ExposePort(ctx, &corralv1.ExposePortRequest{Name: name, Port: port, Address: address})
+		})
+	cmd.Long = "The gateway listens on --address (default 127.0.0.1 and a free port) on its own host and forwards\n" +
+		"every connection to 127.0.0.1:PORT inside the sandbox while it runs; while it does not, connections\n" +
+		"are refused. The address is recorded: it serves again after a gateway restart, until unexpose or\n" +
+		"the sandbox's delete."
 	cmd.Flags().StringVar(&address, "address", "", "HOST:PORT to serve on, on the gateway host (default 127.0.0.1 and a free port)")
 	return cmd
 }
 
 func newUnexposeCmd(g *globals) *cobra.Command {
+	return newPortCmd(g, "unexpose NAME PORT", "Stop serving a sandbox's exposed port",
+		func(ctx context.Context, c *client, name string, port int32) (*corralv1.ExposedPort, error) {
+			return c.UnexposePort(ctx, &corralv1.UnexposePortRequest{Name: name, Port: port})
+		})
+}
+
+// newPortCmd is a command on NAME PORT that prints the address of the
+// exposed port that send returns.
+func newPortCmd(g *globals, use, short string,
+	send func(ctx context.Context, c *client, name string, port int32) (*corralv1.ExposedPort, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   "unexpose NAME PORT",
-		Short: "Stop serving a sandbox's exposed port",
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			port, err := portArg(args[1])
 			if err != nil {
 				return err
 			}
-			return call(g, cmd, func(ctx context.Context, c *client) error {
-				p, err := c.UnexposePort(ctx, &corralv1.UnexposePortRequest{Name: args[0], Port: port})
-				if err == nil {
-					fmt.Fprintln(g.stdout, p.Address)
-				}
+			c, err := g.dial()
+			if err != nil {
 				return err
-			})
+			}
+			defer c.Close()
+			p, err := send(cmd.Context(), c, args[0], port)
+			if err != nil {
+				return c.explain(err)
+			}
+			fmt.Fprintln(g.stdout, p.Address)
+			if p.Error != "" {
+				fmt.Fprintf(g.stderr, "corral: warning: the gateway does not serve %s now: %s\n", p.Address, p.Error)
+			}
+			return nil
 		},
 	}
 }
@@ -120,14 +120,4 @@ func portArg(s string) (int32, error) {
 		return 0, fmt.Errorf("port %q: want 1 to 65535", s)
 	}
 	return int32(port), nil
-}
-
-// call dials the gateway and runs one request.
-func call(g *globals, cmd *cobra.Command, fn func(ctx context.Context, c *client) error) error {
-	c, err := g.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return c.explain(fn(cmd.Context(), c))
 }

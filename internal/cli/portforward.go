@@ -21,18 +21,21 @@ import (
 )
 
 func newPortForwardCmd(g *globals) *cobra.Command {
+	var forwards []forward
 	return &cobra.Command{
 		Use:   "port-forward NAME [LOCAL:]REMOTE...",
 		Short: "Forward local ports to ports on a running sandbox's loopback, through the gateway, until Ctrl-C",
 		Long: "Listens on 127.0.0.1:LOCAL on this machine (LOCAL omitted or 0: a free port) and carries every\n" +
 			"connection through the gateway's API connection, local or remote, to 127.0.0.1:REMOTE inside the\n" +
 			"sandbox, whatever its network policy says.",
-		Args: cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			forwards, err := parseForwards(args[1:])
-			if err != nil {
-				return err
+		Args: func(_ *cobra.Command, args []string) (err error) {
+			if len(args) < 2 {
+				return errors.New("usage: corral sandbox port-forward NAME [LOCAL:]REMOTE...")
 			}
+			forwards, err = parseForwards(args[1:])
+			return err
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.dial()
 			if err != nil {
 				return err
