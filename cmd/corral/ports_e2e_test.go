@@ -57,8 +57,16 @@ type forwarding struct {
 // would, and must exit 0.
 func portForward(t *testing.T, env []string, ports int, args ...string) *forwarding {
 	t.Helper()
-	f := &forwarding{cmd: exec.Command(bin, args...), stderr: &testenv.SyncBuffer{}}
-	f.cmd.Env = append(f.cmd.Environ(), env...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(cmd.Environ(), env...)
+	return startForwarding(t, cmd, ports)
+}
+
+// startForwarding starts cmd, a port-forward of as many ports, as
+// portForward does.
+func startForwarding(t *testing.T, cmd *exec.Cmd, ports int) *forwarding {
+	t.Helper()
+	f := &forwarding{cmd: cmd, stderr: &testenv.SyncBuffer{}}
 	f.cmd.Stderr = f.stderr
 	out, err := f.cmd.StdoutPipe()
 	if err != nil {
