@@ -25,26 +25,11 @@ type ownNetNS struct {
 
 func (ownNetNS) NetNS(context.Context, driver.Ref) (string, error) { return "/proc/self/ns/net", nil }
 
-// serveHello answers every connection on a loopback port with its own
-// name, then closes it, and returns the port.
+// serveHello answers every connection on a loopback port with its
+// address, then closes it, and returns the port.
 func serveHello(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			io.WriteString(c, "hello from "+l.Addr().String())
-			c.Close()
-		}
-	}()
-	return l.Addr().(*net.TCPAddr).Port
+	return testenv.ServeLoopback(t, func(c net.Conn) { io.WriteString(c, "hello from "+c.LocalAddr().String()) })
 }
 
 // answer reads what a connection to addr is given before it ends.

@@ -15,6 +15,7 @@ import (
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 // ports is a Lifecycle whose sandboxes' ports are ports of the test's
@@ -33,25 +34,10 @@ func (ports) DialPort(ctx context.Context, name string, port int) (net.Conn, err
 // bytes it read and closes: it answers only once the caller half-closed.
 func counter(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				n, _ := io.Copy(io.Discard, c)
-				fmt.Fprintf(c, "read %d bytes", n)
-			}()
-		}
-	}()
-	return l.Addr().(*net.TCPAddr).Port
+	return testenv.ServeLoopback(t, func(c net.Conn) {
+		n, _ := io.Copy(io.Discard, c)
+		fmt.Fprintf(c, "read %d bytes", n)
+	})
 }
 
 // The frames of one forwarded connection: data up, the caller's
