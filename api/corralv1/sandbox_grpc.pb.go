@@ -101,9 +101,9 @@ type SandboxServiceClient interface {
 	PortForward(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PortForwardFrame, PortForwardFrame], error)
 	// ExposePort serves a sandbox's port on an address of the gateway host,
 	// recorded, so that the same address serves again after a gateway
-	// restart. It forwards while the sandbox runs and refuses connections
-	// while it does not; the sandbox's delete removes it. Exposing a port
-	// again at the same address (or none) returns what is recorded.
+	// restart. It forwards while the sandbox runs and resets connections at
+	// once while it does not; the sandbox's delete removes it. Exposing a
+	// port again at the same address (or none) returns what is recorded.
 	ExposePort(ctx context.Context, in *ExposePortRequest, opts ...grpc.CallOption) (*ExposedPort, error)
 	// UnexposePort stops serving a sandbox's exposed port and removes it.
 	UnexposePort(ctx context.Context, in *UnexposePortRequest, opts ...grpc.CallOption) (*ExposedPort, error)
@@ -430,9 +430,9 @@ type SandboxServiceServer interface {
 	PortForward(grpc.BidiStreamingServer[PortForwardFrame, PortForwardFrame]) error
 	// ExposePort serves a sandbox's port on an address of the gateway host,
 	// recorded, so that the same address serves again after a gateway
-	// restart. It forwards while the sandbox runs and refuses connections
-	// while it does not; the sandbox's delete removes it. Exposing a port
-	// again at the same address (or none) returns what is recorded.
+	// restart. It forwards while the sandbox runs and resets connections at
+	// once while it does not; the sandbox's delete removes it. Exposing a
+	// port again at the same address (or none) returns what is recorded.
 	ExposePort(context.Context, *ExposePortRequest) (*ExposedPort, error)
 	// UnexposePort stops serving a sandbox's exposed port and removes it.
 	UnexposePort(context.Context, *UnexposePortRequest) (*ExposedPort, error)
