@@ -21,7 +21,7 @@ func newExposeCmd(g *globals) *cobra.Command {
 		})
 	cmd.Long = "The gateway listens on --address (default 127.0.0.1 and a free port) on its own host and forwards\n" +
 		"every connection to 127.0.0.1:PORT inside the sandbox while it runs; while it does not, connections\n" +
-		"are refused. The address is recorded: it serves again after a gateway restart, until unexpose or\n" +
+		"are reset at once. The address is recorded: it serves again after a gateway restart, until unexpose or\n" +
 		"the sandbox's delete."
 	cmd.Flags().StringVar(&address, "address", "", "HOST:PORT to serve on, on the gateway host (default 127.0.0.1 and a free port)")
 	return cmd
