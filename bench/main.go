@@ -8,11 +8,17 @@
 //     running the same command in new namespaces, and a bare fork+exec of
 //     it as the floor;
 //   - images: the native driver's first (unpacking) and warm create of a
-//     50 MB image against the engine's docker load + run of it.
+//     50 MB image against the engine's docker load + run of it;
+//   - egress: HTTP GETs and a 1 GiB download through a sandbox's egress
+//     proxy (CONNECT pass-through, inspected, plain HTTP) against the same
+//     local server reached directly; no Docker, no root;
+//   - tti: time to interactive, from the create call to the first exec
+//     echo returning, on both drivers, sequential, staggered and burst,
+//     beside docker run -d + docker exec and bwrap running the echo.
 //
 // Peer and corral runs are interleaved; warm-up runs are discarded.
 //
-//	go run ./bench [-driver docker|native|images|core|all] [-n 20] [-warmup 2]
+//	go run ./bench [-driver docker|native|images|core|egress|tti|all] [-n 20] [-warmup 2]
 package main
 
 import (
@@ -37,7 +43,7 @@ import (
 )
 
 func main() {
-	which := flag.String("driver", "all", "which benchmarks: docker, native, images, core or all")
+	which := flag.String("driver", "all", "which benchmarks: docker, native, images, core, egress, tti or all")
 	n := flag.Int("n", 20, "measured runs per operation")
 	warmup := flag.Int("warmup", 2, "runs discarded before measuring")
 	quick := flag.Bool("quick", false, "a short run of everything (CI): 5 runs each, 1,000 records, 1 s of load")
@@ -71,12 +77,23 @@ type report struct {
 	Tables  []*table  `json:"tables"`
 	Scaling []*figure `json:"scaling,omitempty"`
 	Core    []*figure `json:"core,omitempty"`
+	Egress  []*figure `json:"egress,omitempty"`
+	TTI     []*figure `json:"tti,omitempty"`
 }
 
 func run(dir, which string, n, warmup int, quick bool) (*report, error) {
-	bin, err := testenv.BuildCorralRelease(dir) // what ships: no test switches
-	if err != nil {
-		return nil, err
+	var bin string
+	if which != "egress" { // egress runs in this process
+		var err error
+		if bin, err = testenv.BuildCorralRelease(dir); err != nil { // what ships: no test switches
+			return nil, err
+		}
+	}
+	if which == "all" || which == "docker" || which == "tti" {
+		// at once, rather than after minutes of retries: an engine, and its test image (made here when missing)
+		if err := testenv.EnsureTestImage(context.Background()); err != nil {
+			return nil, fmt.Errorf("docker: %w", err)
+		}
 	}
 	r := &report{Machine: machine(), Command: "go run ./bench " + strings.Join(os.Args[1:], " "), Runs: n, Warmup: warmup}
 	fmt.Printf("%s\n%d runs (after %d warm-up) of each operation, corral interleaved with its peers\n", r.Machine, n, warmup)
@@ -123,6 +140,34 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 			return nil, err
 		}
 	}
+	if which == "all" || which == "tti" {
+		iterations := 100
+		if quick {
+			iterations = 10
+		}
+		t, figs, err := benchTTI(bin, filepath.Join(dir, "tti"), iterations)
+		if err != nil {
+			return nil, fmt.Errorf("tti: %w", err)
+		}
+		fmt.Printf("\n%s\n", t.Title)
+		if err := t.print(); err != nil {
+			return nil, err
+		}
+		r.Tables, r.TTI = append(r.Tables, t), figs
+		if err := printFigures(ttiTitle, figs); err != nil {
+			return nil, err
+		}
+	}
+	if which == "all" || which == "egress" {
+		figs, err := benchEgress(quick)
+		if err != nil {
+			return nil, fmt.Errorf("egress: %w", err)
+		}
+		r.Egress = figs
+		if err := printFigures(egressTitle, figs); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -130,6 +175,7 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 const (
 	scalingTitle = "scaling: create→ready and create throughput by sandboxes already running"
 	coreTitle    = "gateway core: fake driver, real SQLite store, every operation journaled"
+	ttiTitle     = "time to interactive: min, p99 and success rate"
 )
 
 func printFigures(title string, figs []*figure) error {

@@ -206,9 +206,10 @@ func TestNativeBadCommandIsReported(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "/no/such/command") {
 		t.Fatalf("create of a missing command: exit %d, %q; want a failure that names the command", code, errOut)
 	}
-	v := getJSON(t, home, "nope")
-	if v["phase"] != "error" || !strings.Contains(fmt.Sprint(v["reason"]), "cannot run") {
-		t.Fatalf("sandbox with a missing command: %v", v)
+	// error, between the retries that a spec error still gets (each one
+	// shows starting while it runs: a loaded machine can see that first)
+	if sb := waitPhase(t, api(t, home), "nope", "error"); !strings.Contains(sb.Reason, "cannot run") {
+		t.Fatalf("sandbox with a missing command: %v", sb)
 	}
 	mustCorral(t, home, "sandbox", "delete", "nope")
 	missing := "oci:" + filepath.Join(t.TempDir(), "no-such-layout")
@@ -286,6 +287,14 @@ func TestNativeUnprivilegedGateway(t *testing.T) {
 	}
 	if pids := supervisorPids(t, home); len(pids) != 0 {
 		t.Errorf("supervisors after delete: %v", pids)
+	}
+	// no egress proxy without root: network_policies are refused, saying so
+	pol := filepath.Join(dir, "net.yaml")
+	if err := os.WriteFile(pol, []byte("version: 1\nnetwork_policies:\n  a:\n    endpoints:\n      - host: a.test\n        port: 80\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run("sandbox", "create", "--name", "net", "--policy", pol, "--", "sleep", "1"); err == nil || !strings.Contains(out, "does not run as root") {
+		t.Errorf("network_policies on a gateway that is not root: %v, %q; want refused with the reason", err, out)
 	}
 }
 

@@ -19,7 +19,7 @@ func newCreateCmd(g *globals) *cobra.Command {
 	var (
 		name, image, policyFile, requestID, format, restart string
 		maxRestarts                                         int32
-		labels                                              []string
+		labels, addHosts                                    []string
 		detach                                              bool
 		timeout                                             time.Duration
 	)
@@ -44,7 +44,7 @@ says a create would pull it, with the pull's progress on stderr.`,
 				return fmt.Errorf("unexpected argument %q: give the sandbox name with --name and the command after --", args[0])
 			}
 			spec := &corralv1.SandboxSpec{Image: image, Command: command, Labels: map[string]string{},
-				RestartPolicy: restart, MaxRestarts: maxRestarts}
+				RestartPolicy: restart, MaxRestarts: maxRestarts, AddHosts: addHosts}
 			for _, l := range labels {
 				k, v, ok := strings.Cut(l, "=")
 				if !ok || k == "" {
@@ -96,6 +96,7 @@ says a create would pull it, with the pull's progress on stderr.`,
 	f.StringVar(&image, "image", "", "image to run (default: the gateway's default_image)")
 	f.StringVar(&policyFile, "policy", "", "YAML policy file")
 	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+	f.StringArrayVar(&addHosts, "add-host", nil, "pin a name for the egress proxy: NAME:IP (repeatable), as docker run --add-host")
 	f.BoolVarP(&detach, "detach", "d", false, "return once the sandbox is recorded, without waiting")
 	f.StringVar(&restart, "restart", "", "restart policy when the main process exits: never, on_failure (default) or always")
 	f.Int32Var(&maxRestarts, "max-restarts", 0, "restart at most this many times (default 5)")

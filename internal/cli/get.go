@@ -44,11 +44,19 @@ func newGetCmd(g *globals) *cobra.Command {
 					return nil, nil, err
 				}
 				return viewOf(sb), func() error {
-					if err := printSandboxes(g.stdout, []*corralv1.Sandbox{sb}); err != nil || sb.Protections == "" {
+					if err := printSandboxes(g.stdout, []*corralv1.Sandbox{sb}); err != nil {
 						return err
 					}
-					_, err := fmt.Fprintf(g.stdout, "\nprotections: %s\n", sb.Protections)
-					return err
+					if sb.Protections != "" || sb.Network != "" {
+						fmt.Fprintln(g.stdout)
+					}
+					if sb.Protections != "" {
+						fmt.Fprintf(g.stdout, "protections: %s\n", sb.Protections)
+					}
+					if sb.Network != "" {
+						fmt.Fprintf(g.stdout, "network: %s\n", sb.Network)
+					}
+					return nil
 				}, nil
 			})
 		},

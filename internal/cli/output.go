@@ -37,7 +37,9 @@ type sandboxView struct {
 	ExitCode      *int32            `json:"exit_code,omitempty" yaml:"exit_code,omitempty"`
 	// Protections is what of the policy protects the running main process
 	// (get only).
-	Protections   string         `json:"protections,omitempty" yaml:"protections,omitempty"`
+	Protections string `json:"protections,omitempty" yaml:"protections,omitempty"`
+	// Network is the egress rules in force (get only).
+	Network       string         `json:"network,omitempty" yaml:"network,omitempty"`
 	LastOperation *operationView `json:"last_operation" yaml:"last_operation"`
 }
 
@@ -70,7 +72,7 @@ func viewOf(sb *corralv1.Sandbox) sandboxView {
 		Image: sb.GetSpec().GetImage(), Command: sb.GetSpec().GetCommand(), Labels: sb.GetSpec().GetLabels(),
 		Policy: sb.GetSpec().GetPolicy(), RestartPolicy: sb.GetSpec().GetRestartPolicy(),
 		MaxRestarts: sb.GetSpec().GetMaxRestarts(), Restarts: sb.Restarts, ExitCode: sb.ExitCode,
-		Protections: sb.Protections, LastOperation: opViewOf(sb.LastOperation),
+		Protections: sb.Protections, Network: sb.Network, LastOperation: opViewOf(sb.LastOperation),
 	}
 }
 

@@ -1,13 +1,13 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/policy"
 )
 
@@ -40,35 +40,69 @@ exit code is 1.`,
 	return cmd
 }
 
+const setPolicyLong = `Replace the policy of a sandbox. A stopped sandbox takes the new policy
+whole at its next start. A running one takes it only when nothing but its
+network_policies differ: its egress proxy enforces the new rules at once,
+and closes the open connections they no longer allow; files, process and
+limits stay as they are for an incarnation.`
+
 func newUpdateCmd(g *globals) *cobra.Command {
 	var policyFile string
 	cmd := &cobra.Command{
 		Use:   "update NAME --policy FILE",
-		Short: "Replace the policy of a stopped sandbox; its next start uses it",
+		Short: "Replace the policy of a sandbox (of a running one, the network part only)",
+		Long:  setPolicyLong,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if policyFile == "" {
-				return errors.New("give the new policy with --policy FILE")
-			}
-			_, text, err := policy.ReadFile(policyFile)
-			if err != nil {
-				return fmt.Errorf("--policy: %w", err)
-			}
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			sb, err := c.UpdateSandbox(cmd.Context(), &corralv1.UpdateSandboxRequest{Name: args[0], Policy: text})
-			if err != nil {
-				return c.explain(err)
-			}
-			fmt.Fprintf(g.stderr, "sandbox %q: policy replaced; the next start uses it\n", sb.Name)
-			return nil
+			return setPolicy(g, cmd, args[0], "--policy", policyFile)
 		},
 	}
 	cmd.Flags().StringVar(&policyFile, "policy", "", "the new policy (YAML)")
 	return cmd
+}
+
+// newSandboxPolicyCmd is `sandbox policy set`, update's other name.
+func newSandboxPolicyCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "policy", Short: "Work with the policy of a sandbox", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	var file string
+	set := &cobra.Command{
+		Use:   "set NAME --file FILE",
+		Short: "Replace the policy of a sandbox (of a running one, the network part only)",
+		Long:  setPolicyLong,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return setPolicy(g, cmd, args[0], "--file", file)
+		},
+	}
+	set.Flags().StringVarP(&file, "file", "f", "", "the new policy (YAML)")
+	cmd.AddCommand(set)
+	return cmd
+}
+
+func setPolicy(g *globals, cmd *cobra.Command, name, flag, file string) error {
+	if file == "" {
+		return fmt.Errorf("give the new policy with %s FILE", flag)
+	}
+	_, text, err := policy.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	c, err := g.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sb, err := c.UpdateSandbox(cmd.Context(), &corralv1.UpdateSandboxRequest{Name: name, Policy: text})
+	if err != nil {
+		return c.explain(err)
+	}
+	if sb.DesiredState == "stopped" && sb.Phase == "stopped" {
+		fmt.Fprintf(g.stderr, "sandbox %q: policy replaced; the next start uses it\n", sb.Name)
+	} else {
+		fmt.Fprintf(g.stderr, "sandbox %q: network rules replaced; in force now\n", sb.Name)
+	}
+	return nil
 }
 
 // summary is a one-line account of what a policy enforces.
@@ -106,5 +140,6 @@ func summary(p policy.Policy) string {
 	if l.DiskBytes > 0 {
 		parts = append(parts, fmt.Sprintf("/sandbox %d MiB", l.DiskBytes>>20))
 	}
+	parts = append(parts, "network: "+egress.Describe(p.Network))
 	return strings.Join(parts, "; ")
 }

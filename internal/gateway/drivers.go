@@ -37,7 +37,7 @@ var computeDrivers = registry.New(
 		Name: "docker", Open: openDocker, DefaultImage: "busybox:latest",
 		Auto: &registry.Probe{
 			Check: func(ctx context.Context, env registry.Env) (driver.Driver, error) {
-				return probeDocker(ctx, env.Config, env.Home)
+				return probeDocker(ctx, env)
 			},
 			Chosen:  "an engine answers",
 			Missing: "no Docker engine answers",
@@ -63,8 +63,32 @@ var computeDrivers = registry.New(
 // openCompute builds the configured compute driver ("auto": docker when an
 // engine answers, else native when this host can run it, else an error
 // that says what to install or run) and returns its registry entry.
-func openCompute(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (registry.Entry, driver.Driver, error) {
-	return computeDrivers.Open(ctx, registry.Env{Config: cfg, Home: home, Log: log})
+func openCompute(ctx context.Context, cfg config.Config, home string, log *slog.Logger, eg driver.Egress) (registry.Entry, driver.Driver, error) {
+	return computeDrivers.Open(ctx, registry.Env{Config: cfg, Home: home, Log: log, Egress: eg})
+}
+
+// noEgress says why a driver's sandboxes cannot have an egress proxy with
+// these settings, or "" when they can: the gateway must enter each
+// sandbox's network namespace, which takes root, and on Docker the
+// engine's processes must be its own host's.
+func noEgress(driverName string, cfg config.Config) string {
+	switch {
+	case driverName == "fake":
+		return "the fake driver's sandboxes do not exist"
+	case os.Geteuid() != 0:
+		return "the gateway does not run as root, and serving a sandbox's proxy in its network namespace needs root"
+	case driverName == "docker" && !localEngine(dockerHost(cfg)):
+		return "the Docker engine is not on the gateway's host (" + dockerHost(cfg) + ")"
+	}
+	return ""
+}
+
+// localEngine tells whether a Docker host address is a local socket.
+func localEngine(host string) bool {
+	if host == "" {
+		host = os.Getenv("DOCKER_HOST")
+	}
+	return host == "" || strings.HasPrefix(host, "unix://")
 }
 
 func openFake(_ context.Context, env registry.Env) (driver.Driver, error) {
@@ -88,12 +112,12 @@ func openNative(_ context.Context, env registry.Env) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return native.New(driverConfig(env.Config, dir),
+	return native.New(driverConfig(env, "native", dir),
 		native.Options{Supervisor: bin, Hide: []string{env.Home}, Images: cache})
 }
 
 func openDocker(ctx context.Context, env registry.Env) (driver.Driver, error) {
-	d, err := newDocker(env.Config, env.Home)
+	d, err := newDocker(env)
 	if err != nil {
 		return nil, err
 	}
@@ -106,8 +130,8 @@ func openDocker(ctx context.Context, env registry.Env) (driver.Driver, error) {
 }
 
 // pingDocker returns a Docker driver whose engine answers.
-func pingDocker(ctx context.Context, cfg config.Config, home string) (driver.Driver, error) {
-	d, err := newDocker(cfg, home)
+func pingDocker(ctx context.Context, env registry.Env) (driver.Driver, error) {
+	d, err := newDocker(env)
 	if err != nil {
 		return nil, err
 	}
@@ -118,13 +142,14 @@ func pingDocker(ctx context.Context, cfg config.Config, home string) (driver.Dri
 	return d, nil
 }
 
-func newDocker(cfg config.Config, home string) (*docker.Driver, error) {
-	dir := filepath.Join(home, "docker")
+func newDocker(env registry.Env) (*docker.Driver, error) {
+	cfg := env.Config
+	dir := filepath.Join(env.Home, "docker")
 	bin, err := installSupervisor(filepath.Join(dir, "bin"))
 	if err != nil {
 		return nil, err
 	}
-	return docker.New(driverConfig(cfg, dir),
+	return docker.New(driverConfig(env, "docker", dir),
 		docker.Options{Host: dockerHost(cfg), PullPolicy: cfg.ImagePullPolicy, Supervisor: bin})
 }
 
@@ -174,10 +199,15 @@ func installSupervisor(dir string) (string, error) {
 	return dst, os.Rename(tmp.Name(), dst)
 }
 
-// driverConfig is what every real driver is built with.
-func driverConfig(cfg config.Config, stateDir string) driver.Config {
-	logMax, _ := cfg.SandboxLogMaxBytes() // validated with the rest
-	return driver.Config{Label: cfg.SandboxLabel, StateDir: stateDir, LogMaxBytes: logMax}
+// driverConfig is what every real driver is built with; the egress proxy
+// only where the driver can serve it (noEgress).
+func driverConfig(env registry.Env, driverName, stateDir string) driver.Config {
+	logMax, _ := env.Config.SandboxLogMaxBytes() // validated with the rest
+	c := driver.Config{Label: env.Config.SandboxLabel, StateDir: stateDir, LogMaxBytes: logMax}
+	if noEgress(driverName, env.Config) == "" {
+		c.Egress = env.Egress
+	}
+	return c
 }
 
 // ping asks the engine to answer within a few seconds.

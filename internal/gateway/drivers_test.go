@@ -29,7 +29,7 @@ func (h *host) install(t *testing.T) {
 	t.Helper()
 	oldDocker, oldNative := probeDocker, nativeSupported
 	t.Cleanup(func() { probeDocker, nativeSupported = oldDocker, oldNative })
-	probeDocker = func(context.Context, config.Config, string) (driver.Driver, error) {
+	probeDocker = func(context.Context, registry.Env) (driver.Driver, error) {
 		h.dockerCalls++
 		if h.docker == nil {
 			return nil, errors.New("docker engine at unix:///nobody.sock: connection refused")
@@ -139,7 +139,7 @@ func TestExplicitDrivers(t *testing.T) {
 
 // openDriver is openCompute's driver.
 func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (driver.Driver, error) {
-	_, d, err := openCompute(ctx, cfg, home, log)
+	_, d, err := openCompute(ctx, cfg, home, log, nil)
 	return d, err
 }
 

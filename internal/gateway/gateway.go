@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -26,6 +27,8 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/corral-sandbox/corral/internal/config"
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/metrics"
 	"github.com/corral-sandbox/corral/internal/service"
@@ -99,17 +102,23 @@ func Run(opts Options) error {
 		return err
 	}
 	defer st.Close()
-	compute, drv, err := openCompute(startCtx, cfg, opts.Home, log)
+	eg := &egress.Sandboxes{Dir: filepath.Join(opts.Home, "egress"), Deny: hostAddrs(), HostBundle: driver.SystemBundle, Logger: log}
+	compute, drv, err := openCompute(startCtx, cfg, opts.Home, log, eg)
 	if err != nil {
 		return err
 	}
 	defer drv.Close()
 
-	mgr := lifecycle.New(lifecycle.Config{
+	lcfg := lifecycle.Config{
 		Store: st, Driver: drv, Instance: instance, Logger: log,
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
 		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace, ImagePullPolicy: cfg.ImagePullPolicy,
-	})
+	}
+	if lcfg.NoEgress = noEgress(drv.Name(), cfg); lcfg.NoEgress == "" {
+		lcfg.Egress = eg
+	}
+	mgr := lifecycle.New(lcfg)
+	eg.Lookup = mgr.NetworkOf
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "pid", os.Getpid())
 	if startCtx.Err() != nil {
 		log.Info("stopped during start-up, before recovery")
@@ -319,4 +328,17 @@ func newInstanceID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// hostAddrs are the addresses of this host's interfaces: an egress proxy
+// refuses them unless a policy's allowed_ips lists them.
+func hostAddrs() []netip.Addr {
+	addrs, _ := net.InterfaceAddrs()
+	var out []netip.Addr
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
 }

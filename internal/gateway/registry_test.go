@@ -71,7 +71,7 @@ func TestAutoLogsItsChoice(t *testing.T) {
 // unless the settings name one.
 func TestOpenComputeGivesTheEntry(t *testing.T) {
 	cfg, home := autoConfig(t, "fake")
-	e, d, err := openCompute(context.Background(), cfg, home, quiet())
+	e, d, err := openCompute(context.Background(), cfg, home, quiet(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestOpenComputeGivesTheEntry(t *testing.T) {
 	}
 
 	cfg.ComputeDriver = "kubernetes"
-	if _, _, err := openCompute(context.Background(), cfg, home, quiet()); err == nil ||
+	if _, _, err := openCompute(context.Background(), cfg, home, quiet(), nil); err == nil ||
 		err.Error() != `unknown compute driver "kubernetes": this build has auto, docker, native and fake` {
 		t.Fatalf("err = %v", err)
 	}

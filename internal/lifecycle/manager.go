@@ -51,6 +51,12 @@ type Config struct {
 	// OrphanGrace is how long a compute object without a record is kept
 	// before CollectOrphans removes it.
 	OrphanGrace time.Duration
+	// Egress, when set, is the proxy the driver attaches sandboxes to; nil:
+	// sandboxes have no way out, and network_policies are refused.
+	Egress Egress
+	// NoEgress says why Egress is nil, for the error that refuses
+	// network_policies.
+	NoEgress string
 }
 
 func (c *Config) setDefaults() {

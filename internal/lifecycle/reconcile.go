@@ -90,6 +90,11 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 	act, ok := decide(situation{sb: sb, obs: obs, found: found, force: m.forced(a), failures: a.failures,
 		stopTimeout: m.cfg.StopTimeout})
 	if !ok {
+		if sb.Desired == sandbox.DesiredRunning {
+			if err := m.ensureEgress(sb); err != nil {
+				return m.failed(a, sb, "egress.attach", err)
+			}
+		}
 		m.converge(a, sb)
 		return false, 0
 	}
@@ -319,6 +324,9 @@ func (m *Manager) remove(a *actor, sb *sandbox.Sandbox) {
 	if err := m.cfg.Store.DeleteSandbox(sctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		m.log.Error("remove sandbox record", "sandbox", sb.Name, "err", err)
 		return
+	}
+	if m.cfg.Egress != nil {
+		m.cfg.Egress.Forget(sb.ID)
 	}
 	m.log.Info("sandbox deleted", "sandbox", sb.Name, "id", sb.ID)
 	m.exposed.drop(sb.ID, 0) // its records went with it

@@ -169,18 +169,23 @@ func (m *Manager) Delete(ctx context.Context, nameOrID string, force bool) (*san
 	return sb, nil
 }
 
-// UpdatePolicy replaces the policy of a stopped sandbox; its next start (a
-// new incarnation) runs under it.
+// UpdatePolicy replaces the policy of a sandbox. A stopped one takes it
+// whole at its next start (a new incarnation); a running one only when
+// nothing but its network_policies differ, which its egress proxy
+// enforces at once, closing the connections they no longer allow.
 func (m *Manager) UpdatePolicy(ctx context.Context, nameOrID, text string) (*sandbox.Sandbox, error) {
 	if err := validatePolicySize(nameOrID, text); err != nil {
 		return nil, err
 	}
-	return m.changeIntent(ctx, nameOrID, sandbox.OpUpdate, "", func(sb *sandbox.Sandbox) error {
-		if sb.Desired != sandbox.DesiredStopped || sb.Phase != sandbox.PhaseStopped {
-			return errdefs.FailedPrecondition("sandbox %q is %s (desired %s): a policy can be replaced only on a stopped sandbox; stop it first", sb.Name, sb.Phase, sb.Desired)
-		}
+	live := false
+	sb, err := m.changeIntent(ctx, nameOrID, sandbox.OpUpdate, "", func(sb *sandbox.Sandbox) error {
 		if err := m.validate(sb.Name, sb.Spec.Image, sb.Spec.Command, text); err != nil {
 			return err
+		}
+		if live = sb.Desired != sandbox.DesiredStopped || sb.Phase != sandbox.PhaseStopped; live {
+			if err := m.checkNetworkChange(sb, text); err != nil {
+				return err
+			}
 		}
 		if sb.Spec.Policy == text {
 			return errNoChange
@@ -188,6 +193,10 @@ func (m *Manager) UpdatePolicy(ctx context.Context, nameOrID, text string) (*san
 		sb.Spec.Policy = text
 		return nil
 	})
+	if err == nil && live {
+		m.cfg.Egress.Refresh(sb.ID)
+	}
+	return sb, err
 }
 
 // validate checks a spec's policy, and lets the driver refuse what it
@@ -196,6 +205,9 @@ func (m *Manager) validate(name, image string, command []string, policyText stri
 	pol, err := policy.Parse(policyText)
 	if err != nil {
 		return errdefs.InvalidArgument("sandbox %q: %v", name, err)
+	}
+	if len(pol.Network) > 0 && m.cfg.Egress == nil {
+		return errdefs.InvalidArgument("sandbox %q: network_policies need an egress proxy, and this gateway has none: %s", name, m.cfg.NoEgress)
 	}
 	if v, ok := m.cfg.Driver.(driver.Validator); ok {
 		return v.Validate(driver.Spec{Name: name, Image: image, Command: command, Policy: pol})

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -55,7 +56,33 @@ func validateInput(name, requestID string, spec sandbox.Spec) error {
 	if err := validateImage(name, spec.Image); err != nil {
 		return err
 	}
+	if err := validateHosts(name, spec.Hosts); err != nil {
+		return err
+	}
 	return validatePolicySize(name, spec.Policy)
+}
+
+// maxHosts bounds a spec's add_hosts.
+const maxHosts = 256
+
+// hostNameRE is a host name as add_hosts takes it: lower-case labels.
+var hostNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+
+// validateHosts checks add_hosts: at most maxHosts "NAME:IP" pins.
+func validateHosts(name string, hosts []string) error {
+	if len(hosts) > maxHosts {
+		return errdefs.InvalidArgument("sandbox %q: %d add_hosts; at most %d", name, len(hosts), maxHosts)
+	}
+	for _, h := range hosts {
+		if err := printable(name, "add_host", h); err != nil {
+			return err
+		}
+		host, ip, ok := strings.Cut(h, ":")
+		if _, err := netip.ParseAddr(ip); !ok || err != nil || len(host) > 253 || !hostNameRE.MatchString(host) {
+			return errdefs.InvalidArgument("sandbox %q: add_host %q: want NAME:IP, a lower-case host name and an IP address", name, h)
+		}
+	}
+	return nil
 }
 
 func validateRequestID(name, id string) error {

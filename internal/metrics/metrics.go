@@ -40,12 +40,19 @@ var (
 		Name: "corral_recovery_seconds",
 		Help: "Time from the start of recovery until every sandbox had been compared with the driver once.",
 	})
+	egress = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_egress_decisions_total",
+		Help: "Connections and requests the egress proxy decided, by sandbox and verdict (allowed, denied, audited).",
+	}, []string{"sandbox", "verdict"})
 )
 
 func init() {
-	registry.MustRegister(operations, callSeconds, retries, interrupted, reconcileLag, recovery,
+	registry.MustRegister(operations, callSeconds, retries, interrupted, reconcileLag, recovery, egress,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
+
+// EgressDecision counts one decision of a sandbox's egress proxy.
+func EgressDecision(sandbox, verdict string) { egress.WithLabelValues(sandbox, verdict).Inc() }
 
 // Settled counts a journal entry that settled in state.
 func Settled(kind, state string) {

@@ -342,3 +342,25 @@ func prefixes(n *yaml.Node, field string) ([]netip.Prefix, error) {
 	}
 	return out, nil
 }
+
+// Matches says whether the rule applies to a request: the same method (or
+// the rule's "*"), and a path (without its query) whose segments match the
+// rule's, "*" matching one non-empty segment and a last "**" the rest.
+func (r HTTPRule) Matches(method, path string) bool {
+	if r.Method != "*" && r.Method != method {
+		return false
+	}
+	pat := strings.Split(strings.TrimPrefix(r.Path, "/"), "/")
+	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	for i, p := range pat {
+		switch {
+		case p == "**":
+			return true
+		case i >= len(segs):
+			return false
+		case p == "*" && segs[i] == "", p != "*" && p != segs[i]:
+			return false
+		}
+	}
+	return len(segs) == len(pat) && strings.HasPrefix(path, "/")
+}

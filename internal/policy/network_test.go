@@ -153,3 +153,29 @@ func TestMalformedNetworkPoliciesNameTheLineAndField(t *testing.T) {
 		}
 	}
 }
+
+func TestHTTPRuleMatches(t *testing.T) {
+	for _, tc := range []struct {
+		rule, method, path string
+		want               bool
+	}{
+		{"POST /repos/*/issues", "POST", "/repos/corral/issues", true},
+		{"POST /repos/*/issues", "GET", "/repos/corral/issues", false},
+		{"POST /repos/*/issues", "POST", "/repos/a/b/issues", false},
+		{"POST /repos/*/issues", "POST", "/repos//issues", false},
+		{"POST /repos/*/issues", "POST", "/repos/corral/issues/", false},
+		{"POST /repos/*/issues", "POST", "/repos/corral", false},
+		{"* /admin/**", "DELETE", "/admin", true},
+		{"* /admin/**", "GET", "/admin/users/1", true},
+		{"* /admin/**", "GET", "/administrator", false},
+		{"GET /", "GET", "/", true},
+		{"GET /", "GET", "/x", false},
+		{"GET /**", "GET", "/anything/at/all", true},
+		{"GET /a", "GET", "a", false},
+	} {
+		method, path, _ := strings.Cut(tc.rule, " ")
+		if got := (HTTPRule{Method: method, Path: path}).Matches(tc.method, tc.path); got != tc.want {
+			t.Errorf("%s matches %s %s = %v, want %v", tc.rule, tc.method, tc.path, got, tc.want)
+		}
+	}
+}

@@ -151,6 +151,10 @@ func FuzzParse(f *testing.F) {
 	for _, tc := range malformed {
 		f.Add(tc.text)
 	}
+	f.Add(networkExample)
+	for _, tc := range malformedNetwork {
+		f.Add("version: 1\n" + tc.text)
+	}
 	f.Fuzz(func(t *testing.T, text string) {
 		p, err := Parse(text)
 		if err != nil {

@@ -58,6 +58,8 @@ type Spec struct {
 	RestartPolicy string `json:"restart_policy,omitempty"`
 	// MaxRestarts caps restarts since the last start request.
 	MaxRestarts int `json:"max_restarts,omitempty"`
+	// Hosts pin names for the egress proxy: "NAME:IP" (--add-host).
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // ValidateRestart checks and fills in the restart policy of a spec.

@@ -30,7 +30,7 @@ func toProto(sb *sandbox.Sandbox) *corralv1.Sandbox {
 		Name: sb.Name,
 		Spec: &corralv1.SandboxSpec{
 			Image: sb.Spec.Image, Command: sb.Spec.Command, Labels: sb.Spec.Labels, Policy: sb.Spec.Policy,
-			RestartPolicy: sb.Spec.RestartPolicy, MaxRestarts: int32(sb.Spec.MaxRestarts),
+			RestartPolicy: sb.Spec.RestartPolicy, MaxRestarts: int32(sb.Spec.MaxRestarts), AddHosts: sb.Spec.Hosts,
 		},
 		ExitCode:      exit,
 		Restarts:      int32(sb.Restarts),
@@ -62,5 +62,5 @@ func specFromProto(s *corralv1.SandboxSpec) sandbox.Spec {
 		return sandbox.Spec{}
 	}
 	return sandbox.Spec{Image: s.Image, Command: s.Command, Labels: s.Labels, Policy: s.Policy,
-		RestartPolicy: s.RestartPolicy, MaxRestarts: int(s.MaxRestarts)}
+		RestartPolicy: s.RestartPolicy, MaxRestarts: int(s.MaxRestarts), Hosts: s.AddHosts}
 }

@@ -20,6 +20,7 @@ import (
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/sandbox"
@@ -38,6 +39,8 @@ type Lifecycle interface {
 	AssumeGone(ctx context.Context, nameOrID, who, why string) (*sandbox.Sandbox, error)
 	UpdatePolicy(ctx context.Context, nameOrID, text string) (*sandbox.Sandbox, error)
 	Protections(ctx context.Context, sb *sandbox.Sandbox) string
+	Network(ctx context.Context, sb *sandbox.Sandbox) string
+	Denials(ctx context.Context, nameOrID string, follow bool) ([]egress.Decision, <-chan egress.Decision, func(), error)
 	Doctor(ctx context.Context) ([]lifecycle.Finding, error)
 	Watch() (<-chan lifecycle.Event, func())
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
@@ -85,6 +88,7 @@ func (s *service) GetSandbox(ctx context.Context, req *corralv1.GetSandboxReques
 	}
 	out := toProto(sb)
 	out.Protections = s.m.Protections(ctx, sb)
+	out.Network = s.m.Network(ctx, sb)
 	return out, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -30,6 +31,10 @@ type stub struct {
 
 func (s *stub) Get(_ context.Context, name string) (*sandbox.Sandbox, error) { return s.get(name) }
 func (s *stub) Protections(context.Context, *sandbox.Sandbox) string         { return "landlock" }
+func (s *stub) Network(context.Context, *sandbox.Sandbox) string             { return "deny all" }
+func (s *stub) Denials(context.Context, string, bool) ([]egress.Decision, <-chan egress.Decision, func(), error) {
+	return nil, nil, nil, errdefs.NotImplemented("no egress in this stub")
+}
 func (s *stub) AssumeGone(_ context.Context, name, who, why string) (*sandbox.Sandbox, error) {
 	s.gone = append(s.gone, name+"|"+who+"|"+why)
 	return &sandbox.Sandbox{ID: "sb-1", Name: name}, nil

@@ -55,16 +55,7 @@ func LoadOrCreateCA(dir string) (*CA, error) {
 		if err != nil {
 			return nil, err
 		}
-		tmpl := &x509.Certificate{
-			SerialNumber:          newSerial(),
-			Subject:               pkix.Name{CommonName: "corral gateway CA", Organization: []string{"corral"}},
-			NotBefore:             time.Now().Add(-time.Hour),
-			NotAfter:              time.Now().Add(caValidity),
-			KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-			BasicConstraintsValid: true,
-			IsCA:                  true,
-			MaxPathLenZero:        true,
-		}
+		tmpl := CATemplate("corral gateway CA", "corral", caValidity)
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 		if err != nil {
 			return nil, err
@@ -175,6 +166,21 @@ func (ca *CA) IssueClient(name, dir string, validFor time.Duration) (*x509.Certi
 		return nil, err
 	}
 	return cert, ca.recordIssued(cert)
+}
+
+// CATemplate is the certificate of a new CA (self-signed, signing leaves
+// only: no intermediate below it), valid from an hour ago for validFor.
+func CATemplate(commonName, organization string, validFor time.Duration) *x509.Certificate {
+	return &x509.Certificate{
+		SerialNumber:          newSerial(),
+		Subject:               pkix.Name{CommonName: commonName, Organization: []string{organization}},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(validFor),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
 }
 
 func newSerial() *big.Int {

@@ -29,6 +29,9 @@ type Env struct {
 	// Home is the gateway's home; a driver keeps its state under it.
 	Home string
 	Log  *slog.Logger
+	// Egress is the gateway's egress proxy, for the drivers that can
+	// attach their sandboxes to it.
+	Egress driver.Egress
 }
 
 // Entry is one compute driver of this build.

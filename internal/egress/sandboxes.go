@@ -1,0 +1,364 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/corral-sandbox/corral/internal/atomicfile"
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/metrics"
+	"github.com/corral-sandbox/corral/internal/netns"
+	"github.com/corral-sandbox/corral/internal/policy"
+)
+
+// Network is what a sandbox's proxy enforces, as its record has it.
+type Network struct {
+	Name  string
+	Rules []policy.NetworkPolicy
+	Hosts []string // add_hosts: "NAME:IP"
+}
+
+// keptDecisions is how many decisions are kept of each sandbox.
+const keptDecisions = 1000
+
+// Sandboxes serves the egress proxies of a gateway's sandboxes: one Proxy
+// each, served inside every incarnation's network namespace at
+// driver.ProxyAddr, with the sandbox's CA kept under Dir. It implements
+// driver.Egress and what the lifecycle asks of it.
+type Sandboxes struct {
+	// Dir holds a directory per sandbox: key.pem, and trust/ (its CA
+	// and bundle, mounted into the sandbox).
+	Dir string
+	// Lookup reads a sandbox's rules from its record.
+	Lookup func(ctx context.Context, id string) (Network, error)
+	// Deny are the gateway host's own addresses.
+	Deny []netip.Addr
+	// HostBundle is the host's CA bundle, put in each sandbox's bundle
+	// before its own CA ("": none).
+	HostBundle string
+	Logger     *slog.Logger
+
+	mu    sync.Mutex
+	boxes map[string]*box
+}
+
+// box is one sandbox's proxy and what it decided.
+type box struct {
+	name  string
+	proxy *Proxy
+	rules []policy.NetworkPolicy
+
+	gen int64        // the incarnation served
+	ns  [2]uint64    // the device and inode of its network namespace
+	ln  net.Listener // nil: not served
+
+	decisions []Decision // the last keptDecisions, oldest first
+	watchers  map[chan Decision]struct{}
+}
+
+// Prepare implements driver.Egress: it makes the sandbox's CA once and
+// writes its trust directory.
+func (s *Sandboxes) Prepare(id string) (string, error) {
+	_, trust, err := s.ca(id)
+	return trust, err
+}
+
+// ca loads or makes the CA of sandbox id and its trust directory.
+func (s *Sandboxes) ca(id string) (*CA, string, error) {
+	dir := filepath.Join(s.Dir, id)
+	trust := filepath.Join(dir, "trust")
+	certPEM, cerr := os.ReadFile(filepath.Join(trust, driver.CAFile))
+	keyPEM, kerr := os.ReadFile(filepath.Join(dir, "key.pem"))
+	if cerr == nil && kerr == nil {
+		ca, err := LoadCA(certPEM, keyPEM)
+		return ca, trust, err
+	}
+	if err := os.MkdirAll(trust, 0o755); err != nil {
+		return nil, "", err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, "", err
+	}
+	ca, err := NewCA("corral egress CA " + id)
+	if err != nil {
+		return nil, "", err
+	}
+	certPEM, keyPEM = ca.PEM()
+	bundle := []byte{}
+	if s.HostBundle != "" {
+		if host, err := os.ReadFile(s.HostBundle); err == nil {
+			bundle = append(host, '\n')
+		}
+	}
+	bundle = append(bundle, certPEM...)
+	for _, f := range []struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}{
+		{filepath.Join(dir, "key.pem"), keyPEM, 0o600},
+		{filepath.Join(trust, driver.CAFile), certPEM, 0o644},
+		{filepath.Join(trust, driver.BundleFile), bundle, 0o644},
+	} {
+		if err := atomicfile.WriteDurable(f.path, f.data, f.mode); err != nil {
+			return nil, "", err
+		}
+	}
+	return ca, trust, nil
+}
+
+// Attach implements driver.Egress: it serves the sandbox's proxy inside
+// the network namespace at path, unless it is served there already.
+func (s *Sandboxes) Attach(ctx context.Context, ref driver.Ref, path string) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fmt.Errorf("egress: the network namespace: %w", err)
+	}
+	ns := [2]uint64{uint64(st.Dev), st.Ino}
+	b, err := s.box(ctx, ref.ID)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	served := b.ln != nil && b.ns == ns
+	s.mu.Unlock()
+	if served {
+		return nil
+	}
+	ln, err := netns.Listen(path, driver.ProxyAddr)
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	s.mu.Lock()
+	if old := b.ln; old != nil {
+		old.Close()
+	}
+	b.ln, b.ns, b.gen = ln, ns, ref.Generation
+	s.mu.Unlock()
+	go func() {
+		_ = b.proxy.Serve(ln)
+		s.mu.Lock()
+		if b.ln == ln {
+			b.ln = nil
+		}
+		s.mu.Unlock()
+	}()
+	return nil
+}
+
+// box returns the proxy of sandbox id, made from its record on first use.
+func (s *Sandboxes) box(ctx context.Context, id string) (*box, error) {
+	s.mu.Lock()
+	b := s.boxes[id]
+	s.mu.Unlock()
+	if b != nil {
+		return b, nil
+	}
+	nw, err := s.Lookup(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("egress: the rules of sandbox %s: %w", id, err)
+	}
+	hosts, err := pins(nw.Hosts)
+	if err != nil {
+		return nil, err
+	}
+	ca, _, err := s.ca(id)
+	if err != nil {
+		return nil, fmt.Errorf("egress: the CA of sandbox %s: %w", id, err)
+	}
+	b = &box{name: nw.Name, rules: nw.Rules, watchers: map[chan Decision]struct{}{}}
+	b.proxy, err = New(Config{Sandbox: nw.Name, Rules: nw.Rules, Hosts: hosts, CA: ca, Deny: s.Deny,
+		OnDecision: func(d Decision) { s.record(b, d) }, LogAllowed: true})
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.boxes == nil {
+		s.boxes = map[string]*box{}
+	}
+	if cur := s.boxes[id]; cur != nil { // another attach made it meanwhile
+		b.proxy.Close()
+		return cur, nil
+	}
+	s.boxes[id] = b
+	return b, nil
+}
+
+// pins parses add_hosts.
+func pins(hosts []string) (map[string][]netip.Addr, error) {
+	out := map[string][]netip.Addr{}
+	for _, h := range hosts {
+		name, ip, _ := strings.Cut(h, ":")
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			return nil, fmt.Errorf("egress: add_host %q: %w", h, err)
+		}
+		out[name] = append(out[name], a)
+	}
+	return out, nil
+}
+
+// record keeps a decision, counts it and passes it to the watchers.
+func (s *Sandboxes) record(b *box, d Decision) {
+	metrics.EgressDecision(b.name, d.Verdict)
+	if d.Verdict == Allowed {
+		return
+	}
+	if s.Logger != nil {
+		s.Logger.Info("egress "+d.Verdict, "sandbox", b.name, "host", d.Host, "port", d.Port, "method", d.Method,
+			"path", d.Path, "policy", d.Policy, "reason", d.Reason)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(b.decisions) == keptDecisions {
+		b.decisions = b.decisions[1:]
+	}
+	b.decisions = append(b.decisions, d)
+	for ch := range b.watchers {
+		select {
+		case ch <- d:
+		default: // a watcher that falls behind misses decisions, never slows the proxy
+		}
+	}
+}
+
+// Attached reports whether incarnation ref's proxy is served.
+func (s *Sandboxes) Attached(ref driver.Ref) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.boxes[ref.ID]
+	return b != nil && b.ln != nil && b.gen == ref.Generation
+}
+
+// Refresh reads sandbox id's rules again and gives them to its proxy,
+// which closes the open connections they no longer allow.
+func (s *Sandboxes) Refresh(id string) {
+	s.mu.Lock()
+	b := s.boxes[id]
+	s.mu.Unlock()
+	if b == nil {
+		return // not served: the next attach reads them
+	}
+	nw, err := s.Lookup(context.Background(), id)
+	if err != nil {
+		if s.Logger != nil {
+			s.Logger.Error("egress: read the new rules", "sandbox", b.name, "err", err)
+		}
+		return
+	}
+	b.proxy.SetRules(nw.Rules)
+	s.mu.Lock()
+	b.rules = nw.Rules
+	s.mu.Unlock()
+}
+
+// Forget closes the proxy of a deleted sandbox and removes its CA.
+func (s *Sandboxes) Forget(id string) {
+	s.mu.Lock()
+	b := s.boxes[id]
+	delete(s.boxes, id)
+	s.mu.Unlock()
+	if b != nil {
+		b.proxy.Close()
+		s.mu.Lock()
+		for ch := range b.watchers {
+			close(ch)
+		}
+		b.watchers = nil
+		s.mu.Unlock()
+	}
+	if err := os.RemoveAll(filepath.Join(s.Dir, id)); err != nil && s.Logger != nil {
+		s.Logger.Error("egress: remove the CA of a deleted sandbox", "id", id, "err", err)
+	}
+}
+
+// InForce describes the rules sandbox id's proxy holds, or those its
+// record has when it is not served.
+func (s *Sandboxes) InForce(ctx context.Context, id string) string {
+	s.mu.Lock()
+	b := s.boxes[id]
+	var rules []policy.NetworkPolicy
+	served := b != nil && b.ln != nil
+	if b != nil {
+		rules = b.rules
+	}
+	s.mu.Unlock()
+	if b == nil {
+		nw, err := s.Lookup(ctx, id)
+		if err != nil {
+			return ""
+		}
+		rules = nw.Rules
+	}
+	out := Describe(rules)
+	if !served {
+		out += " (not served: the sandbox does not run)"
+	}
+	return out
+}
+
+// Describe sums network rules up on one line: "deny all", or each
+// policy's endpoints and how they are checked.
+func Describe(rules []policy.NetworkPolicy) string {
+	if len(rules) == 0 {
+		return "deny all"
+	}
+	var parts []string
+	for _, np := range rules {
+		var eps []string
+		for _, e := range np.Endpoints {
+			ports := make([]string, len(e.Ports))
+			for i, p := range e.Ports {
+				ports[i] = fmt.Sprint(p)
+			}
+			how := "pass-through"
+			switch {
+			case len(e.Rules) > 0 || len(e.DenyRules) > 0:
+				how = fmt.Sprintf("%d rules, %d deny rules", len(e.Rules), len(e.DenyRules))
+			case e.Access != "":
+				how = e.Access
+			}
+			if e.Enforcement == policy.Audit {
+				how += ", audit"
+			}
+			eps = append(eps, fmt.Sprintf("%s:%s (%s)", e.Host, strings.Join(ports, ","), how))
+		}
+		parts = append(parts, np.Name+": "+strings.Join(eps, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Denials returns the refused and audited decisions kept of sandbox id,
+// oldest first; with follow, also a channel of those to come (closed when
+// the sandbox is deleted) and the function that stops it.
+func (s *Sandboxes) Denials(id string, follow bool) ([]Decision, <-chan Decision, func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.boxes[id]
+	if b == nil {
+		return nil, nil, func() {}
+	}
+	past := append([]Decision(nil), b.decisions...)
+	if !follow || b.watchers == nil {
+		return past, nil, func() {}
+	}
+	ch := make(chan Decision, 256)
+	b.watchers[ch] = struct{}{}
+	return past, ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, ok := b.watchers[ch]; ok {
+			delete(b.watchers, ch)
+			close(ch)
+		}
+	}
+}
