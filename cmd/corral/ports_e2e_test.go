@@ -38,11 +38,12 @@ func onBothDrivers(t *testing.T, test func(t *testing.T, gateway func(home strin
 	})
 }
 
-// createWeb creates a sandbox running webCommand, with no network policy:
-// no egress at all, which reaching in does not need.
-func createWeb(t *testing.T, run func(args ...string) string, name string) {
+// createWeb creates a sandbox running webCommand, with flags (a policy,
+// say) before the command.
+func createWeb(t *testing.T, run func(args ...string) string, name string, flags ...string) {
 	t.Helper()
-	run(append([]string{"sandbox", "create", "--name", name, "--"}, webCommand...)...)
+	args := append([]string{"sandbox", "create", "--name", name}, flags...)
+	run(append(append(args, "--"), webCommand...)...)
 }
 
 // forwarding is a running `corral sandbox port-forward`.
@@ -214,7 +215,12 @@ func TestPortForward(t *testing.T) {
 		home := t.TempDir()
 		gateway(home)
 		run := func(args ...string) string { return mustCorral(t, home, args...) }
-		createWeb(t, run, "web")
+		// egress to one host only: reaching in is not egress, and the
+		// rules do not apply to it (TestExpose's sandbox has no egress)
+		createWeb(t, run, "web", "--policy", egressPolicy(t, "a.test", "80", ""))
+		if out := run("sandbox", "get", "web"); !strings.Contains(out, "network: test: a.test:80") {
+			t.Fatalf("the egress rules are not in force:\n%s", out)
+		}
 		f := portForward(t, nil, 3, "--home", home, "sandbox", "port-forward", "web", "8080", "0:9000", "9999")
 		waitServed(t, f.addrs[0], "hello from web\n")
 		getConcurrently(t, f.addrs[0], 50, "hello from web\n")
