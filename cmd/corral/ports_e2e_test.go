@@ -202,6 +202,25 @@ func echoHalfClosed(t *testing.T, addr string) {
 	})
 }
 
+// serverCloses sends an HTTP/1.0 request to addr without half-closing:
+// the server answers and closes, and the client reads the answer to EOF.
+func serverCloses(t *testing.T, addr, want string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, "GET /index.html HTTP/1.0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c)
+	if err != nil || !strings.HasSuffix(string(got), "\r\n\r\n"+want) {
+		t.Fatalf("after the server's close: %q, %v; want the answer, then EOF", got, err)
+	}
+}
+
 // refused says whether a connection to addr fails to get an answer.
 func refused(addr string) bool {
 	_, err := get(addr)
@@ -224,6 +243,7 @@ func TestPortForward(t *testing.T) {
 		f := portForward(t, nil, 3, "--home", home, "sandbox", "port-forward", "web", "8080", "0:9000", "9999")
 		waitServed(t, f.addrs[0], "hello from web\n")
 		getConcurrently(t, f.addrs[0], 50, "hello from web\n")
+		serverCloses(t, f.addrs[0], "hello from web\n")
 		echoHalfClosed(t, f.addrs[1])
 
 		// nothing listens on 9999 inside: the local connection ends at
@@ -283,6 +303,7 @@ func TestExpose(t *testing.T) {
 		}
 		waitServed(t, addr, "hello from web\n")
 		getConcurrently(t, addr, 50, "hello from web\n")
+		serverCloses(t, addr, "hello from web\n")
 		if again := strings.TrimSpace(run("sandbox", "expose", "web", "8080")); again != addr {
 			t.Fatalf("exposed again at %q, want the recorded %q", again, addr)
 		}
