@@ -58,6 +58,7 @@ func newPortForwardCmd(g *globals) *cobra.Command {
 				}
 				defer l.Close()
 				fmt.Fprintf(g.stdout, "Forwarding from %s -> %d\n", l.Addr(), f.remote)
+				pf.wg.Add(1)
 				go pf.accept(ctx, l, f.remote)
 			}
 			<-ctx.Done()
@@ -107,6 +108,7 @@ func (pf *portForwarder) printf(w io.Writer, format string, args ...any) {
 
 // accept forwards each connection to l until ctx ends, which closes l.
 func (pf *portForwarder) accept(ctx context.Context, l net.Listener, remote int) {
+	defer pf.wg.Done() // counted by the caller; each connection by this loop
 	go func() { <-ctx.Done(); l.Close() }()
 	for {
 		conn, err := l.Accept()

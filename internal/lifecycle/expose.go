@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -61,14 +62,17 @@ func (m *Manager) Expose(ctx context.Context, nameOrID string, port int, address
 	if address == "" {
 		address = "127.0.0.1:0"
 	}
-	if _, _, err := net.SplitHostPort(address); err != nil {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
 		return Exposed{}, errdefs.InvalidArgument("address %q: want HOST:PORT: %v", address, err)
 	}
 	l, err := net.Listen("tcp", address)
 	if err != nil {
 		return Exposed{}, errdefs.FailedPrecondition("expose port %d of sandbox %q: %v", port, sb.Name, err)
 	}
-	p := sandbox.ExposedPort{SandboxID: sb.ID, Port: port, Address: l.Addr().String(), CreatedAt: m.now()}
+	// the host as given (0.0.0.0 stays 0.0.0.0), with the port chosen
+	chosen := net.JoinHostPort(host, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	p := sandbox.ExposedPort{SandboxID: sb.ID, Port: port, Address: chosen, CreatedAt: m.now()}
 	// served before it is recorded, so that a delete that removes the
 	// record in between also closes the listener
 	m.exposed.serve(m, p, l)
