@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +93,19 @@ func TestExposeLifecycle(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Address != addr || list[0].SandboxName != "web" || list[0].Err == nil {
 		t.Fatalf("before ServeExposed: %+v, %v", list, err)
 	}
+	// while another process holds the address, it is reported, and served
+	// once free
+	squatter, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.ServeExposed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := h.m.ExposedPorts(ctx, "web"); len(list) != 1 || list[0].Err == nil || !strings.Contains(list[0].Err.Error(), "address already in use") {
+		t.Fatalf("with the address taken: %+v", list)
+	}
+	squatter.Close()
 	if err := h.m.ServeExposed(ctx); err != nil {
 		t.Fatal(err)
 	}
