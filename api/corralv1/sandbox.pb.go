@@ -2314,6 +2314,362 @@ func (x *Denial) GetReason() string {
 	return ""
 }
 
+// PortForwardFrame is one message of a PortForward call either way.
+type PortForwardFrame struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name (of the sandbox, or its id) and port: the caller's first frame
+	// only.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Port int32  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// close_write: the sender sends no more data (a TCP half-close).
+	CloseWrite    bool `protobuf:"varint,4,opt,name=close_write,json=closeWrite,proto3" json:"close_write,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortForwardFrame) Reset() {
+	*x = PortForwardFrame{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortForwardFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortForwardFrame) ProtoMessage() {}
+
+func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortForwardFrame.ProtoReflect.Descriptor instead.
+func (*PortForwardFrame) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *PortForwardFrame) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PortForwardFrame) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *PortForwardFrame) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *PortForwardFrame) GetCloseWrite() bool {
+	if x != nil {
+		return x.CloseWrite
+	}
+	return false
+}
+
+type ExposePortRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Port  int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// address is HOST:PORT on the gateway host; "" is 127.0.0.1 and a free
+	// port.
+	Address       string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExposePortRequest) Reset() {
+	*x = ExposePortRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExposePortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExposePortRequest) ProtoMessage() {}
+
+func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExposePortRequest.ProtoReflect.Descriptor instead.
+func (*ExposePortRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ExposePortRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExposePortRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ExposePortRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+// ExposedPort is a sandbox's port served on an address of the gateway
+// host.
+type ExposedPort struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId   string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	SandboxName string                 `protobuf:"bytes,2,opt,name=sandbox_name,json=sandboxName,proto3" json:"sandbox_name,omitempty"`
+	Port        int32                  `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// address is where the gateway host serves it, HOST:PORT.
+	Address string `protobuf:"bytes,4,opt,name=address,proto3" json:"address,omitempty"`
+	// error says why this gateway does not serve it now (its address could
+	// not be listened on), when it does not.
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExposedPort) Reset() {
+	*x = ExposedPort{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExposedPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExposedPort) ProtoMessage() {}
+
+func (x *ExposedPort) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExposedPort.ProtoReflect.Descriptor instead.
+func (*ExposedPort) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ExposedPort) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ExposedPort) GetSandboxName() string {
+	if x != nil {
+		return x.SandboxName
+	}
+	return ""
+}
+
+func (x *ExposedPort) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ExposedPort) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ExposedPort) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type UnexposePortRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Port          int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnexposePortRequest) Reset() {
+	*x = UnexposePortRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnexposePortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnexposePortRequest) ProtoMessage() {}
+
+func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnexposePortRequest.ProtoReflect.Descriptor instead.
+func (*UnexposePortRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *UnexposePortRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UnexposePortRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+// ListExposedPortsRequest names a sandbox; "" lists every sandbox's.
+type ListExposedPortsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExposedPortsRequest) Reset() {
+	*x = ListExposedPortsRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExposedPortsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExposedPortsRequest) ProtoMessage() {}
+
+func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExposedPortsRequest.ProtoReflect.Descriptor instead.
+func (*ListExposedPortsRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListExposedPortsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListExposedPortsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ports         []*ExposedPort         `protobuf:"bytes,1,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExposedPortsResponse) Reset() {
+	*x = ListExposedPortsResponse{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExposedPortsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExposedPortsResponse) ProtoMessage() {}
+
+func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExposedPortsResponse.ProtoReflect.Descriptor instead.
+func (*ListExposedPortsResponse) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListExposedPortsResponse) GetPorts() []*ExposedPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
 var File_corral_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_corral_v1_sandbox_proto_rawDesc = "" +
@@ -2484,7 +2840,31 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x04path\x18\x06 \x01(\tR\x04path\x12\x18\n" +
 	"\averdict\x18\a \x01(\tR\averdict\x12\x16\n" +
 	"\x06policy\x18\b \x01(\tR\x06policy\x12\x16\n" +
-	"\x06reason\x18\t \x01(\tR\x06reason2\xf0\t\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\"o\n" +
+	"\x10PortForwardFrame\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x1f\n" +
+	"\vclose_write\x18\x04 \x01(\bR\n" +
+	"closeWrite\"U\n" +
+	"\x11ExposePortRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\"\x93\x01\n" +
+	"\vExposedPort\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12!\n" +
+	"\fsandbox_name\x18\x02 \x01(\tR\vsandboxName\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\x12\x18\n" +
+	"\aaddress\x18\x04 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"=\n" +
+	"\x13UnexposePortRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\"-\n" +
+	"\x17ListExposedPortsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"H\n" +
+	"\x18ListExposedPortsResponse\x12,\n" +
+	"\x05ports\x18\x01 \x03(\v2\x16.corral.v1.ExposedPortR\x05ports2\xa6\f\n" +
 	"\x0eSandboxService\x12R\n" +
 	"\rCreateSandbox\x12\x1f.corral.v1.CreateSandboxRequest\x1a .corral.v1.CreateSandboxResponse\x12>\n" +
 	"\n" +
@@ -2504,7 +2884,12 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"ListImages\x12\x1c.corral.v1.ListImagesRequest\x1a\x1d.corral.v1.ListImagesResponse\x12>\n" +
 	"\vRemoveImage\x12\x1d.corral.v1.RemoveImageRequest\x1a\x10.corral.v1.Image\x12L\n" +
 	"\vPruneImages\x12\x1d.corral.v1.PruneImagesRequest\x1a\x1e.corral.v1.PruneImagesResponse\x12G\n" +
-	"\x0eSandboxDenials\x12 .corral.v1.SandboxDenialsRequest\x1a\x11.corral.v1.Denial0\x01B8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
+	"\x0eSandboxDenials\x12 .corral.v1.SandboxDenialsRequest\x1a\x11.corral.v1.Denial0\x01\x12K\n" +
+	"\vPortForward\x12\x1b.corral.v1.PortForwardFrame\x1a\x1b.corral.v1.PortForwardFrame(\x010\x01\x12B\n" +
+	"\n" +
+	"ExposePort\x12\x1c.corral.v1.ExposePortRequest\x1a\x16.corral.v1.ExposedPort\x12F\n" +
+	"\fUnexposePort\x12\x1e.corral.v1.UnexposePortRequest\x1a\x16.corral.v1.ExposedPort\x12[\n" +
+	"\x10ListExposedPorts\x12\".corral.v1.ListExposedPortsRequest\x1a#.corral.v1.ListExposedPortsResponseB8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
 
 var (
 	file_corral_v1_sandbox_proto_rawDescOnce sync.Once
@@ -2518,57 +2903,63 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_corral_v1_sandbox_proto_goTypes = []any{
-	(*SandboxSpec)(nil),            // 0: corral.v1.SandboxSpec
-	(*Sandbox)(nil),                // 1: corral.v1.Sandbox
-	(*Operation)(nil),              // 2: corral.v1.Operation
-	(*CreateSandboxRequest)(nil),   // 3: corral.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil),  // 4: corral.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),      // 5: corral.v1.GetSandboxRequest
-	(*ListSandboxesRequest)(nil),   // 6: corral.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),  // 7: corral.v1.ListSandboxesResponse
-	(*StopSandboxRequest)(nil),     // 8: corral.v1.StopSandboxRequest
-	(*StartSandboxRequest)(nil),    // 9: corral.v1.StartSandboxRequest
-	(*DeleteSandboxRequest)(nil),   // 10: corral.v1.DeleteSandboxRequest
-	(*UpdateSandboxRequest)(nil),   // 11: corral.v1.UpdateSandboxRequest
-	(*DeleteSandboxResponse)(nil),  // 12: corral.v1.DeleteSandboxResponse
-	(*WatchSandboxesRequest)(nil),  // 13: corral.v1.WatchSandboxesRequest
-	(*SandboxEvent)(nil),           // 14: corral.v1.SandboxEvent
-	(*ListOperationsRequest)(nil),  // 15: corral.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil), // 16: corral.v1.ListOperationsResponse
-	(*TerminalSize)(nil),           // 17: corral.v1.TerminalSize
-	(*ExecStart)(nil),              // 18: corral.v1.ExecStart
-	(*ExecRequest)(nil),            // 19: corral.v1.ExecRequest
-	(*ExecResponse)(nil),           // 20: corral.v1.ExecResponse
-	(*SandboxLogsRequest)(nil),     // 21: corral.v1.SandboxLogsRequest
-	(*LogChunk)(nil),               // 22: corral.v1.LogChunk
-	(*DoctorRequest)(nil),          // 23: corral.v1.DoctorRequest
-	(*DoctorFinding)(nil),          // 24: corral.v1.DoctorFinding
-	(*DoctorReport)(nil),           // 25: corral.v1.DoctorReport
-	(*Image)(nil),                  // 26: corral.v1.Image
-	(*PullImageRequest)(nil),       // 27: corral.v1.PullImageRequest
-	(*PullImageProgress)(nil),      // 28: corral.v1.PullImageProgress
-	(*ListImagesRequest)(nil),      // 29: corral.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),     // 30: corral.v1.ListImagesResponse
-	(*RemoveImageRequest)(nil),     // 31: corral.v1.RemoveImageRequest
-	(*PruneImagesRequest)(nil),     // 32: corral.v1.PruneImagesRequest
-	(*PruneImagesResponse)(nil),    // 33: corral.v1.PruneImagesResponse
-	(*SandboxDenialsRequest)(nil),  // 34: corral.v1.SandboxDenialsRequest
-	(*Denial)(nil),                 // 35: corral.v1.Denial
-	nil,                            // 36: corral.v1.SandboxSpec.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
+	(*SandboxSpec)(nil),              // 0: corral.v1.SandboxSpec
+	(*Sandbox)(nil),                  // 1: corral.v1.Sandbox
+	(*Operation)(nil),                // 2: corral.v1.Operation
+	(*CreateSandboxRequest)(nil),     // 3: corral.v1.CreateSandboxRequest
+	(*CreateSandboxResponse)(nil),    // 4: corral.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),        // 5: corral.v1.GetSandboxRequest
+	(*ListSandboxesRequest)(nil),     // 6: corral.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),    // 7: corral.v1.ListSandboxesResponse
+	(*StopSandboxRequest)(nil),       // 8: corral.v1.StopSandboxRequest
+	(*StartSandboxRequest)(nil),      // 9: corral.v1.StartSandboxRequest
+	(*DeleteSandboxRequest)(nil),     // 10: corral.v1.DeleteSandboxRequest
+	(*UpdateSandboxRequest)(nil),     // 11: corral.v1.UpdateSandboxRequest
+	(*DeleteSandboxResponse)(nil),    // 12: corral.v1.DeleteSandboxResponse
+	(*WatchSandboxesRequest)(nil),    // 13: corral.v1.WatchSandboxesRequest
+	(*SandboxEvent)(nil),             // 14: corral.v1.SandboxEvent
+	(*ListOperationsRequest)(nil),    // 15: corral.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),   // 16: corral.v1.ListOperationsResponse
+	(*TerminalSize)(nil),             // 17: corral.v1.TerminalSize
+	(*ExecStart)(nil),                // 18: corral.v1.ExecStart
+	(*ExecRequest)(nil),              // 19: corral.v1.ExecRequest
+	(*ExecResponse)(nil),             // 20: corral.v1.ExecResponse
+	(*SandboxLogsRequest)(nil),       // 21: corral.v1.SandboxLogsRequest
+	(*LogChunk)(nil),                 // 22: corral.v1.LogChunk
+	(*DoctorRequest)(nil),            // 23: corral.v1.DoctorRequest
+	(*DoctorFinding)(nil),            // 24: corral.v1.DoctorFinding
+	(*DoctorReport)(nil),             // 25: corral.v1.DoctorReport
+	(*Image)(nil),                    // 26: corral.v1.Image
+	(*PullImageRequest)(nil),         // 27: corral.v1.PullImageRequest
+	(*PullImageProgress)(nil),        // 28: corral.v1.PullImageProgress
+	(*ListImagesRequest)(nil),        // 29: corral.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),       // 30: corral.v1.ListImagesResponse
+	(*RemoveImageRequest)(nil),       // 31: corral.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),       // 32: corral.v1.PruneImagesRequest
+	(*PruneImagesResponse)(nil),      // 33: corral.v1.PruneImagesResponse
+	(*SandboxDenialsRequest)(nil),    // 34: corral.v1.SandboxDenialsRequest
+	(*Denial)(nil),                   // 35: corral.v1.Denial
+	(*PortForwardFrame)(nil),         // 36: corral.v1.PortForwardFrame
+	(*ExposePortRequest)(nil),        // 37: corral.v1.ExposePortRequest
+	(*ExposedPort)(nil),              // 38: corral.v1.ExposedPort
+	(*UnexposePortRequest)(nil),      // 39: corral.v1.UnexposePortRequest
+	(*ListExposedPortsRequest)(nil),  // 40: corral.v1.ListExposedPortsRequest
+	(*ListExposedPortsResponse)(nil), // 41: corral.v1.ListExposedPortsResponse
+	nil,                              // 42: corral.v1.SandboxSpec.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 43: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	36, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	42, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	37, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	37, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	37, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	43, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	43, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	43, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	37, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	37, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	37, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	43, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	43, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	43, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 11: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
@@ -2579,50 +2970,59 @@ var file_corral_v1_sandbox_proto_depIdxs = []int32{
 	18, // 16: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
 	17, // 17: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
 	24, // 18: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
-	37, // 19: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
+	43, // 19: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
 	26, // 20: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
 	26, // 21: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
 	26, // 22: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
-	37, // 23: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
-	3,  // 24: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
-	5,  // 25: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
-	6,  // 26: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
-	8,  // 27: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
-	9,  // 28: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 29: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	11, // 30: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
-	13, // 31: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	15, // 32: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	19, // 33: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	21, // 34: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	23, // 35: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	27, // 36: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
-	29, // 37: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
-	31, // 38: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
-	32, // 39: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
-	34, // 40: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
-	4,  // 41: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 42: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 43: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 44: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 45: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	12, // 46: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	1,  // 47: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
-	14, // 48: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	16, // 49: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	20, // 50: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	22, // 51: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	25, // 52: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	28, // 53: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
-	30, // 54: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
-	26, // 55: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
-	33, // 56: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
-	35, // 57: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
-	41, // [41:58] is the sub-list for method output_type
-	24, // [24:41] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	43, // 23: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
+	38, // 24: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
+	3,  // 25: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
+	5,  // 26: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
+	6,  // 27: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
+	8,  // 28: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
+	9,  // 29: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
+	10, // 30: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	11, // 31: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
+	13, // 32: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	15, // 33: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	19, // 34: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	21, // 35: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	23, // 36: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	27, // 37: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
+	29, // 38: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
+	31, // 39: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
+	32, // 40: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
+	34, // 41: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
+	36, // 42: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
+	37, // 43: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
+	39, // 44: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
+	40, // 45: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
+	4,  // 46: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 47: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 48: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 49: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 50: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	12, // 51: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 52: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	14, // 53: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	16, // 54: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	20, // 55: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	22, // 56: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	25, // 57: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	28, // 58: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
+	30, // 59: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
+	26, // 60: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
+	33, // 61: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
+	35, // 62: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
+	36, // 63: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
+	38, // 64: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
+	38, // 65: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
+	41, // 66: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
+	46, // [46:67] is the sub-list for method output_type
+	25, // [25:46] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_sandbox_proto_init() }
@@ -2648,7 +3048,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -202,6 +202,17 @@ func mustCorral(t *testing.T, home string, args ...string) string {
 	return out
 }
 
+// mustCorralEnv runs the CLI with extra environment variables and fails
+// the test unless it exits 0.
+func mustCorralEnv(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	out, errOut, code := corralEnv(t, env, args...)
+	if code != 0 {
+		t.Fatalf("corral %s: exit %d %s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
 // startKeepsWorkdir starts a stopped sandbox that wrote "kept" to
 // /sandbox/file, and checks that the new generation has it.
 func startKeepsWorkdir(t *testing.T, home, name string) {

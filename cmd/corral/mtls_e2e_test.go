@@ -45,14 +45,7 @@ func TestCLIOverMutualTLS(t *testing.T) {
 	}
 	env := []string{"CORRAL_CONFIG=" + filepath.Join(t.TempDir(), "config"), "CORRAL_HOME="}
 	remote := func(args ...string) (string, string, int) { return corralEnv(t, env, args...) }
-	must := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := remote(args...)
-		if code != 0 {
-			t.Fatalf("corral %s: exit %d %s%s", strings.Join(args, " "), code, out, errOut)
-		}
-		return out
-	}
+	must := func(args ...string) string { t.Helper(); return mustCorralEnv(t, env, args...) }
 	must("context", "add", "remote", "--gateway", "https://"+addr, "--ca", filepath.Join(certs, "ca.crt"),
 		"--cert", filepath.Join(certs, "alice.crt"), "--key", filepath.Join(certs, "alice.key"))
 	must("context", "use", "remote")

@@ -329,6 +329,7 @@ func (m *Manager) remove(a *actor, sb *sandbox.Sandbox) {
 		m.cfg.Egress.Forget(sb.ID)
 	}
 	m.log.Info("sandbox deleted", "sandbox", sb.Name, "id", sb.ID)
+	m.exposed.drop(sb.ID, 0) // its records went with it
 	sb.Phase = sandbox.PhaseDeleting
 	m.events.publish(Event{Type: EventDeleted, Sandbox: sb})
 	m.markGone(a)

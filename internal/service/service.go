@@ -48,6 +48,7 @@ type Lifecycle interface {
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
 	Imager
 	Files
+	Porter
 }
 
 var _ Lifecycle = (*lifecycle.Manager)(nil)

@@ -45,6 +45,18 @@ type Store interface {
 	// ListGatewayEvents returns the gateway's own journal, oldest first.
 	ListGatewayEvents(ctx context.Context) ([]GatewayEvent, error)
 
+	// AddExposedPort records an exposed port of an existing sandbox
+	// (errdefs.ErrNotFound when it does not exist). A port of the sandbox
+	// already exposed, or an address already serving, is
+	// errdefs.ErrAlreadyExists.
+	AddExposedPort(ctx context.Context, p sandbox.ExposedPort) error
+	// RemoveExposedPort removes a sandbox's exposed port;
+	// errdefs.ErrNotFound when it is not exposed.
+	RemoveExposedPort(ctx context.Context, sandboxID string, port int) error
+	// ListExposedPorts returns the exposed ports of one sandbox, or of
+	// every sandbox when sandboxID is "", oldest first.
+	ListExposedPorts(ctx context.Context, sandboxID string) ([]sandbox.ExposedPort, error)
+
 	// Close flushes and closes the store.
 	Close() error
 }

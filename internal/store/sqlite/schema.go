@@ -43,6 +43,14 @@ var migrations = []string{
 		subject TEXT NOT NULL,
 		detail  TEXT NOT NULL DEFAULT ''
 	);`,
+
+	`CREATE TABLE exposed_ports (
+		sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+		port       INTEGER NOT NULL,
+		address    TEXT NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (sandbox_id, port)
+	);`,
 }
 
 // SchemaVersion is the schema version this build writes.
