@@ -106,21 +106,22 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 		got     *sandbox.Sandbox
 		created bool
 	)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.w.write(ctx, func(q *stmts) error {
 		if sb.RequestID != "" {
-			existing, err := getSandbox(ctx, tx, "request_id = ?", sb.RequestID)
+			existing, err := getSandbox(ctx, q, "request_id = ?", sb.RequestID)
 			if err == nil {
 				if existing.Name != sb.Name {
 					return errdefs.FailedPrecondition("request id %q was already used to create sandbox %q, not %q", sb.RequestID, existing.Name, sb.Name)
 				}
 				got = existing
-				return nil
+				got.LastRequest, err = lastRequest(ctx, q, got.ID)
+				return err
 			}
 			if !errors.Is(err, errdefs.ErrNotFound) {
 				return err
 			}
 		}
-		if _, err := getSandbox(ctx, tx, "name = ?", sb.Name); err == nil {
+		if _, err := getSandbox(ctx, q, "name = ?", sb.Name); err == nil {
 			return errdefs.AlreadyExists("sandbox %q already exists", sb.Name)
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
 			return err
@@ -130,37 +131,27 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 			return err
 		}
 		sb.Revision = 1
-		_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		_, err = q.exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 			sb.ID, sb.Name, nullString(sb.RequestID), string(spec), sb.Desired, sb.Phase, sb.Generation,
 			sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision)
 		if err != nil {
 			return err
 		}
-		if err := putOperation(ctx, tx, req); err != nil {
+		if err := putOperation(ctx, q, req); err != nil {
 			return err
 		}
 		got, created = sb, true
-		return nil
+		got.LastRequest, err = lastRequest(ctx, q, got.ID)
+		return err
 	})
 	if err != nil {
 		return nil, false, err
 	}
-	if got.LastRequest == nil {
-		if got.LastRequest, err = s.lastRequest(ctx, got.ID); err != nil {
-			return nil, false, err
-		}
-	}
 	return got, created, nil
 }
 
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-func getSandbox(ctx context.Context, q querier, where string, arg any) (*sandbox.Sandbox, error) {
-	sb, err := scanSandbox(q.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE `+where, arg))
+func getSandbox(ctx context.Context, q *stmts, where string, arg any) (*sandbox.Sandbox, error) {
+	sb, err := scanSandbox(q.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE `+where, arg))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.ErrNotFound
 	}
@@ -178,19 +169,19 @@ func (s *Store) GetSandboxByName(ctx context.Context, name string) (*sandbox.San
 }
 
 func (s *Store) getWithRequest(ctx context.Context, where, arg string) (*sandbox.Sandbox, error) {
-	sb, err := getSandbox(ctx, s.db, where, arg)
+	sb, err := getSandbox(ctx, s.r, where, arg)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, errdefs.NotFound("sandbox %q not found", arg)
 	}
 	if err != nil {
 		return nil, err
 	}
-	sb.LastRequest, err = s.lastRequest(ctx, sb.ID)
+	sb.LastRequest, err = lastRequest(ctx, s.r, sb.ID)
 	return sb, err
 }
 
-func (s *Store) lastRequest(ctx context.Context, id string) (*sandbox.Operation, error) {
-	o, err := scanOperation(s.db.QueryRowContext(ctx, `SELECT `+operationColumns+` FROM operations
+func lastRequest(ctx context.Context, q *stmts, id string) (*sandbox.Operation, error) {
+	o, err := scanOperation(q.queryRow(ctx, `SELECT `+operationColumns+` FROM operations
 		WHERE sandbox_id = ? AND kind IN `+requestKinds+` ORDER BY id DESC LIMIT 1`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -200,7 +191,7 @@ func (s *Store) lastRequest(ctx context.Context, id string) (*sandbox.Operation,
 
 // ListSandboxes implements store.Store.
 func (s *Store) ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes ORDER BY created_at, id`)
+	rows, err := s.r.query(ctx, `SELECT `+sandboxColumns+` FROM sandboxes ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +210,7 @@ func (s *Store) ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	ops, err := s.db.QueryContext(ctx, `SELECT `+operationColumns+` FROM operations WHERE id IN
+	ops, err := s.r.query(ctx, `SELECT `+operationColumns+` FROM operations WHERE id IN
 		(SELECT max(id) FROM operations WHERE kind IN `+requestKinds+` GROUP BY sandbox_id)`)
 	if err != nil {
 		return nil, err
@@ -240,9 +231,9 @@ func (s *Store) ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error) {
 // Mutate implements store.Store.
 func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
 	var sb *sandbox.Sandbox
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.w.write(ctx, func(q *stmts) error {
 		var err error
-		sb, err = getSandbox(ctx, tx, "id = ?", id)
+		sb, err = getSandbox(ctx, q, "id = ?", id)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return errdefs.NotFound("sandbox %s not found", id)
 		}
@@ -258,7 +249,7 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET spec=?, desired_state=?, phase=?, generation=?, reason=?,
+		_, err = q.exec(ctx, `UPDATE sandboxes SET spec=?, desired_state=?, phase=?, generation=?, reason=?,
 			exit_code=?, restarts=?, updated_at=?, deadline=?, revision=? WHERE id=?`,
 			string(spec), sb.Desired, sb.Phase, sb.Generation, sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision, sb.ID)
 		if err != nil {
@@ -266,27 +257,29 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 		}
 		now := sb.UpdatedAt
 		if m.Request != nil {
-			if err := settleRequests(ctx, tx, sb.ID, sandbox.OpSuperseded, now, "superseded by "+string(m.Request.Kind)); err != nil {
+			if err := settleRequests(ctx, q, sb.ID, sandbox.OpSuperseded, now, "superseded by "+string(m.Request.Kind)); err != nil {
 				return err
 			}
-			if err := putOperation(ctx, tx, m.Request); err != nil {
+			if err := putOperation(ctx, q, m.Request); err != nil {
 				return err
 			}
 		}
 		if m.SettleRequests != "" {
-			return settleRequests(ctx, tx, sb.ID, m.SettleRequests, now, "")
+			if err := settleRequests(ctx, q, sb.ID, m.SettleRequests, now, ""); err != nil {
+				return err
+			}
 		}
-		return nil
+		sb.LastRequest, err = lastRequest(ctx, q, sb.ID)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	sb.LastRequest, err = s.lastRequest(ctx, sb.ID)
-	return sb, err
+	return sb, nil
 }
 
-func settleRequests(ctx context.Context, tx *sql.Tx, id string, state sandbox.OpState, at time.Time, detail string) error {
-	_, err := tx.ExecContext(ctx, `UPDATE operations SET state=?, finished_at=?,
+func settleRequests(ctx context.Context, q *stmts, id string, state sandbox.OpState, at time.Time, detail string) error {
+	_, err := q.exec(ctx, `UPDATE operations SET state=?, finished_at=?,
 		detail = CASE WHEN ? = '' THEN detail ELSE ? END
 		WHERE sandbox_id=? AND state='pending' AND kind IN `+requestKinds,
 		state, nanos(at), detail, detail, id)
@@ -295,11 +288,11 @@ func settleRequests(ctx context.Context, tx *sql.Tx, id string, state sandbox.Op
 
 // DeleteSandbox implements store.Store.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM operations WHERE sandbox_id = ?`, id); err != nil {
+	return s.w.write(ctx, func(q *stmts) error {
+		if _, err := q.exec(ctx, `DELETE FROM operations WHERE sandbox_id = ?`, id); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+		res, err := q.exec(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
 		if err != nil {
 			return err
 		}
@@ -312,21 +305,26 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 
 // PutOperation implements store.Store.
 func (s *Store) PutOperation(ctx context.Context, o *sandbox.Operation) error {
-	return putOperation(ctx, s.db, o)
+	id := o.ID
+	err := s.w.write(ctx, func(q *stmts) error { return putOperation(ctx, q, o) })
+	if err != nil {
+		o.ID = id // an insert that did not commit has no id
+	}
+	return err
 }
 
-func putOperation(ctx context.Context, q querier, o *sandbox.Operation) error {
+func putOperation(ctx context.Context, q *stmts, o *sandbox.Operation) error {
 	if o.Deadline.IsZero() {
 		return fmt.Errorf("operation %s of sandbox %s has no deadline", o.Kind, o.SandboxID)
 	}
 	if o.ID != 0 {
-		_, err := q.ExecContext(ctx, `UPDATE operations SET state=?, owner=?, attempt=?, generation=?, started_at=?,
+		_, err := q.exec(ctx, `UPDATE operations SET state=?, owner=?, attempt=?, generation=?, started_at=?,
 			deadline=?, finished_at=?, error=?, detail=? WHERE id=?`,
 			o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline), nullNanos(o.FinishedAt),
 			o.Error, o.Detail, o.ID)
 		return err
 	}
-	res, err := q.ExecContext(ctx, `INSERT INTO operations (sandbox_id, kind, state, owner, attempt, generation,
+	res, err := q.exec(ctx, `INSERT INTO operations (sandbox_id, kind, state, owner, attempt, generation,
 		started_at, deadline, finished_at, error, detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
 		o.SandboxID, o.Kind, o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline),
 		nullNanos(o.FinishedAt), o.Error, o.Detail)
@@ -339,7 +337,7 @@ func putOperation(ctx context.Context, q querier, o *sandbox.Operation) error {
 
 // ListOperations implements store.Store.
 func (s *Store) ListOperations(ctx context.Context, sandboxID string) ([]*sandbox.Operation, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+operationColumns+` FROM operations WHERE sandbox_id = ? ORDER BY id`, sandboxID)
+	rows, err := s.r.query(ctx, `SELECT `+operationColumns+` FROM operations WHERE sandbox_id = ? ORDER BY id`, sandboxID)
 	if err != nil {
 		return nil, err
 	}
@@ -361,26 +359,32 @@ func (s *Store) SettlePending(ctx context.Context, owners store.Owners, state sa
 	if owners.Is != "" {
 		where, owner = "owner = ?", owners.Is
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE operations SET state=?, finished_at=?,
-		error = CASE WHEN error = '' THEN ? ELSE error || '; ' || ? END
-		WHERE state='pending' AND `+where, state, nanos(at), reason, reason, owner)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
+	var n int64
+	err := s.w.write(ctx, func(q *stmts) error {
+		res, err := q.exec(ctx, `UPDATE operations SET state=?, finished_at=?,
+			error = CASE WHEN error = '' THEN ? ELSE error || '; ' || ? END
+			WHERE state='pending' AND `+where, state, nanos(at), reason, reason, owner)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	return int(n), err
 }
 
 // AddGatewayEvent implements store.Store.
 func (s *Store) AddGatewayEvent(ctx context.Context, ev store.GatewayEvent) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO gateway_events (at, kind, subject, detail) VALUES (?,?,?,?)`,
-		nanos(ev.At), ev.Kind, ev.Subject, ev.Detail)
-	return err
+	return s.w.write(ctx, func(q *stmts) error {
+		_, err := q.exec(ctx, `INSERT INTO gateway_events (at, kind, subject, detail) VALUES (?,?,?,?)`,
+			nanos(ev.At), ev.Kind, ev.Subject, ev.Detail)
+		return err
+	})
 }
 
 // ListGatewayEvents implements store.Store.
 func (s *Store) ListGatewayEvents(ctx context.Context) ([]store.GatewayEvent, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT at, kind, subject, detail FROM gateway_events ORDER BY id`)
+	rows, err := s.r.query(ctx, `SELECT at, kind, subject, detail FROM gateway_events ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
