@@ -69,7 +69,10 @@ func TestGroupCommitSavepoints(t *testing.T) {
 	b := newSandbox("b", t0)
 	var outs []<-chan error
 	for i, write := range []func() error{
-		func() error { _, _, err := s.CreateSandbox(testCtx(t), a, newOp(a.ID, sandbox.OpCreate, "me", t0)); return err },
+		func() error {
+			_, _, err := s.CreateSandbox(testCtx(t), a, newOp(a.ID, sandbox.OpCreate, "me", t0))
+			return err
+		},
 		func() error {
 			_, _, err := s.CreateSandbox(testCtx(t), dup, newOp(dup.ID, sandbox.OpCreate, "me", t0))
 			return err
@@ -88,7 +91,10 @@ func TestGroupCommitSavepoints(t *testing.T) {
 			})
 			return err
 		},
-		func() error { _, _, err := s.CreateSandbox(testCtx(t), b, newOp(b.ID, sandbox.OpCreate, "me", t0)); return err },
+		func() error {
+			_, _, err := s.CreateSandbox(testCtx(t), b, newOp(b.ID, sandbox.OpCreate, "me", t0))
+			return err
+		},
 	} {
 		outs = append(outs, enqueue(t, s, i, write))
 	}
