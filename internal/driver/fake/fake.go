@@ -28,6 +28,9 @@ type Driver struct {
 	// valid while cachedFile is the same file (every write makes a new one).
 	cached     map[string]*object
 	cachedFile os.FileInfo
+	// encoded is each cached object's entry in the file ("id":{...}),
+	// when this process wrote it: a save re-encodes only what changed.
+	encoded map[string][]byte
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -62,6 +65,12 @@ type object struct {
 	Output  string   `json:"output,omitempty"`
 }
 
+// equal reports whether two objects would be written the same.
+func (o *object) equal(p *object) bool {
+	return o.ID == p.ID && o.Generation == p.Generation && o.State == p.State && o.ExitCode == p.ExitCode &&
+		o.Starts == p.Starts && o.Output == p.Output && maps.Equal(o.Labels, p.Labels) && slices.Equal(o.Command, p.Command)
+}
+
 func (o *object) public() driver.Object {
 	return driver.Object{ID: o.ID, Generation: o.Generation, State: o.State, ExitCode: o.ExitCode, Labels: maps.Clone(o.Labels)}
 }
@@ -91,22 +100,44 @@ func (d *Driver) load() (map[string]*object, error) {
 	if err := json.NewDecoder(f).Decode(&objs); err != nil {
 		return nil, fmt.Errorf("fake driver: %s: %w", ObjectsFile, err)
 	}
-	d.cached, d.cachedFile = objs, fi
+	d.cached, d.cachedFile, d.encoded = objs, fi, nil
 	return objs, nil
 }
 
-func (d *Driver) save(objs map[string]*object) error {
-	data, err := json.Marshal(objs)
-	if err != nil {
-		return err
+// save writes objs, a changed copy of prev (the cached objects), as the
+// objects file. Only the objects that changed are encoded again: with
+// many objects, encoding them all made every call cost more than the rest
+// of the gateway's work on it.
+func (d *Driver) save(objs, prev map[string]*object) error {
+	encoded := make(map[string][]byte, len(objs))
+	data := []byte{'{'}
+	for id, o := range objs {
+		entry, ok := d.encoded[id]
+		if !ok || prev[id] == nil || !o.equal(prev[id]) {
+			key, err := json.Marshal(id)
+			if err != nil {
+				return err
+			}
+			value, err := json.Marshal(o)
+			if err != nil {
+				return err
+			}
+			entry = append(append(key, ':'), value...)
+		}
+		encoded[id] = entry
+		if len(data) > 1 {
+			data = append(data, ',')
+		}
+		data = append(data, entry...)
 	}
+	data = append(data, '}')
 	path := filepath.Join(d.cfg.StateDir, ObjectsFile)
 	if err := writeAtomic(path, data); err != nil {
 		return err
 	}
-	d.cached, d.cachedFile = nil, nil
+	d.cached, d.cachedFile, d.encoded = nil, nil, nil
 	if fi, err := os.Stat(path); err == nil {
-		d.cached, d.cachedFile = objs, fi
+		d.cached, d.cachedFile, d.encoded = objs, fi, encoded
 	}
 	return nil
 }
@@ -152,7 +183,7 @@ func (d *Driver) update(fn func(objs map[string]*object) error) error {
 	if err := fn(objs); err != nil {
 		return err
 	}
-	return d.save(objs)
+	return d.save(objs, loaded)
 }
 
 // mine reports whether an object carries this gateway's label.

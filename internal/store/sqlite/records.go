@@ -278,8 +278,11 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 	return sb, nil
 }
 
+// settleRequests settles the pending requests of one sandbox. The index is
+// named: left to itself, SQLite picks the partial index of pending entries
+// and visits every pending entry of the store.
 func settleRequests(ctx context.Context, q *stmts, id string, state sandbox.OpState, at time.Time, detail string) error {
-	_, err := q.exec(ctx, `UPDATE operations SET state=?, finished_at=?,
+	_, err := q.exec(ctx, `UPDATE operations INDEXED BY operations_by_sandbox SET state=?, finished_at=?,
 		detail = CASE WHEN ? = '' THEN detail ELSE ? END
 		WHERE sandbox_id=? AND state='pending' AND kind IN `+requestKinds,
 		state, nanos(at), detail, detail, id)
