@@ -25,6 +25,9 @@ import (
 type Driver struct {
 	cfg driver.Config
 	mu  sync.Mutex // serializes this process's changes to the objects
+	// lock and changes are the lock file and the changes file, kept open
+	// by a driver that New made (the helpers below open them per change).
+	lock, changes *os.File
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -39,14 +42,42 @@ func New(cfg driver.Config) (*Driver, error) {
 			return nil, fmt.Errorf("fake driver: %w", err)
 		}
 	}
-	return &Driver{cfg: cfg}, nil
+	d := &Driver{cfg: cfg}
+	var err error
+	if d.lock, d.changes, err = openShared(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("fake driver: %w", err)
+	}
+	return d, nil
+}
+
+// openShared opens the lock file and the changes file of a state dir.
+func openShared(stateDir string) (lock, changes *os.File, err error) {
+	lock, err = os.OpenFile(filepath.Join(stateDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	changes, err = os.OpenFile(filepath.Join(stateDir, ChangesFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	return lock, changes, nil
 }
 
 // Name implements driver.Driver.
 func (d *Driver) Name() string { return "fake" }
 
 // Close implements driver.Driver.
-func (d *Driver) Close() error { return nil }
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lock == nil {
+		return nil
+	}
+	err := errors.Join(d.lock.Close(), d.changes.Close())
+	d.lock, d.changes = nil, nil
+	return err
+}
 
 // object is one fake compute object as kept in its file.
 type object struct {
@@ -151,17 +182,25 @@ func (d *Driver) update(id string, fn func(o *object) (*object, error)) error {
 func (d *Driver) locked(fn func() error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, ObjectsDir), 0o700); err != nil {
+	if d.lock == nil { // a helper's driver, or a closed one
+		if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, ObjectsDir), 0o700); err != nil {
+			return err
+		}
+		lock, changes, err := openShared(d.cfg.StateDir)
+		if err != nil {
+			return err
+		}
+		d.lock, d.changes = lock, changes
+		defer func() {
+			lock.Close()
+			changes.Close()
+			d.lock, d.changes = nil, nil
+		}()
+	}
+	if err := syscall.Flock(int(d.lock.Fd()), syscall.LOCK_EX); err != nil {
 		return err
 	}
-	lock, err := os.OpenFile(filepath.Join(d.cfg.StateDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return err
-	}
+	defer syscall.Flock(int(d.lock.Fd()), syscall.LOCK_UN)
 	return fn()
 }
 
@@ -191,12 +230,8 @@ func (d *Driver) change(id string, fn func(o *object) (*object, error)) error {
 	if err != nil {
 		return err
 	}
-	changes, err := os.OpenFile(filepath.Join(d.cfg.StateDir, ChangesFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = changes.WriteString(id + "\n")
-	return errors.Join(err, changes.Close())
+	_, err = d.changes.WriteString(id + "\n")
+	return err
 }
 
 // mine reports whether an object carries this gateway's label.

@@ -230,7 +230,10 @@ func (s *Store) ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error) {
 
 // Mutate implements store.Store.
 func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
-	var sb *sandbox.Sandbox
+	var (
+		sb   *sandbox.Sandbox
+		undo = func() {}
+	)
 	err := s.w.write(ctx, func(q *stmts) error {
 		var err error
 		sb, err = getSandbox(ctx, q, "id = ?", id)
@@ -242,6 +245,10 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 		}
 		m, err := fn(sb)
 		if err != nil {
+			return err
+		}
+		undo = idsOf(m.Put)
+		if err := putOperations(ctx, q, m.Put); err != nil {
 			return err
 		}
 		sb.Revision++
@@ -273,6 +280,7 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 		return err
 	})
 	if err != nil {
+		undo()
 		return nil, err
 	}
 	return sb, nil
@@ -307,13 +315,36 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 }
 
 // PutOperation implements store.Store.
-func (s *Store) PutOperation(ctx context.Context, o *sandbox.Operation) error {
-	id := o.ID
-	err := s.w.write(ctx, func(q *stmts) error { return putOperation(ctx, q, o) })
+func (s *Store) PutOperation(ctx context.Context, ops ...*sandbox.Operation) error {
+	undo := idsOf(ops)
+	err := s.w.write(ctx, func(q *stmts) error { return putOperations(ctx, q, ops) })
 	if err != nil {
-		o.ID = id // an insert that did not commit has no id
+		undo()
 	}
 	return err
+}
+
+// idsOf remembers the ids of ops; undo gives them back after a write that
+// failed (an insert that did not commit has no id).
+func idsOf(ops []*sandbox.Operation) (undo func()) {
+	ids := make([]int64, len(ops))
+	for i, o := range ops {
+		ids[i] = o.ID
+	}
+	return func() {
+		for i, o := range ops {
+			o.ID = ids[i]
+		}
+	}
+}
+
+func putOperations(ctx context.Context, q *stmts, ops []*sandbox.Operation) error {
+	for _, o := range ops {
+		if err := putOperation(ctx, q, o); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func putOperation(ctx context.Context, q *stmts, o *sandbox.Operation) error {
