@@ -197,3 +197,44 @@ func TestReadPoolIsReadOnly(t *testing.T) {
 		t.Error("a read connection wrote")
 	}
 }
+
+// The record Mutate returns carries the last request as the store now has
+// it, whatever the mutation did to the requests.
+func TestMutateReturnsTheStoredLastRequest(t *testing.T) {
+	s := newStore(t)
+	sb := newSandbox("web", t0)
+	create(t, s, sb)
+	at := t0
+	for name, mutation := range map[string]func() store.Mutation{
+		"nothing":        func() store.Mutation { return store.Mutation{} },
+		"a request":      func() store.Mutation { return store.Mutation{Request: newOp(sb.ID, sandbox.OpStop, "me", at)} },
+		"settle":         func() store.Mutation { return store.Mutation{SettleRequests: sandbox.OpSucceeded} },
+		"settle nothing": func() store.Mutation { return store.Mutation{SettleRequests: sandbox.OpFailed} },
+		"both": func() store.Mutation {
+			return store.Mutation{Request: newOp(sb.ID, sandbox.OpStart, "me", at), SettleRequests: sandbox.OpSucceeded}
+		},
+		"a driver entry": func() store.Mutation {
+			return store.Mutation{Put: []*sandbox.Operation{newOp(sb.ID, sandbox.OpDriverStart, "me", at)}}
+		},
+	} {
+		at = at.Add(time.Second)
+		got, err := s.Mutate(testCtx(t), sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+			cur.UpdatedAt = at
+			return mutation(), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		stored := get(t, s, sb.ID).LastRequest
+		if r := got.LastRequest; r == nil || r.ID != stored.ID || r.State != stored.State || r.Kind != stored.Kind ||
+			!r.FinishedAt.Equal(stored.FinishedAt) || r.Detail != stored.Detail {
+			t.Errorf("%s: Mutate returned last request %+v, the store has %+v", name, got.LastRequest, stored)
+		}
+	}
+	_, err := s.Mutate(testCtx(t), sb.ID, func(*sandbox.Sandbox) (store.Mutation, error) {
+		return store.Mutation{Put: []*sandbox.Operation{newOp(sb.ID, sandbox.OpStop, "me", at)}}, nil
+	})
+	if err == nil {
+		t.Error("Mutate put a request through Put")
+	}
+}

@@ -22,48 +22,87 @@ const requestKinds = `('create','start','stop','delete','update')`
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanSandbox(row scanner) (*sandbox.Sandbox, error) {
-	var (
-		sb                         sandbox.Sandbox
-		requestID                  sql.NullString
-		exitCode                   sql.NullInt64
-		spec                       string
-		created, updated, deadline int64
-	)
-	err := row.Scan(&sb.ID, &sb.Name, &requestID, &spec, &sb.Desired, &sb.Phase, &sb.Generation,
-		&sb.Reason, &exitCode, &sb.Restarts, &created, &updated, &deadline, &sb.Revision)
-	if err != nil {
-		return nil, err
-	}
-	if exitCode.Valid {
-		code := int(exitCode.Int64)
+// sandboxRow is a sandbox's columns as scanned.
+type sandboxRow struct {
+	sb                         sandbox.Sandbox
+	requestID                  sql.NullString
+	exitCode                   sql.NullInt64
+	spec                       string
+	created, updated, deadline int64
+}
+
+func (r *sandboxRow) dest() []any {
+	return []any{&r.sb.ID, &r.sb.Name, &r.requestID, &r.spec, &r.sb.Desired, &r.sb.Phase, &r.sb.Generation,
+		&r.sb.Reason, &r.exitCode, &r.sb.Restarts, &r.created, &r.updated, &r.deadline, &r.sb.Revision}
+}
+
+func (r *sandboxRow) decode() (*sandbox.Sandbox, error) {
+	sb := r.sb
+	if r.exitCode.Valid {
+		code := int(r.exitCode.Int64)
 		sb.ExitCode = &code
 	}
-	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
+	if err := json.Unmarshal([]byte(r.spec), &sb.Spec); err != nil {
 		return nil, fmt.Errorf("sandbox %s: decode spec: %w", sb.ID, err)
 	}
-	sb.RequestID = requestID.String
-	sb.CreatedAt, sb.UpdatedAt, sb.Deadline = fromNanos(created), fromNanos(updated), fromNanos(deadline)
+	sb.RequestID = r.requestID.String
+	sb.CreatedAt, sb.UpdatedAt, sb.Deadline = fromNanos(r.created), fromNanos(r.updated), fromNanos(r.deadline)
 	return &sb, nil
 }
 
-func scanOperation(row scanner) (*sandbox.Operation, error) {
-	var (
-		o                 = &sandbox.Operation{}
-		started, deadline int64
-		finished          sql.NullInt64
-	)
-	err := row.Scan(&o.ID, &o.SandboxID, &o.Kind, &o.State, &o.Owner, &o.Attempt, &o.Generation,
-		&started, &deadline, &finished, &o.Error, &o.Detail)
-	if err != nil {
+// operationRow is a journal entry's columns as scanned; id is NULL when a
+// sandbox joined with its last request has none.
+type operationRow struct {
+	o                 sandbox.Operation
+	id                sql.NullInt64
+	started, deadline int64
+	finished          sql.NullInt64
+}
+
+func (r *operationRow) dest() []any {
+	return []any{&r.id, &r.o.SandboxID, &r.o.Kind, &r.o.State, &r.o.Owner, &r.o.Attempt, &r.o.Generation,
+		&r.started, &r.deadline, &r.finished, &r.o.Error, &r.o.Detail}
+}
+
+func (r *operationRow) decode() *sandbox.Operation {
+	if !r.id.Valid {
+		return nil
+	}
+	o := r.o
+	o.ID = r.id.Int64
+	o.StartedAt, o.Deadline = fromNanos(r.started), fromNanos(r.deadline)
+	if r.finished.Valid {
+		o.FinishedAt = fromNanos(r.finished.Int64)
+	}
+	return &o
+}
+
+func scanSandbox(row scanner) (*sandbox.Sandbox, error) {
+	var r sandboxRow
+	if err := row.Scan(r.dest()...); err != nil {
 		return nil, err
 	}
-	o.StartedAt, o.Deadline = fromNanos(started), fromNanos(deadline)
-	if finished.Valid {
-		o.FinishedAt = fromNanos(finished.Int64)
-	}
-	return o, nil
+	return r.decode()
 }
+
+func scanOperation(row scanner) (*sandbox.Operation, error) {
+	var r operationRow
+	if err := row.Scan(r.dest()...); err != nil {
+		return nil, err
+	}
+	return r.decode(), nil
+}
+
+// sandboxWithRequest selects a sandbox's columns and then its last
+// request's (NULL when it has none), in one statement.
+const sandboxWithRequest = `SELECT s.id, s.name, s.request_id, s.spec, s.desired_state, s.phase, s.generation, s.reason,
+	s.exit_code, s.restarts, s.created_at, s.updated_at, s.deadline, s.revision,
+	o.id, coalesce(o.sandbox_id, ''), coalesce(o.kind, ''), coalesce(o.state, ''), coalesce(o.owner, ''),
+	coalesce(o.attempt, 0), coalesce(o.generation, 0), coalesce(o.started_at, 0), coalesce(o.deadline, 0),
+	o.finished_at, coalesce(o.error, ''), coalesce(o.detail, '')
+	FROM sandboxes s LEFT JOIN operations o ON o.id = (SELECT id FROM operations
+		WHERE sandbox_id = s.id AND kind IN ` + requestKinds + ` ORDER BY id DESC LIMIT 1)
+	WHERE s.`
 
 func nanos(t time.Time) int64 {
 	if t.IsZero() {
@@ -114,17 +153,17 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 					return errdefs.FailedPrecondition("request id %q was already used to create sandbox %q, not %q", sb.RequestID, existing.Name, sb.Name)
 				}
 				got = existing
-				got.LastRequest, err = lastRequest(ctx, q, got.ID)
-				return err
+				return nil
 			}
 			if !errors.Is(err, errdefs.ErrNotFound) {
 				return err
 			}
 		}
-		if _, err := getSandbox(ctx, q, "name = ?", sb.Name); err == nil {
-			return errdefs.AlreadyExists("sandbox %q already exists", sb.Name)
-		} else if !errors.Is(err, errdefs.ErrNotFound) {
+		var taken int
+		if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE name = ?`, sb.Name).Scan(&taken); err != nil {
 			return err
+		} else if taken > 0 {
+			return errdefs.AlreadyExists("sandbox %q already exists", sb.Name)
 		}
 		spec, err := json.Marshal(sb.Spec)
 		if err != nil {
@@ -141,8 +180,9 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 			return err
 		}
 		got, created = sb, true
-		got.LastRequest, err = lastRequest(ctx, q, got.ID)
-		return err
+		c := *req
+		got.LastRequest = &c
+		return nil
 	})
 	if err != nil {
 		return nil, false, err
@@ -150,12 +190,26 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 	return got, created, nil
 }
 
+// getSandbox returns the sandbox that where selects, with its last
+// request.
 func getSandbox(ctx context.Context, q *stmts, where string, arg any) (*sandbox.Sandbox, error) {
-	sb, err := scanSandbox(q.queryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE `+where, arg))
+	var (
+		sr sandboxRow
+		or operationRow
+	)
+	err := q.queryRow(ctx, sandboxWithRequest+where, arg).Scan(append(sr.dest(), or.dest()...)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.ErrNotFound
 	}
-	return sb, err
+	if err != nil {
+		return nil, err
+	}
+	sb, err := sr.decode()
+	if err != nil {
+		return nil, err
+	}
+	sb.LastRequest = or.decode()
+	return sb, nil
 }
 
 // GetSandbox implements store.Store.
@@ -173,20 +227,7 @@ func (s *Store) getWithRequest(ctx context.Context, where, arg string) (*sandbox
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, errdefs.NotFound("sandbox %q not found", arg)
 	}
-	if err != nil {
-		return nil, err
-	}
-	sb.LastRequest, err = lastRequest(ctx, s.r, sb.ID)
 	return sb, err
-}
-
-func lastRequest(ctx context.Context, q *stmts, id string) (*sandbox.Operation, error) {
-	o, err := scanOperation(q.queryRow(ctx, `SELECT `+operationColumns+` FROM operations
-		WHERE sandbox_id = ? AND kind IN `+requestKinds+` ORDER BY id DESC LIMIT 1`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	return o, err
 }
 
 // ListSandboxes implements store.Store.
@@ -247,6 +288,11 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 		if err != nil {
 			return err
 		}
+		for _, o := range m.Put {
+			if o.Kind.IsRequest() {
+				return fmt.Errorf("sandbox %s: a %s request goes in Mutation.Request, not Put", sb.ID, o.Kind)
+			}
+		}
 		undo = idsOf(m.Put)
 		if err := putOperations(ctx, q, m.Put); err != nil {
 			return err
@@ -270,14 +316,20 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 			if err := putOperation(ctx, q, m.Request); err != nil {
 				return err
 			}
+			c := *m.Request
+			sb.LastRequest = &c
 		}
 		if m.SettleRequests != "" {
 			if err := settleRequests(ctx, q, sb.ID, m.SettleRequests, now, ""); err != nil {
 				return err
 			}
+			if last := sb.LastRequest; last != nil && last.State == sandbox.OpPending {
+				c := *last
+				c.State, c.FinishedAt = m.SettleRequests, now
+				sb.LastRequest = &c
+			}
 		}
-		sb.LastRequest, err = lastRequest(ctx, q, sb.ID)
-		return err
+		return nil
 	})
 	if err != nil {
 		undo()
