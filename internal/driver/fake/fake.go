@@ -28,6 +28,14 @@ type Driver struct {
 	// lock and changes are the lock file and the changes file, kept open
 	// by a driver that New made (the helpers below open them per change).
 	lock, changes *os.File
+
+	// cache holds objects as this driver last read or wrote them. It is
+	// good for what the first seen bytes of the changes file account for:
+	// a newer line there drops its object from the cache. (Only a driver
+	// that New made has one.)
+	cacheMu   sync.Mutex
+	cache     map[string]*object
+	seen, end int64 // end: the file's size when it was last looked at
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -42,7 +50,7 @@ func New(cfg driver.Config) (*Driver, error) {
 			return nil, fmt.Errorf("fake driver: %w", err)
 		}
 	}
-	d := &Driver{cfg: cfg}
+	d := &Driver{cfg: cfg, cache: map[string]*object{}}
 	var err error
 	if d.lock, d.changes, err = openShared(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("fake driver: %w", err)
@@ -56,7 +64,7 @@ func openShared(stateDir string) (lock, changes *os.File, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	changes, err = os.OpenFile(filepath.Join(stateDir, ChangesFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	changes, err = os.OpenFile(filepath.Join(stateDir, ChangesFile), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		lock.Close()
 		return nil, nil, err
@@ -120,8 +128,75 @@ func (d *Driver) objectPath(id string) string {
 	return filepath.Join(d.cfg.StateDir, ObjectsDir, id+".json")
 }
 
-// read returns the object of id, nil when there is none.
+// read returns the object of id, nil when there is none. Callers do not
+// change it (change works on a copy).
 func (d *Driver) read(id string) (*object, error) {
+	if d.cache == nil {
+		return d.readFile(id)
+	}
+	d.cacheMu.Lock()
+	defer d.cacheMu.Unlock()
+	if err := d.catchUp(); err != nil {
+		return nil, err
+	}
+	if o, ok := d.cache[id]; ok {
+		return o, nil
+	}
+	o, err := d.readFile(id)
+	if o != nil {
+		d.cache[id] = o
+	}
+	return o, err
+}
+
+// catchUp drops from the cache the objects that the changes file names
+// after what it has seen. d.cacheMu is held.
+func (d *Driver) catchUp() error {
+	fi, err := d.changes.Stat()
+	if err != nil {
+		return fmt.Errorf("fake driver: %w", err)
+	}
+	size := fi.Size()
+	switch d.end = size; {
+	case size < d.seen: // not the file it was
+		d.cache, d.seen = map[string]*object{}, 0
+	case size == d.seen:
+		return nil
+	}
+	ids, next, err := readChanges(d.changes, d.seen)
+	if err != nil {
+		return fmt.Errorf("fake driver: %w", err)
+	}
+	for _, id := range ids {
+		delete(d.cache, id)
+	}
+	d.seen = next
+	return nil
+}
+
+// cached records what this driver just wrote: next (nil when removed) as
+// the object of id, and its line of the changes file as seen when nothing
+// unseen precedes it. d.mu and the lock file are held, so no one else
+// wrote to the changes file since change called read.
+func (d *Driver) cached(id string, next *object, line int) {
+	if d.cache == nil {
+		return
+	}
+	d.cacheMu.Lock()
+	defer d.cacheMu.Unlock()
+	if next == nil {
+		delete(d.cache, id)
+	} else {
+		d.cache[id] = next
+	}
+	if d.seen == d.end {
+		d.seen += int64(line)
+	}
+	d.end += int64(line)
+}
+
+// readFile reads the object of id from its file.
+func (d *Driver) readFile(id string) (*object, error) {
 	data, err := os.ReadFile(d.objectPath(id))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -230,8 +305,12 @@ func (d *Driver) change(id string, fn func(o *object) (*object, error)) error {
 	if err != nil {
 		return err
 	}
-	_, err = d.changes.WriteString(id + "\n")
-	return err
+	line := id + "\n"
+	if _, err := d.changes.WriteString(line); err != nil {
+		return err
+	}
+	d.cached(id, next, len(line))
+	return nil
 }
 
 // mine reports whether an object carries this gateway's label.

@@ -324,6 +324,7 @@ func TestObjectsFileBroken(t *testing.T) {
 			if err := breakIt(filepath.Join(dir, fake.ObjectsDir, spec.ID+".json")); err != nil {
 				t.Fatal(err)
 			}
+			d = newFake(t, dir) // changed behind the drivers' back: seen by a new one
 			if objs, err := d.List(ctx(t)); err == nil {
 				t.Errorf("List with a broken object file = %v, want an error", objs)
 			}

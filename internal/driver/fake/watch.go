@@ -43,7 +43,7 @@ func (d *Driver) Watch(ctx context.Context, changed func(id string)) error {
 			return ctx.Err()
 		case <-tick.C:
 		}
-		ids, next, err := readChanges(path, offset)
+		ids, next, err := readChangesFile(path, offset)
 		if err != nil {
 			return err
 		}
@@ -69,9 +69,8 @@ func changesSize(path string) (int64, error) {
 	return fi.Size(), nil
 }
 
-// readChanges returns the ids of the complete lines of the changes file
-// from offset on, each once, and the offset after them.
-func readChanges(path string, offset int64) ([]string, int64, error) {
+// readChangesFile is readChanges of the changes file at path.
+func readChangesFile(path string, offset int64) ([]string, int64, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, offset, nil
@@ -80,6 +79,12 @@ func readChanges(path string, offset int64) ([]string, int64, error) {
 		return nil, offset, err
 	}
 	defer f.Close()
+	return readChanges(f, offset)
+}
+
+// readChanges returns the ids of the complete lines of a changes file from
+// offset on, each once, and the offset after them.
+func readChanges(f io.ReaderAt, offset int64) ([]string, int64, error) {
 	data, err := io.ReadAll(io.NewSectionReader(f, offset, 1<<40))
 	if err != nil {
 		return nil, offset, err
