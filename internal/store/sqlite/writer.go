@@ -211,7 +211,12 @@ type stmts struct {
 
 func newStmts(p preparer) *stmts { return &stmts{p: p} }
 
-func (s *stmts) stmt(query string) (*sql.Stmt, error) {
+// stmt returns the statement of query, preparing it the first time, unless
+// ctx has ended.
+func (s *stmts) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if st, ok := s.cache.Load(query); ok {
 		return st.(*sql.Stmt), nil
 	}
@@ -227,10 +232,7 @@ func (s *stmts) stmt(query string) (*sql.Stmt, error) {
 }
 
 func (s *stmts) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	st, err := s.stmt(query)
+	st, err := s.stmt(ctx, query)
 	if err != nil {
 		return nil, err
 	}
@@ -238,10 +240,7 @@ func (s *stmts) exec(ctx context.Context, query string, args ...any) (sql.Result
 }
 
 func (s *stmts) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	st, err := s.stmt(query)
+	st, err := s.stmt(ctx, query)
 	if err != nil {
 		return nil, err
 	}
@@ -249,10 +248,7 @@ func (s *stmts) query(ctx context.Context, query string, args ...any) (*sql.Rows
 }
 
 func (s *stmts) queryRow(ctx context.Context, query string, args ...any) scanner {
-	if err := ctx.Err(); err != nil {
-		return errRow{err}
-	}
-	st, err := s.stmt(query)
+	st, err := s.stmt(ctx, query)
 	if err != nil {
 		return errRow{err}
 	}
