@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -26,13 +27,16 @@ type Driver struct {
 	cfg driver.Config
 	mu  sync.Mutex // serializes this process's changes to the objects
 	// lock and changes are the lock file and the changes file, kept open
-	// by a driver that New made (the helpers below open them per change).
+	// by a driver that New made until Close (the helpers below, and a
+	// closed driver, open them per change). Set once.
 	lock, changes *os.File
+	closed        atomic.Bool
 
 	// cache holds objects as this driver last read or wrote them. It is
 	// good for what the first seen bytes of the changes file account for:
 	// a newer line there drops its object from the cache. (Only a driver
-	// that New made has one.)
+	// that New made has one, and only until Close.)
+	caching   bool
 	cacheMu   sync.Mutex
 	cache     map[string]*object
 	seen, end int64 // end: the file's size when it was last looked at
@@ -50,7 +54,7 @@ func New(cfg driver.Config) (*Driver, error) {
 			return nil, fmt.Errorf("fake driver: %w", err)
 		}
 	}
-	d := &Driver{cfg: cfg, cache: map[string]*object{}}
+	d := &Driver{cfg: cfg, caching: true, cache: map[string]*object{}}
 	var err error
 	if d.lock, d.changes, err = openShared(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("fake driver: %w", err)
@@ -79,12 +83,12 @@ func (d *Driver) Name() string { return "fake" }
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.lock == nil {
+	if d.lock == nil || d.closed.Swap(true) {
 		return nil
 	}
-	err := errors.Join(d.lock.Close(), d.changes.Close())
-	d.lock, d.changes = nil, nil
-	return err
+	d.cacheMu.Lock()
+	defer d.cacheMu.Unlock()
+	return errors.Join(d.lock.Close(), d.changes.Close())
 }
 
 // object is one fake compute object as kept in its file.
@@ -131,11 +135,14 @@ func (d *Driver) objectPath(id string) string {
 // read returns the object of id, nil when there is none. Callers do not
 // change it (change works on a copy).
 func (d *Driver) read(id string) (*object, error) {
-	if d.cache == nil {
+	if !d.caching {
 		return d.readFile(id)
 	}
 	d.cacheMu.Lock()
 	defer d.cacheMu.Unlock()
+	if d.closed.Load() {
+		return d.readFile(id)
+	}
 	if err := d.catchUp(); err != nil {
 		return nil, err
 	}
@@ -179,7 +186,7 @@ func (d *Driver) catchUp() error {
 // unseen precedes it. d.mu and the lock file are held, so no one else
 // wrote to the changes file since change called read.
 func (d *Driver) cached(id string, next *object, line int) {
-	if d.cache == nil {
+	if !d.caching {
 		return
 	}
 	d.cacheMu.Lock()
@@ -250,37 +257,35 @@ func writeAtomic(path string, data []byte) error {
 // that makes a process exit), and writes what fn returns when it differs
 // (nil removes the object).
 func (d *Driver) update(id string, fn func(o *object) (*object, error)) error {
-	return d.locked(func() error { return d.change(id, fn) })
+	return d.locked(func(changes *os.File) error { return d.change(changes, id, fn) })
 }
 
-// locked runs fn with the objects locked against this process and others.
-func (d *Driver) locked(fn func() error) error {
+// locked runs fn with the objects locked against this process and others,
+// giving it the changes file to append to.
+func (d *Driver) locked(fn func(changes *os.File) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.lock == nil { // a helper's driver, or a closed one
+	lock, changes := d.lock, d.changes
+	if lock == nil || d.closed.Load() { // a helper's driver, or a closed one
 		if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, ObjectsDir), 0o700); err != nil {
 			return err
 		}
-		lock, changes, err := openShared(d.cfg.StateDir)
-		if err != nil {
+		var err error
+		if lock, changes, err = openShared(d.cfg.StateDir); err != nil {
 			return err
 		}
-		d.lock, d.changes = lock, changes
-		defer func() {
-			lock.Close()
-			changes.Close()
-			d.lock, d.changes = nil, nil
-		}()
+		defer lock.Close()
+		defer changes.Close()
 	}
-	if err := syscall.Flock(int(d.lock.Fd()), syscall.LOCK_EX); err != nil {
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return err
 	}
-	defer syscall.Flock(int(d.lock.Fd()), syscall.LOCK_UN)
-	return fn()
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	return fn(changes)
 }
 
 // change is update with the objects already locked.
-func (d *Driver) change(id string, fn func(o *object) (*object, error)) error {
+func (d *Driver) change(changes *os.File, id string, fn func(o *object) (*object, error)) error {
 	cur, err := d.read(id)
 	if err != nil {
 		return err
@@ -306,7 +311,7 @@ func (d *Driver) change(id string, fn func(o *object) (*object, error)) error {
 		return err
 	}
 	line := id + "\n"
-	if _, err := d.changes.WriteString(line); err != nil {
+	if _, err := changes.WriteString(line); err != nil {
 		return err
 	}
 	d.cached(id, next, len(line))
@@ -433,9 +438,9 @@ func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
 // started (benchmarks start from many of them).
 func Seed(stateDir, label string, specs []driver.Spec) error {
 	d := &Driver{cfg: driver.Config{Label: label, StateDir: stateDir}}
-	return d.locked(func() error {
+	return d.locked(func(changes *os.File) error {
 		for _, spec := range specs {
-			err := d.change(spec.ID, func(*object) (*object, error) {
+			err := d.change(changes, spec.ID, func(*object) (*object, error) {
 				return &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateRunning,
 					Labels: driver.ObjectLabels(spec, label), Starts: 1}, nil
 			})
