@@ -160,6 +160,10 @@ func (w *writer) commit(batch []*job) (rest []*job) {
 			return batch[i+1:]
 		}
 	}
+	if len(ran) == 0 { // every caller gave up: nothing to commit
+		_, _ = w.q.exec(bg, "ROLLBACK")
+		return nil
+	}
 	if _, err := w.q.exec(bg, "COMMIT"); err != nil {
 		_, _ = w.q.exec(bg, "ROLLBACK")
 		answer(fmt.Errorf("commit: %w", err))
