@@ -57,8 +57,9 @@ type Mutation struct {
 	Request *sandbox.Operation
 	// SettleRequests, when set, settles the pending requests with this state.
 	SettleRequests sandbox.OpState
-	// Put are journal entries inserted or updated as PutOperation does
-	// (such as the settled entry of the driver call before this change).
+	// Put are driver calls' journal entries inserted or updated as
+	// PutOperation does (such as the settled entry of the call before
+	// this change); a request there is refused (it goes in Request).
 	Put []*sandbox.Operation
 }
 
