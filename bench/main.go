@@ -53,6 +53,7 @@ func main() {
 	out := flag.String("out", "", "also write the report to this directory: report.md, report.json, latency-N.png")
 	flag.Func("gateway-arg", "an extra argument for every gateway the benchmarks start (repeatable), e.g. --metrics-listen=127.0.0.1:9464 to profile it at /debug/pprof/",
 		func(v string) error { gatewayArgs = append(gatewayArgs, v); return nil })
+	flag.IntVar(&onlyClients, "clients", 0, "core: measure only the journaled requests/s with this many clients, for 10 s (to profile the gateway meanwhile)")
 	flag.Parse()
 	if *quick {
 		*n, *warmup = 5, 1

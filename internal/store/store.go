@@ -30,8 +30,9 @@ type Store interface {
 	// DeleteSandbox removes a record and its journal.
 	DeleteSandbox(ctx context.Context, id string) error
 
-	// PutOperation inserts op (when op.ID is 0, setting it) or updates it.
-	PutOperation(ctx context.Context, op *sandbox.Operation) error
+	// PutOperation inserts each op (when its ID is 0, setting it) or
+	// updates it, all in one transaction.
+	PutOperation(ctx context.Context, ops ...*sandbox.Operation) error
 	// ListOperations returns the journal of one sandbox, oldest first.
 	ListOperations(ctx context.Context, sandboxID string) ([]*sandbox.Operation, error)
 	// SettlePending settles the pending entries that owners selects with
@@ -68,6 +69,10 @@ type Mutation struct {
 	Request *sandbox.Operation
 	// SettleRequests, when set, settles the pending requests with this state.
 	SettleRequests sandbox.OpState
+	// Put are driver calls' journal entries inserted or updated as
+	// PutOperation does (such as the settled entry of the call before
+	// this change); a request there is refused (it goes in Request).
+	Put []*sandbox.Operation
 }
 
 // Owners selects journal entries by owner: those of instance Is when set,
