@@ -132,7 +132,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 		if err != nil {
 			return fmt.Errorf("native start: egress: %w", err)
 		}
-		cfg.Trust, cfg.Env = trust, append(cfg.Env, driver.EgressEnv()...)
+		cfg.Trust, cfg.Env = trust, driver.WithEnv(cfg.Env, driver.EgressEnv()) // over an image's own
 	}
 	owner := -1 // the workdir's owner on the host; -1: leave it
 	if uid := pol.Process.RunAsUser; uid != nil {
