@@ -323,10 +323,14 @@ func (r *run) torture(kills int) {
 	for i := range kills {
 		r.backend.faults(r.rng)
 		g := r.start()
-		// kill at a random instant: often within startup recovery
-		wait := time.Duration(r.rng.Int64N(int64(r.backend.lifetime())))
-		if r.rng.IntN(3) == 0 {
-			wait = time.Duration(r.rng.IntN(30)) * time.Millisecond // start-up and recovery
+		// kill at a random instant: a third of the time within start-up and
+		// recovery, else within the backend's lifetime once the gateway
+		// serves (a loaded machine's slow start must not leave the run
+		// with no request served at all)
+		wait := time.Duration(r.rng.IntN(30)) * time.Millisecond
+		if r.rng.IntN(3) != 0 {
+			wait = time.Duration(r.rng.Int64N(int64(r.backend.lifetime())))
+			awaitReady(g, 10*time.Second)
 		}
 		select {
 		case <-time.After(wait):
@@ -350,6 +354,18 @@ func (r *run) torture(kills int) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// awaitReady waits until the gateway says it serves, it exits, or limit
+// passes.
+func awaitReady(g *gateway, limit time.Duration) {
+	for end := time.Now().Add(limit); time.Now().Before(end) && !strings.Contains(g.out.String(), "gateway ready"); {
+		select {
+		case <-g.done:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // awaitGraceful waits for a SIGTERM'd gateway: it must exit 0 within its
