@@ -323,13 +323,15 @@ func (r *run) torture(kills int) {
 	for i := range kills {
 		r.backend.faults(r.rng)
 		g := r.start()
-		// kill at a random instant: a third of the time within start-up and
-		// recovery, else within the backend's lifetime once the gateway
-		// serves (a loaded machine's slow start must not leave the run
-		// with no request served at all)
-		wait := time.Duration(r.rng.IntN(30)) * time.Millisecond
-		if r.rng.IntN(3) != 0 {
-			wait = time.Duration(r.rng.Int64N(int64(r.backend.lifetime())))
+		// kill at a random instant: within the backend's lifetime from the
+		// start (often within start-up recovery), or within 30 ms of it, or
+		// within the lifetime once the gateway serves (so that a loaded
+		// machine's slow start-ups still leave requests served)
+		wait := time.Duration(r.rng.Int64N(int64(r.backend.lifetime())))
+		switch r.rng.IntN(3) {
+		case 0:
+			wait = time.Duration(r.rng.IntN(30)) * time.Millisecond // start-up and recovery
+		case 1:
 			awaitReady(g, 10*time.Second)
 		}
 		select {
