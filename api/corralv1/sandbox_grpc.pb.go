@@ -36,6 +36,9 @@ const (
 	SandboxService_RemoveImage_FullMethodName    = "/corral.v1.SandboxService/RemoveImage"
 	SandboxService_PruneImages_FullMethodName    = "/corral.v1.SandboxService/PruneImages"
 	SandboxService_SandboxDenials_FullMethodName = "/corral.v1.SandboxService/SandboxDenials"
+	SandboxService_CreatePool_FullMethodName     = "/corral.v1.SandboxService/CreatePool"
+	SandboxService_ListPools_FullMethodName      = "/corral.v1.SandboxService/ListPools"
+	SandboxService_DeletePool_FullMethodName     = "/corral.v1.SandboxService/DeletePool"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -87,6 +90,14 @@ type SandboxServiceClient interface {
 	// connections and requests of one sandbox, oldest first; with follow,
 	// then each new one until the caller goes away.
 	SandboxDenials(ctx context.Context, in *SandboxDenialsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Denial], error)
+	// CreatePool records a warm pool; the gateway keeps size members of its
+	// spec ready in the background. A taken name is ALREADY_EXISTS.
+	CreatePool(ctx context.Context, in *CreatePoolRequest, opts ...grpc.CallOption) (*Pool, error)
+	// ListPools returns every pool, by name, with how many members are ready.
+	ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
+	// DeletePool removes a pool and deletes its unclaimed members; claimed
+	// sandboxes are ordinary sandboxes and stay.
+	DeletePool(ctx context.Context, in *DeletePoolRequest, opts ...grpc.CallOption) (*Pool, error)
 }
 
 type sandboxServiceClient struct {
@@ -306,6 +317,36 @@ func (c *sandboxServiceClient) SandboxDenials(ctx context.Context, in *SandboxDe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_SandboxDenialsClient = grpc.ServerStreamingClient[Denial]
 
+func (c *sandboxServiceClient) CreatePool(ctx context.Context, in *CreatePoolRequest, opts ...grpc.CallOption) (*Pool, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Pool)
+	err := c.cc.Invoke(ctx, SandboxService_CreatePool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPoolsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListPools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DeletePool(ctx context.Context, in *DeletePoolRequest, opts ...grpc.CallOption) (*Pool, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Pool)
+	err := c.cc.Invoke(ctx, SandboxService_DeletePool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -355,6 +396,14 @@ type SandboxServiceServer interface {
 	// connections and requests of one sandbox, oldest first; with follow,
 	// then each new one until the caller goes away.
 	SandboxDenials(*SandboxDenialsRequest, grpc.ServerStreamingServer[Denial]) error
+	// CreatePool records a warm pool; the gateway keeps size members of its
+	// spec ready in the background. A taken name is ALREADY_EXISTS.
+	CreatePool(context.Context, *CreatePoolRequest) (*Pool, error)
+	// ListPools returns every pool, by name, with how many members are ready.
+	ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error)
+	// DeletePool removes a pool and deletes its unclaimed members; claimed
+	// sandboxes are ordinary sandboxes and stay.
+	DeletePool(context.Context, *DeletePoolRequest) (*Pool, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -415,6 +464,15 @@ func (UnimplementedSandboxServiceServer) PruneImages(context.Context, *PruneImag
 }
 func (UnimplementedSandboxServiceServer) SandboxDenials(*SandboxDenialsRequest, grpc.ServerStreamingServer[Denial]) error {
 	return status.Error(codes.Unimplemented, "method SandboxDenials not implemented")
+}
+func (UnimplementedSandboxServiceServer) CreatePool(context.Context, *CreatePoolRequest) (*Pool, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreatePool not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPools not implemented")
+}
+func (UnimplementedSandboxServiceServer) DeletePool(context.Context, *DeletePoolRequest) (*Pool, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeletePool not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -704,6 +762,60 @@ func _SandboxService_SandboxDenials_Handler(srv interface{}, stream grpc.ServerS
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_SandboxDenialsServer = grpc.ServerStreamingServer[Denial]
 
+func _SandboxService_CreatePool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).CreatePool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_CreatePool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).CreatePool(ctx, req.(*CreatePoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListPools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPoolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListPools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListPools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListPools(ctx, req.(*ListPoolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DeletePool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeletePoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DeletePool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DeletePool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DeletePool(ctx, req.(*DeletePoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -758,6 +870,18 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PruneImages",
 			Handler:    _SandboxService_PruneImages_Handler,
+		},
+		{
+			MethodName: "CreatePool",
+			Handler:    _SandboxService_CreatePool_Handler,
+		},
+		{
+			MethodName: "ListPools",
+			Handler:    _SandboxService_ListPools_Handler,
+		},
+		{
+			MethodName: "DeletePool",
+			Handler:    _SandboxService_DeletePool_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

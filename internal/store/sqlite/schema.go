@@ -43,6 +43,13 @@ var migrations = []string{
 		subject TEXT NOT NULL,
 		detail  TEXT NOT NULL DEFAULT ''
 	);`,
+
+	`CREATE TABLE pools (
+		name       TEXT PRIMARY KEY,
+		size       INTEGER NOT NULL CHECK (size > 0),
+		spec       TEXT NOT NULL,
+		created_at INTEGER NOT NULL
+	);`,
 }
 
 // SchemaVersion is the schema version this build writes.
