@@ -46,6 +46,7 @@ type Lifecycle interface {
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
 	Imager
+	Pools
 }
 
 var _ Lifecycle = (*lifecycle.Manager)(nil)
@@ -73,6 +74,9 @@ func NewServer(m Lifecycle, opts ...grpc.ServerOption) *grpc.Server {
 }
 
 func (s *service) CreateSandbox(ctx context.Context, req *corralv1.CreateSandboxRequest) (*corralv1.CreateSandboxResponse, error) {
+	if req.GetPool() != "" {
+		return s.claim(ctx, req)
+	}
 	sb, created, err := s.m.Create(ctx, req.GetName(), req.GetRequestId(), specFromProto(req.GetSpec()))
 	if err != nil {
 		return nil, errdefs.ToGRPC(err)
