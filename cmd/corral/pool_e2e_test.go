@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -112,12 +110,12 @@ func poolLifecycle(t *testing.T, home string, restart func()) {
 		t.Errorf("pool delete: %q", out)
 	}
 	testenv.Eventually(t, 60*time.Second, func() error {
-		list, err := api(t, home).ListSandboxes(context.Background(), &corralv1.ListSandboxesRequest{})
-		if err != nil {
+		var list []map[string]any
+		if err := json.Unmarshal([]byte(mustCorral(t, home, "sandbox", "list", "-o", "json")), &list); err != nil {
 			return err
 		}
-		if len(list.Sandboxes) != 4 {
-			return fmt.Errorf("%d sandboxes, want the 4 claimed ones", len(list.Sandboxes))
+		if len(list) != 4 {
+			return fmt.Errorf("%d sandboxes, want the 4 claimed ones", len(list))
 		}
 		return nil
 	})
@@ -130,35 +128,30 @@ func poolLifecycle(t *testing.T, home string, restart func()) {
 	mustCorral(t, home, "sandbox", "exec", "first", "--", "true")
 }
 
-func TestPoolThroughCLIOnFake(t *testing.T) {
-	home := t.TempDir()
-	g := startGateway(t, home)
-	poolLifecycle(t, home, func() {
+// restarter restarts the gateway start started, gracefully.
+func restarter(start func() *gatewayProc) func() {
+	g := start()
+	return func() {
 		g.signal(syscall.SIGTERM)
 		g.exitCode(30 * time.Second)
-		g = startGateway(t, home)
-	})
+		g = start()
+	}
+}
+
+func TestPoolThroughCLIOnFake(t *testing.T) {
+	home := t.TempDir()
+	poolLifecycle(t, home, restarter(func() *gatewayProc { return startGateway(t, home) }))
 }
 
 func TestNativePool(t *testing.T) {
 	home := t.TempDir()
-	g := nativeGateway(t, home)
-	poolLifecycle(t, home, func() {
-		g.signal(syscall.SIGTERM)
-		g.exitCode(30 * time.Second)
-		g = nativeGateway(t, home)
-	})
+	poolLifecycle(t, home, restarter(func() *gatewayProc { return nativeGateway(t, home) }))
 }
 
 func TestDockerPool(t *testing.T) {
 	testenv.RequireDocker(t)
 	home, label := t.TempDir(), newLabel(t)
-	g := dockerGateway(t, home, label)
-	poolLifecycle(t, home, func() {
-		g.signal(syscall.SIGTERM)
-		g.exitCode(30 * time.Second)
-		g = dockerGateway(t, home, label)
-	})
+	poolLifecycle(t, home, restarter(func() *gatewayProc { return dockerGateway(t, home, label) }))
 	testenv.Eventually(t, 60*time.Second, func() error {
 		if got := containersOf(t, label); len(got) != 4 {
 			return fmt.Errorf("containers after pool delete = %v, want the 4 claimed", got)

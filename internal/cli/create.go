@@ -55,12 +55,9 @@ cold, and a line on stderr says so.`,
 				}
 				spec.Labels[k] = v
 			}
-			if policyFile != "" {
-				_, text, err := policy.ReadFile(policyFile)
-				if err != nil {
-					return fmt.Errorf("--policy: %w", err)
-				}
-				spec.Policy = text
+			var err error
+			if spec.Policy, err = readPolicyFlag(policyFile); err != nil {
+				return err
 			}
 			c, err := g.dial()
 			if err != nil {
@@ -121,4 +118,16 @@ func pullForCreate(ctx context.Context, c *client, image string, progress io.Wri
 		return nil
 	}
 	return c.explain(err)
+}
+
+// readPolicyFlag reads the file a --policy flag names; none is no policy.
+func readPolicyFlag(file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	_, text, err := policy.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--policy: %w", err)
+	}
+	return text, nil
 }

@@ -3,14 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
-	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 func newPoolCmd(g *globals) *cobra.Command {
@@ -32,10 +28,11 @@ is a cold one of the pool's spec, and says so.`,
 // poolView is the JSON and YAML form of a pool: the field names are a
 // contract for scripts.
 type poolView struct {
-	Name    string   `json:"name" yaml:"name"`
-	Size    int32    `json:"size" yaml:"size"`
-	Ready   int32    `json:"ready" yaml:"ready"`
-	Members int32    `json:"members" yaml:"members"`
+	Name    string `json:"name" yaml:"name"`
+	Size    int32  `json:"size" yaml:"size"`
+	Ready   int32  `json:"ready" yaml:"ready"` // unclaimed and ready to claim
+	Members int32  `json:"members" yaml:"members"`
+	// the spec every member is made of, fixed at create
 	Image   string   `json:"image" yaml:"image"`
 	Command []string `json:"command" yaml:"command"`
 	Created string   `json:"created" yaml:"created"`
@@ -66,14 +63,11 @@ running (sleep), so that a claim can exec into it.`,
 			if dash := cmd.ArgsLenAtDash(); dash != 1 && len(command) > 0 {
 				return fmt.Errorf("unexpected argument %q: give the pool name, then the command after --", command[0])
 			}
-			spec := &corralv1.PoolSpec{Image: image, Command: command}
-			if policyFile != "" {
-				_, text, err := policy.ReadFile(policyFile)
-				if err != nil {
-					return fmt.Errorf("--policy: %w", err)
-				}
-				spec.Policy = text
+			text, err := readPolicyFlag(policyFile)
+			if err != nil {
+				return err
 			}
+			spec := &corralv1.PoolSpec{Image: image, Command: command, Policy: text}
 			c, err := g.dial()
 			if err != nil {
 				return err
@@ -105,42 +99,11 @@ running (sleep), so that a claim can exec into it.`,
 }
 
 func newPoolListCmd(g *globals) *cobra.Command {
-	var format string
-	cmd := &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List the pools with how many members are ready",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return query(g, cmd, format, func(ctx context.Context, c *client) (any, func() error, error) {
-				resp, err := c.ListPools(ctx, &corralv1.ListPoolsRequest{})
-				if err != nil {
-					return nil, nil, err
-				}
-				views := make([]poolView, 0, len(resp.Pools))
-				for _, p := range resp.Pools {
-					views = append(views, poolViewOf(p))
-				}
-				return views, func() error { return printPools(g.stdout, resp.Pools) }, nil
-			})
-		},
-	}
-	cmd.Flags().StringVarP(&format, "output", "o", "table", "output: table, json or yaml")
-	return cmd
-}
-
-func printPools(w io.Writer, list []*corralv1.Pool) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSIZE\tREADY\tIMAGE\tCOMMAND")
-	for _, p := range list {
-		image := p.Spec.GetImage()
-		if image == "" {
-			image = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", p.Name, p.Size, p.Ready, printableText(image),
-			printableText(strings.Join(p.Spec.GetCommand(), " ")))
-	}
-	return tw.Flush()
+	return listCommand(g, "List the pools with how many members are ready",
+		func(ctx context.Context, c *client) ([]*corralv1.Pool, error) {
+			resp, err := c.ListPools(ctx, &corralv1.ListPoolsRequest{})
+			return resp.GetPools(), err
+		}, poolViewOf, printPools)
 }
 
 func newPoolDeleteCmd(g *globals) *cobra.Command {

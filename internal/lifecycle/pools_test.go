@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/corral-sandbox/corral/internal/driver/fake"
@@ -110,24 +109,22 @@ func TestConcurrentClaimsNeverShareAMember(t *testing.T) {
 		// Refills and cold creates stay provisioning, so exactly the
 		// ready members can be claimed.
 		h.faults(fake.Rule{Op: "create", Action: "hold"})
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			results []*Claimed
-		)
+		answers := make(chan *Claimed, claims)
 		for i := range claims {
-			wg.Go(func() {
+			go func() {
 				c, err := h.m.Claim(context.Background(), fmt.Sprintf("c%d", i), "", "warm", nil)
 				if err != nil {
 					t.Errorf("claim %d: %v", i, err)
-					return
 				}
-				mu.Lock()
-				results = append(results, c)
-				mu.Unlock()
-			})
+				answers <- c
+			}()
 		}
-		wg.Wait()
+		var results []*Claimed
+		for range claims {
+			if c := <-answers; c != nil {
+				results = append(results, c)
+			}
+		}
 		ids := map[string]string{}
 		fromPool := 0
 		for _, c := range results {
