@@ -1,14 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/driver/fake"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -38,9 +40,9 @@ type claimed struct {
 	cold     bool
 }
 
-func claimThroughCLI(t *testing.T, home, name, pool string) claimed {
+func claimThroughCLI(t *testing.T, home, name, pool string, args ...string) claimed {
 	t.Helper()
-	out, errOut, code := corral(t, home, "sandbox", "create", "--name", name, "--pool", pool, "--label", "owner="+name)
+	out, errOut, code := corral(t, home, append([]string{"sandbox", "create", "--name", name, "--pool", pool, "--label", "owner=" + name}, args...)...)
 	if code != 0 {
 		t.Fatalf("create %s --pool %s: exit %d\n%s%s", name, pool, code, out, errOut)
 	}
@@ -69,22 +71,29 @@ func poolLifecycle(t *testing.T, home string, restart func()) {
 	}
 	waitPoolFull(t, home, "warm", 2)
 
-	// Three claims at once from a pool of two: a member is never given
-	// twice, and the one that found none ready says it was made cold.
-	var (
-		wg  sync.WaitGroup
-		mu  sync.Mutex
-		got []claimed
-	)
+	// Three claims at once (through the API, so that they come within
+	// microseconds of each other) from a pool of two: a member is never
+	// given twice, and one that found none ready says it was made cold.
+	client, answers := api(t, home), make(chan claimed, 3)
 	for i := range 3 {
-		wg.Go(func() {
-			c := claimThroughCLI(t, home, fmt.Sprintf("c%d", i), "warm")
-			mu.Lock()
-			got = append(got, c)
-			mu.Unlock()
-		})
+		go func() {
+			name := fmt.Sprintf("c%d", i)
+			resp, err := client.CreateSandbox(context.Background(), &corralv1.CreateSandboxRequest{Name: name, Pool: "warm"})
+			if err != nil {
+				t.Errorf("claim %s: %v", name, err)
+				answers <- claimed{name: name}
+				return
+			}
+			if !resp.FromPool && !strings.Contains(resp.PoolReason, `pool "warm" had no ready sandbox`) {
+				t.Errorf("claim %s was cold, with reason %q", name, resp.PoolReason)
+			}
+			answers <- claimed{name: name, id: resp.Sandbox.Id, cold: !resp.FromPool}
+		}()
 	}
-	wg.Wait()
+	var got []claimed
+	for range 3 {
+		got = append(got, <-answers)
+	}
 	ids, cold := map[string]bool{first.id: true}, 0
 	for _, c := range got {
 		if ids[c.id] {
@@ -94,6 +103,7 @@ func poolLifecycle(t *testing.T, home string, restart func()) {
 		if c.cold {
 			cold++
 		}
+		waitPhase(t, client, c.name, "ready")
 		if out := mustCorral(t, home, "sandbox", "exec", c.name, "--", "echo", "hi"); out != "hi\n" {
 			t.Errorf("exec in %s: %q", c.name, out)
 		}
@@ -141,6 +151,23 @@ func restarter(start func() *gatewayProc) func() {
 func TestPoolThroughCLIOnFake(t *testing.T) {
 	home := t.TempDir()
 	poolLifecycle(t, home, restarter(func() *gatewayProc { return startGateway(t, home) }))
+}
+
+// The CLI says on stderr when a create from a pool was made cold: here the
+// fake driver holds every create, so the pool never has one ready.
+func TestPoolEmptyClaimSaysSoThroughCLI(t *testing.T) {
+	home := t.TempDir()
+	startGateway(t, home)
+	setFaults(t, home, fake.Rule{Op: "create", Action: "hold"})
+	mustCorral(t, home, "pool", "create", "warm", "--size", "1")
+	if c := claimThroughCLI(t, home, "cold", "warm", "--detach"); !c.cold {
+		t.Fatal("a create from a pool with none ready did not say it was made cold")
+	}
+	setFaults(t, home)
+	waitPoolFull(t, home, "warm", 1)
+	if c := claimThroughCLI(t, home, "warm1", "warm"); c.cold {
+		t.Fatal("a create from a full pool said it was made cold")
+	}
 }
 
 func TestNativePool(t *testing.T) {
