@@ -14,11 +14,14 @@
 //     local server reached directly; no Docker, no root;
 //   - tti: time to interactive, from the create call to the first exec
 //     echo returning, on both drivers, sequential, staggered and burst,
-//     beside docker run -d + docker exec and bwrap running the echo.
+//     beside docker run -d + docker exec and bwrap running the echo;
+//   - files: corral sandbox cp of a 1 GiB file and of 10,000 small files
+//     in and out, on both drivers, against docker cp of the same data, with
+//     the gateway's RSS growth during each copy.
 //
 // Peer and corral runs are interleaved; warm-up runs are discarded.
 //
-//	go run ./bench [-driver docker|native|images|core|egress|tti|all] [-n 20] [-warmup 2]
+//	go run ./bench [-driver docker|native|images|files|core|egress|tti|all] [-n 20] [-warmup 2]
 package main
 
 import (
@@ -43,13 +46,14 @@ import (
 )
 
 func main() {
-	which := flag.String("driver", "all", "which benchmarks: docker, native, images, core, egress, tti or all")
+	which := flag.String("driver", "all", "which benchmarks: docker, native, images, files, core, egress, tti or all")
 	n := flag.Int("n", 20, "measured runs per operation")
 	warmup := flag.Int("warmup", 2, "runs discarded before measuring")
 	quick := flag.Bool("quick", false, "a short run of everything (CI): 5 runs each, 1,000 records, 1 s of load")
 	out := flag.String("out", "", "also write the report to this directory: report.md, report.json, latency-N.png")
 	flag.Func("gateway-arg", "an extra argument for every gateway the benchmarks start (repeatable), e.g. --metrics-listen=127.0.0.1:9464 to profile it at /debug/pprof/",
 		func(v string) error { gatewayArgs = append(gatewayArgs, v); return nil })
+	flag.IntVar(&onlyClients, "clients", 0, "core: measure only the journaled requests/s with this many clients, for 10 s (to profile the gateway meanwhile)")
 	flag.Parse()
 	if *quick {
 		*n, *warmup = 5, 1
@@ -79,6 +83,7 @@ type report struct {
 	Core    []*figure `json:"core,omitempty"`
 	Egress  []*figure `json:"egress,omitempty"`
 	TTI     []*figure `json:"tti,omitempty"`
+	Files   []*figure `json:"files,omitempty"`
 }
 
 func run(dir, which string, n, warmup int, quick bool) (*report, error) {
@@ -113,6 +118,27 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 			return nil, err
 		}
 		r.Tables = append(r.Tables, t)
+	}
+	if which == "all" || which == "files" {
+		fn, fw := n, warmup
+		if quick || which == "all" {
+			fn, fw = 1, 0 // a GiB a copy: one run is the measure
+		}
+		if quick {
+			quickFiles()
+		}
+		t, figs, err := benchFiles(bin, filepath.Join(dir, "files"), fn, fw)
+		if err != nil {
+			return nil, fmt.Errorf("files: %w", err)
+		}
+		fmt.Printf("\n%s\n", t.Title)
+		if err := t.print(); err != nil {
+			return nil, err
+		}
+		r.Tables, r.Files = append(r.Tables, t), figs
+		if err := printFigures(filesTitle, figs); err != nil {
+			return nil, err
+		}
 	}
 	var drivers []string
 	for _, d := range []string{"docker", "native"} {
@@ -176,6 +202,7 @@ const (
 	scalingTitle = "scaling: create→ready and create throughput by sandboxes already running"
 	coreTitle    = "gateway core: fake driver, real SQLite store, every operation journaled"
 	ttiTitle     = "time to interactive: min, p99 and success rate"
+	filesTitle   = "files: throughput of corral sandbox cp beside docker cp, and the gateway's memory"
 )
 
 func printFigures(title string, figs []*figure) error {

@@ -442,9 +442,9 @@ type CreateSandboxRequest struct {
 	// returns the sandbox the first one made.
 	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// pool, when set, claims a ready member of that pool: it becomes this
-	// sandbox (renamed, with spec's labels) at once. With none ready, the
-	// pool's spec is created cold; spec's image, command and policy must be
-	// empty then.
+	// sandbox (renamed, with spec's labels) at once; with none ready, the
+	// pool's spec is created cold. The pool fixes the spec: spec may carry
+	// only labels then.
 	Pool          string `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2344,6 +2344,362 @@ func (x *Denial) GetReason() string {
 	return ""
 }
 
+// PortForwardFrame is one message of a PortForward call either way.
+type PortForwardFrame struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name (of the sandbox, or its id) and port: the caller's first frame
+	// only.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Port int32  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// close_write: the sender sends no more data (a TCP half-close).
+	CloseWrite    bool `protobuf:"varint,4,opt,name=close_write,json=closeWrite,proto3" json:"close_write,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortForwardFrame) Reset() {
+	*x = PortForwardFrame{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortForwardFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortForwardFrame) ProtoMessage() {}
+
+func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortForwardFrame.ProtoReflect.Descriptor instead.
+func (*PortForwardFrame) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *PortForwardFrame) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PortForwardFrame) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *PortForwardFrame) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *PortForwardFrame) GetCloseWrite() bool {
+	if x != nil {
+		return x.CloseWrite
+	}
+	return false
+}
+
+type ExposePortRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Port  int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// address is HOST:PORT on the gateway host; "" is 127.0.0.1 and a free
+	// port.
+	Address       string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExposePortRequest) Reset() {
+	*x = ExposePortRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExposePortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExposePortRequest) ProtoMessage() {}
+
+func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExposePortRequest.ProtoReflect.Descriptor instead.
+func (*ExposePortRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ExposePortRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExposePortRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ExposePortRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+// ExposedPort is a sandbox's port served on an address of the gateway
+// host.
+type ExposedPort struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId   string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	SandboxName string                 `protobuf:"bytes,2,opt,name=sandbox_name,json=sandboxName,proto3" json:"sandbox_name,omitempty"`
+	Port        int32                  `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// address is where the gateway host serves it, HOST:PORT.
+	Address string `protobuf:"bytes,4,opt,name=address,proto3" json:"address,omitempty"`
+	// error says why this gateway does not serve it now (its address could
+	// not be listened on), when it does not.
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExposedPort) Reset() {
+	*x = ExposedPort{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExposedPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExposedPort) ProtoMessage() {}
+
+func (x *ExposedPort) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExposedPort.ProtoReflect.Descriptor instead.
+func (*ExposedPort) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ExposedPort) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ExposedPort) GetSandboxName() string {
+	if x != nil {
+		return x.SandboxName
+	}
+	return ""
+}
+
+func (x *ExposedPort) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ExposedPort) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ExposedPort) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type UnexposePortRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Port          int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnexposePortRequest) Reset() {
+	*x = UnexposePortRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnexposePortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnexposePortRequest) ProtoMessage() {}
+
+func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnexposePortRequest.ProtoReflect.Descriptor instead.
+func (*UnexposePortRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *UnexposePortRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UnexposePortRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+// ListExposedPortsRequest names a sandbox; "" lists every sandbox's.
+type ListExposedPortsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExposedPortsRequest) Reset() {
+	*x = ListExposedPortsRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExposedPortsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExposedPortsRequest) ProtoMessage() {}
+
+func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExposedPortsRequest.ProtoReflect.Descriptor instead.
+func (*ListExposedPortsRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListExposedPortsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListExposedPortsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ports         []*ExposedPort         `protobuf:"bytes,1,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExposedPortsResponse) Reset() {
+	*x = ListExposedPortsResponse{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExposedPortsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExposedPortsResponse) ProtoMessage() {}
+
+func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExposedPortsResponse.ProtoReflect.Descriptor instead.
+func (*ListExposedPortsResponse) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListExposedPortsResponse) GetPorts() []*ExposedPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
 // PoolSpec is what every member of a pool is created with.
 type PoolSpec struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2356,7 +2712,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2724,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2737,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PoolSpec) GetImage() string {
@@ -2421,7 +2777,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2789,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2802,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Pool) GetName() string {
@@ -2502,7 +2858,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2870,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2883,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -2559,7 +2915,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2927,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2940,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 type ListPoolsResponse struct {
@@ -2596,7 +2952,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2964,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2977,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -2640,7 +2996,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +3008,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +3021,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeletePoolRequest) GetName() string {
@@ -2849,7 +3205,31 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x04path\x18\x06 \x01(\tR\x04path\x12\x18\n" +
 	"\averdict\x18\a \x01(\tR\averdict\x12\x16\n" +
 	"\x06policy\x18\b \x01(\tR\x06policy\x12\x16\n" +
-	"\x06reason\x18\t \x01(\tR\x06reason\"R\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\"o\n" +
+	"\x10PortForwardFrame\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x1f\n" +
+	"\vclose_write\x18\x04 \x01(\bR\n" +
+	"closeWrite\"U\n" +
+	"\x11ExposePortRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\"\x93\x01\n" +
+	"\vExposedPort\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12!\n" +
+	"\fsandbox_name\x18\x02 \x01(\tR\vsandboxName\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\x12\x18\n" +
+	"\aaddress\x18\x04 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"=\n" +
+	"\x13UnexposePortRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\"-\n" +
+	"\x17ListExposedPortsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"H\n" +
+	"\x18ListExposedPortsResponse\x12,\n" +
+	"\x05ports\x18\x01 \x03(\v2\x16.corral.v1.ExposedPortR\x05ports\"R\n" +
 	"\bPoolSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12\x16\n" +
@@ -2870,7 +3250,7 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x11ListPoolsResponse\x12%\n" +
 	"\x05pools\x18\x01 \x03(\v2\x0f.corral.v1.PoolR\x05pools\"'\n" +
 	"\x11DeletePoolRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name2\xb2\v\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name2\xe8\r\n" +
 	"\x0eSandboxService\x12R\n" +
 	"\rCreateSandbox\x12\x1f.corral.v1.CreateSandboxRequest\x1a .corral.v1.CreateSandboxResponse\x12>\n" +
 	"\n" +
@@ -2890,7 +3270,12 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"ListImages\x12\x1c.corral.v1.ListImagesRequest\x1a\x1d.corral.v1.ListImagesResponse\x12>\n" +
 	"\vRemoveImage\x12\x1d.corral.v1.RemoveImageRequest\x1a\x10.corral.v1.Image\x12L\n" +
 	"\vPruneImages\x12\x1d.corral.v1.PruneImagesRequest\x1a\x1e.corral.v1.PruneImagesResponse\x12G\n" +
-	"\x0eSandboxDenials\x12 .corral.v1.SandboxDenialsRequest\x1a\x11.corral.v1.Denial0\x01\x12;\n" +
+	"\x0eSandboxDenials\x12 .corral.v1.SandboxDenialsRequest\x1a\x11.corral.v1.Denial0\x01\x12K\n" +
+	"\vPortForward\x12\x1b.corral.v1.PortForwardFrame\x1a\x1b.corral.v1.PortForwardFrame(\x010\x01\x12B\n" +
+	"\n" +
+	"ExposePort\x12\x1c.corral.v1.ExposePortRequest\x1a\x16.corral.v1.ExposedPort\x12F\n" +
+	"\fUnexposePort\x12\x1e.corral.v1.UnexposePortRequest\x1a\x16.corral.v1.ExposedPort\x12[\n" +
+	"\x10ListExposedPorts\x12\".corral.v1.ListExposedPortsRequest\x1a#.corral.v1.ListExposedPortsResponse\x12;\n" +
 	"\n" +
 	"CreatePool\x12\x1c.corral.v1.CreatePoolRequest\x1a\x0f.corral.v1.Pool\x12F\n" +
 	"\tListPools\x12\x1b.corral.v1.ListPoolsRequest\x1a\x1c.corral.v1.ListPoolsResponse\x12;\n" +
@@ -2909,63 +3294,69 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_corral_v1_sandbox_proto_goTypes = []any{
-	(*SandboxSpec)(nil),            // 0: corral.v1.SandboxSpec
-	(*Sandbox)(nil),                // 1: corral.v1.Sandbox
-	(*Operation)(nil),              // 2: corral.v1.Operation
-	(*CreateSandboxRequest)(nil),   // 3: corral.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil),  // 4: corral.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),      // 5: corral.v1.GetSandboxRequest
-	(*ListSandboxesRequest)(nil),   // 6: corral.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),  // 7: corral.v1.ListSandboxesResponse
-	(*StopSandboxRequest)(nil),     // 8: corral.v1.StopSandboxRequest
-	(*StartSandboxRequest)(nil),    // 9: corral.v1.StartSandboxRequest
-	(*DeleteSandboxRequest)(nil),   // 10: corral.v1.DeleteSandboxRequest
-	(*UpdateSandboxRequest)(nil),   // 11: corral.v1.UpdateSandboxRequest
-	(*DeleteSandboxResponse)(nil),  // 12: corral.v1.DeleteSandboxResponse
-	(*WatchSandboxesRequest)(nil),  // 13: corral.v1.WatchSandboxesRequest
-	(*SandboxEvent)(nil),           // 14: corral.v1.SandboxEvent
-	(*ListOperationsRequest)(nil),  // 15: corral.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil), // 16: corral.v1.ListOperationsResponse
-	(*TerminalSize)(nil),           // 17: corral.v1.TerminalSize
-	(*ExecStart)(nil),              // 18: corral.v1.ExecStart
-	(*ExecRequest)(nil),            // 19: corral.v1.ExecRequest
-	(*ExecResponse)(nil),           // 20: corral.v1.ExecResponse
-	(*SandboxLogsRequest)(nil),     // 21: corral.v1.SandboxLogsRequest
-	(*LogChunk)(nil),               // 22: corral.v1.LogChunk
-	(*DoctorRequest)(nil),          // 23: corral.v1.DoctorRequest
-	(*DoctorFinding)(nil),          // 24: corral.v1.DoctorFinding
-	(*DoctorReport)(nil),           // 25: corral.v1.DoctorReport
-	(*Image)(nil),                  // 26: corral.v1.Image
-	(*PullImageRequest)(nil),       // 27: corral.v1.PullImageRequest
-	(*PullImageProgress)(nil),      // 28: corral.v1.PullImageProgress
-	(*ListImagesRequest)(nil),      // 29: corral.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),     // 30: corral.v1.ListImagesResponse
-	(*RemoveImageRequest)(nil),     // 31: corral.v1.RemoveImageRequest
-	(*PruneImagesRequest)(nil),     // 32: corral.v1.PruneImagesRequest
-	(*PruneImagesResponse)(nil),    // 33: corral.v1.PruneImagesResponse
-	(*SandboxDenialsRequest)(nil),  // 34: corral.v1.SandboxDenialsRequest
-	(*Denial)(nil),                 // 35: corral.v1.Denial
-	(*PoolSpec)(nil),               // 36: corral.v1.PoolSpec
-	(*Pool)(nil),                   // 37: corral.v1.Pool
-	(*CreatePoolRequest)(nil),      // 38: corral.v1.CreatePoolRequest
-	(*ListPoolsRequest)(nil),       // 39: corral.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),      // 40: corral.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),      // 41: corral.v1.DeletePoolRequest
-	nil,                            // 42: corral.v1.SandboxSpec.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 43: google.protobuf.Timestamp
+	(*SandboxSpec)(nil),              // 0: corral.v1.SandboxSpec
+	(*Sandbox)(nil),                  // 1: corral.v1.Sandbox
+	(*Operation)(nil),                // 2: corral.v1.Operation
+	(*CreateSandboxRequest)(nil),     // 3: corral.v1.CreateSandboxRequest
+	(*CreateSandboxResponse)(nil),    // 4: corral.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),        // 5: corral.v1.GetSandboxRequest
+	(*ListSandboxesRequest)(nil),     // 6: corral.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),    // 7: corral.v1.ListSandboxesResponse
+	(*StopSandboxRequest)(nil),       // 8: corral.v1.StopSandboxRequest
+	(*StartSandboxRequest)(nil),      // 9: corral.v1.StartSandboxRequest
+	(*DeleteSandboxRequest)(nil),     // 10: corral.v1.DeleteSandboxRequest
+	(*UpdateSandboxRequest)(nil),     // 11: corral.v1.UpdateSandboxRequest
+	(*DeleteSandboxResponse)(nil),    // 12: corral.v1.DeleteSandboxResponse
+	(*WatchSandboxesRequest)(nil),    // 13: corral.v1.WatchSandboxesRequest
+	(*SandboxEvent)(nil),             // 14: corral.v1.SandboxEvent
+	(*ListOperationsRequest)(nil),    // 15: corral.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),   // 16: corral.v1.ListOperationsResponse
+	(*TerminalSize)(nil),             // 17: corral.v1.TerminalSize
+	(*ExecStart)(nil),                // 18: corral.v1.ExecStart
+	(*ExecRequest)(nil),              // 19: corral.v1.ExecRequest
+	(*ExecResponse)(nil),             // 20: corral.v1.ExecResponse
+	(*SandboxLogsRequest)(nil),       // 21: corral.v1.SandboxLogsRequest
+	(*LogChunk)(nil),                 // 22: corral.v1.LogChunk
+	(*DoctorRequest)(nil),            // 23: corral.v1.DoctorRequest
+	(*DoctorFinding)(nil),            // 24: corral.v1.DoctorFinding
+	(*DoctorReport)(nil),             // 25: corral.v1.DoctorReport
+	(*Image)(nil),                    // 26: corral.v1.Image
+	(*PullImageRequest)(nil),         // 27: corral.v1.PullImageRequest
+	(*PullImageProgress)(nil),        // 28: corral.v1.PullImageProgress
+	(*ListImagesRequest)(nil),        // 29: corral.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),       // 30: corral.v1.ListImagesResponse
+	(*RemoveImageRequest)(nil),       // 31: corral.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),       // 32: corral.v1.PruneImagesRequest
+	(*PruneImagesResponse)(nil),      // 33: corral.v1.PruneImagesResponse
+	(*SandboxDenialsRequest)(nil),    // 34: corral.v1.SandboxDenialsRequest
+	(*Denial)(nil),                   // 35: corral.v1.Denial
+	(*PortForwardFrame)(nil),         // 36: corral.v1.PortForwardFrame
+	(*ExposePortRequest)(nil),        // 37: corral.v1.ExposePortRequest
+	(*ExposedPort)(nil),              // 38: corral.v1.ExposedPort
+	(*UnexposePortRequest)(nil),      // 39: corral.v1.UnexposePortRequest
+	(*ListExposedPortsRequest)(nil),  // 40: corral.v1.ListExposedPortsRequest
+	(*ListExposedPortsResponse)(nil), // 41: corral.v1.ListExposedPortsResponse
+	(*PoolSpec)(nil),                 // 42: corral.v1.PoolSpec
+	(*Pool)(nil),                     // 43: corral.v1.Pool
+	(*CreatePoolRequest)(nil),        // 44: corral.v1.CreatePoolRequest
+	(*ListPoolsRequest)(nil),         // 45: corral.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),        // 46: corral.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),        // 47: corral.v1.DeletePoolRequest
+	nil,                              // 48: corral.v1.SandboxSpec.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 49: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	42, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	48, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	43, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	43, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	43, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	49, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	49, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	49, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	43, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	43, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	43, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	49, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	49, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	49, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 11: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
@@ -2976,60 +3367,69 @@ var file_corral_v1_sandbox_proto_depIdxs = []int32{
 	18, // 16: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
 	17, // 17: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
 	24, // 18: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
-	43, // 19: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
+	49, // 19: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
 	26, // 20: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
 	26, // 21: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
 	26, // 22: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
-	43, // 23: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
-	36, // 24: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
-	43, // 25: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
-	36, // 26: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
-	37, // 27: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
-	3,  // 28: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
-	5,  // 29: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
-	6,  // 30: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
-	8,  // 31: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
-	9,  // 32: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 33: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	11, // 34: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
-	13, // 35: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	15, // 36: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	19, // 37: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	21, // 38: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	23, // 39: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	27, // 40: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
-	29, // 41: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
-	31, // 42: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
-	32, // 43: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
-	34, // 44: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
-	38, // 45: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
-	39, // 46: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
-	41, // 47: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
-	4,  // 48: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 49: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 50: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 51: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 52: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	12, // 53: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	1,  // 54: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
-	14, // 55: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	16, // 56: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	20, // 57: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	22, // 58: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	25, // 59: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	28, // 60: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
-	30, // 61: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
-	26, // 62: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
-	33, // 63: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
-	35, // 64: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
-	37, // 65: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
-	40, // 66: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
-	37, // 67: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
-	48, // [48:68] is the sub-list for method output_type
-	28, // [28:48] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	49, // 23: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
+	38, // 24: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
+	42, // 25: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
+	49, // 26: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
+	42, // 27: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
+	43, // 28: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
+	3,  // 29: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
+	5,  // 30: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
+	6,  // 31: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
+	8,  // 32: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
+	9,  // 33: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
+	10, // 34: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	11, // 35: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
+	13, // 36: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	15, // 37: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	19, // 38: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	21, // 39: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	23, // 40: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	27, // 41: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
+	29, // 42: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
+	31, // 43: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
+	32, // 44: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
+	34, // 45: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
+	36, // 46: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
+	37, // 47: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
+	39, // 48: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
+	40, // 49: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
+	44, // 50: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
+	45, // 51: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
+	47, // 52: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
+	4,  // 53: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 54: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 55: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 56: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 57: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	12, // 58: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 59: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	14, // 60: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	16, // 61: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	20, // 62: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	22, // 63: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	25, // 64: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	28, // 65: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
+	30, // 66: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
+	26, // 67: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
+	33, // 68: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
+	35, // 69: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
+	36, // 70: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
+	38, // 71: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
+	38, // 72: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
+	41, // 73: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
+	43, // 74: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
+	46, // 75: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
+	43, // 76: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
+	53, // [53:77] is the sub-list for method output_type
+	29, // [29:53] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_sandbox_proto_init() }
@@ -3055,7 +3455,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,26 +19,30 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_CreateSandbox_FullMethodName  = "/corral.v1.SandboxService/CreateSandbox"
-	SandboxService_GetSandbox_FullMethodName     = "/corral.v1.SandboxService/GetSandbox"
-	SandboxService_ListSandboxes_FullMethodName  = "/corral.v1.SandboxService/ListSandboxes"
-	SandboxService_StopSandbox_FullMethodName    = "/corral.v1.SandboxService/StopSandbox"
-	SandboxService_StartSandbox_FullMethodName   = "/corral.v1.SandboxService/StartSandbox"
-	SandboxService_DeleteSandbox_FullMethodName  = "/corral.v1.SandboxService/DeleteSandbox"
-	SandboxService_UpdateSandbox_FullMethodName  = "/corral.v1.SandboxService/UpdateSandbox"
-	SandboxService_WatchSandboxes_FullMethodName = "/corral.v1.SandboxService/WatchSandboxes"
-	SandboxService_ListOperations_FullMethodName = "/corral.v1.SandboxService/ListOperations"
-	SandboxService_ExecSandbox_FullMethodName    = "/corral.v1.SandboxService/ExecSandbox"
-	SandboxService_SandboxLogs_FullMethodName    = "/corral.v1.SandboxService/SandboxLogs"
-	SandboxService_Doctor_FullMethodName         = "/corral.v1.SandboxService/Doctor"
-	SandboxService_PullImage_FullMethodName      = "/corral.v1.SandboxService/PullImage"
-	SandboxService_ListImages_FullMethodName     = "/corral.v1.SandboxService/ListImages"
-	SandboxService_RemoveImage_FullMethodName    = "/corral.v1.SandboxService/RemoveImage"
-	SandboxService_PruneImages_FullMethodName    = "/corral.v1.SandboxService/PruneImages"
-	SandboxService_SandboxDenials_FullMethodName = "/corral.v1.SandboxService/SandboxDenials"
-	SandboxService_CreatePool_FullMethodName     = "/corral.v1.SandboxService/CreatePool"
-	SandboxService_ListPools_FullMethodName      = "/corral.v1.SandboxService/ListPools"
-	SandboxService_DeletePool_FullMethodName     = "/corral.v1.SandboxService/DeletePool"
+	SandboxService_CreateSandbox_FullMethodName    = "/corral.v1.SandboxService/CreateSandbox"
+	SandboxService_GetSandbox_FullMethodName       = "/corral.v1.SandboxService/GetSandbox"
+	SandboxService_ListSandboxes_FullMethodName    = "/corral.v1.SandboxService/ListSandboxes"
+	SandboxService_StopSandbox_FullMethodName      = "/corral.v1.SandboxService/StopSandbox"
+	SandboxService_StartSandbox_FullMethodName     = "/corral.v1.SandboxService/StartSandbox"
+	SandboxService_DeleteSandbox_FullMethodName    = "/corral.v1.SandboxService/DeleteSandbox"
+	SandboxService_UpdateSandbox_FullMethodName    = "/corral.v1.SandboxService/UpdateSandbox"
+	SandboxService_WatchSandboxes_FullMethodName   = "/corral.v1.SandboxService/WatchSandboxes"
+	SandboxService_ListOperations_FullMethodName   = "/corral.v1.SandboxService/ListOperations"
+	SandboxService_ExecSandbox_FullMethodName      = "/corral.v1.SandboxService/ExecSandbox"
+	SandboxService_SandboxLogs_FullMethodName      = "/corral.v1.SandboxService/SandboxLogs"
+	SandboxService_Doctor_FullMethodName           = "/corral.v1.SandboxService/Doctor"
+	SandboxService_PullImage_FullMethodName        = "/corral.v1.SandboxService/PullImage"
+	SandboxService_ListImages_FullMethodName       = "/corral.v1.SandboxService/ListImages"
+	SandboxService_RemoveImage_FullMethodName      = "/corral.v1.SandboxService/RemoveImage"
+	SandboxService_PruneImages_FullMethodName      = "/corral.v1.SandboxService/PruneImages"
+	SandboxService_SandboxDenials_FullMethodName   = "/corral.v1.SandboxService/SandboxDenials"
+	SandboxService_PortForward_FullMethodName      = "/corral.v1.SandboxService/PortForward"
+	SandboxService_ExposePort_FullMethodName       = "/corral.v1.SandboxService/ExposePort"
+	SandboxService_UnexposePort_FullMethodName     = "/corral.v1.SandboxService/UnexposePort"
+	SandboxService_ListExposedPorts_FullMethodName = "/corral.v1.SandboxService/ListExposedPorts"
+	SandboxService_CreatePool_FullMethodName       = "/corral.v1.SandboxService/CreatePool"
+	SandboxService_ListPools_FullMethodName        = "/corral.v1.SandboxService/ListPools"
+	SandboxService_DeletePool_FullMethodName       = "/corral.v1.SandboxService/DeletePool"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -90,6 +94,24 @@ type SandboxServiceClient interface {
 	// connections and requests of one sandbox, oldest first; with follow,
 	// then each new one until the caller goes away.
 	SandboxDenials(ctx context.Context, in *SandboxDenialsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Denial], error)
+	// PortForward carries one TCP connection to 127.0.0.1:port inside a
+	// ready sandbox's network namespace, whatever its network policy says
+	// (reaching in is not egress). The caller's first frame names the
+	// sandbox and the port; then both sides send data. The caller
+	// half-closes by closing its send side; the gateway sends a frame with
+	// close_write once the sandbox's side has finished writing, and ends the
+	// call when both directions have ended.
+	PortForward(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PortForwardFrame, PortForwardFrame], error)
+	// ExposePort serves a sandbox's port on an address of the gateway host,
+	// recorded, so that the same address serves again after a gateway
+	// restart. It forwards while the sandbox runs and resets connections at
+	// once while it does not; the sandbox's delete removes it. Exposing a
+	// port again at the same address (or none) returns what is recorded.
+	ExposePort(ctx context.Context, in *ExposePortRequest, opts ...grpc.CallOption) (*ExposedPort, error)
+	// UnexposePort stops serving a sandbox's exposed port and removes it.
+	UnexposePort(ctx context.Context, in *UnexposePortRequest, opts ...grpc.CallOption) (*ExposedPort, error)
+	// ListExposedPorts returns the exposed ports of one sandbox, or of all.
+	ListExposedPorts(ctx context.Context, in *ListExposedPortsRequest, opts ...grpc.CallOption) (*ListExposedPortsResponse, error)
 	// CreatePool records a warm pool; the gateway keeps size members of its
 	// spec ready in the background. A taken name is ALREADY_EXISTS.
 	CreatePool(ctx context.Context, in *CreatePoolRequest, opts ...grpc.CallOption) (*Pool, error)
@@ -317,6 +339,49 @@ func (c *sandboxServiceClient) SandboxDenials(ctx context.Context, in *SandboxDe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_SandboxDenialsClient = grpc.ServerStreamingClient[Denial]
 
+func (c *sandboxServiceClient) PortForward(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PortForwardFrame, PortForwardFrame], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[5], SandboxService_PortForward_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PortForwardFrame, PortForwardFrame]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_PortForwardClient = grpc.BidiStreamingClient[PortForwardFrame, PortForwardFrame]
+
+func (c *sandboxServiceClient) ExposePort(ctx context.Context, in *ExposePortRequest, opts ...grpc.CallOption) (*ExposedPort, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExposedPort)
+	err := c.cc.Invoke(ctx, SandboxService_ExposePort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) UnexposePort(ctx context.Context, in *UnexposePortRequest, opts ...grpc.CallOption) (*ExposedPort, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExposedPort)
+	err := c.cc.Invoke(ctx, SandboxService_UnexposePort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListExposedPorts(ctx context.Context, in *ListExposedPortsRequest, opts ...grpc.CallOption) (*ListExposedPortsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListExposedPortsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListExposedPorts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sandboxServiceClient) CreatePool(ctx context.Context, in *CreatePoolRequest, opts ...grpc.CallOption) (*Pool, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Pool)
@@ -396,6 +461,24 @@ type SandboxServiceServer interface {
 	// connections and requests of one sandbox, oldest first; with follow,
 	// then each new one until the caller goes away.
 	SandboxDenials(*SandboxDenialsRequest, grpc.ServerStreamingServer[Denial]) error
+	// PortForward carries one TCP connection to 127.0.0.1:port inside a
+	// ready sandbox's network namespace, whatever its network policy says
+	// (reaching in is not egress). The caller's first frame names the
+	// sandbox and the port; then both sides send data. The caller
+	// half-closes by closing its send side; the gateway sends a frame with
+	// close_write once the sandbox's side has finished writing, and ends the
+	// call when both directions have ended.
+	PortForward(grpc.BidiStreamingServer[PortForwardFrame, PortForwardFrame]) error
+	// ExposePort serves a sandbox's port on an address of the gateway host,
+	// recorded, so that the same address serves again after a gateway
+	// restart. It forwards while the sandbox runs and resets connections at
+	// once while it does not; the sandbox's delete removes it. Exposing a
+	// port again at the same address (or none) returns what is recorded.
+	ExposePort(context.Context, *ExposePortRequest) (*ExposedPort, error)
+	// UnexposePort stops serving a sandbox's exposed port and removes it.
+	UnexposePort(context.Context, *UnexposePortRequest) (*ExposedPort, error)
+	// ListExposedPorts returns the exposed ports of one sandbox, or of all.
+	ListExposedPorts(context.Context, *ListExposedPortsRequest) (*ListExposedPortsResponse, error)
 	// CreatePool records a warm pool; the gateway keeps size members of its
 	// spec ready in the background. A taken name is ALREADY_EXISTS.
 	CreatePool(context.Context, *CreatePoolRequest) (*Pool, error)
@@ -464,6 +547,18 @@ func (UnimplementedSandboxServiceServer) PruneImages(context.Context, *PruneImag
 }
 func (UnimplementedSandboxServiceServer) SandboxDenials(*SandboxDenialsRequest, grpc.ServerStreamingServer[Denial]) error {
 	return status.Error(codes.Unimplemented, "method SandboxDenials not implemented")
+}
+func (UnimplementedSandboxServiceServer) PortForward(grpc.BidiStreamingServer[PortForwardFrame, PortForwardFrame]) error {
+	return status.Error(codes.Unimplemented, "method PortForward not implemented")
+}
+func (UnimplementedSandboxServiceServer) ExposePort(context.Context, *ExposePortRequest) (*ExposedPort, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExposePort not implemented")
+}
+func (UnimplementedSandboxServiceServer) UnexposePort(context.Context, *UnexposePortRequest) (*ExposedPort, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnexposePort not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListExposedPorts(context.Context, *ListExposedPortsRequest) (*ListExposedPortsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListExposedPorts not implemented")
 }
 func (UnimplementedSandboxServiceServer) CreatePool(context.Context, *CreatePoolRequest) (*Pool, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreatePool not implemented")
@@ -762,6 +857,67 @@ func _SandboxService_SandboxDenials_Handler(srv interface{}, stream grpc.ServerS
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_SandboxDenialsServer = grpc.ServerStreamingServer[Denial]
 
+func _SandboxService_PortForward_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SandboxServiceServer).PortForward(&grpc.GenericServerStream[PortForwardFrame, PortForwardFrame]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_PortForwardServer = grpc.BidiStreamingServer[PortForwardFrame, PortForwardFrame]
+
+func _SandboxService_ExposePort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExposePortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ExposePort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ExposePort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ExposePort(ctx, req.(*ExposePortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_UnexposePort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnexposePortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).UnexposePort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_UnexposePort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).UnexposePort(ctx, req.(*UnexposePortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListExposedPorts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListExposedPortsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListExposedPorts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListExposedPorts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListExposedPorts(ctx, req.(*ListExposedPortsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SandboxService_CreatePool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreatePoolRequest)
 	if err := dec(in); err != nil {
@@ -872,6 +1028,18 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _SandboxService_PruneImages_Handler,
 		},
 		{
+			MethodName: "ExposePort",
+			Handler:    _SandboxService_ExposePort_Handler,
+		},
+		{
+			MethodName: "UnexposePort",
+			Handler:    _SandboxService_UnexposePort_Handler,
+		},
+		{
+			MethodName: "ListExposedPorts",
+			Handler:    _SandboxService_ListExposedPorts_Handler,
+		},
+		{
 			MethodName: "CreatePool",
 			Handler:    _SandboxService_CreatePool_Handler,
 		},
@@ -910,6 +1078,12 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "SandboxDenials",
 			Handler:       _SandboxService_SandboxDenials_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "PortForward",
+			Handler:       _SandboxService_PortForward_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "corral/v1/sandbox.proto",

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,12 +146,18 @@ func (g *gatewayProc) exited() bool {
 // api returns an API client on the gateway socket of home.
 func api(t *testing.T, home string) corralv1.SandboxServiceClient {
 	t.Helper()
+	return corralv1.NewSandboxServiceClient(apiConn(t, home))
+}
+
+// apiConn is a connection to the gateway of home, closed at the test's end.
+func apiConn(t *testing.T, home string) *grpc.ClientConn {
+	t.Helper()
 	conn, err := grpc.NewClient("unix://"+filepath.Join(home, "corral.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return corralv1.NewSandboxServiceClient(conn)
+	return conn
 }
 
 // corral runs the CLI on the gateway of home and returns its stdout,
@@ -163,12 +170,18 @@ func corral(t *testing.T, home string, args ...string) (string, string, int) {
 // corralEnv runs the CLI with extra environment variables.
 func corralEnv(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
+	return corralRun(t, env, nil, args...)
+}
+
+// corralRun runs the CLI with extra environment variables and stdin.
+func corralRun(t *testing.T, env []string, stdin io.Reader, args ...string) (string, string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &stdout, &stderr
 	err := cmd.Run()
 	if ctx.Err() != nil {
 		t.Fatalf("corral %s: hung", strings.Join(args, " "))
@@ -185,6 +198,17 @@ func mustCorral(t *testing.T, home string, args ...string) string {
 	out, errOut, code := corral(t, home, args...)
 	if code != 0 {
 		t.Fatalf("corral %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+// mustCorralEnv runs the CLI with extra environment variables and fails
+// the test unless it exits 0.
+func mustCorralEnv(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	out, errOut, code := corralEnv(t, env, args...)
+	if code != 0 {
+		t.Fatalf("corral %s: exit %d %s%s", strings.Join(args, " "), code, out, errOut)
 	}
 	return out
 }

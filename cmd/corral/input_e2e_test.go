@@ -185,7 +185,11 @@ func TestConfigFileIsReadAndFlagsWin(t *testing.T) {
 	if !strings.Contains(out, `"image": "from-flag:2"`) {
 		t.Fatalf("flag did not win over the file: %s", out)
 	}
-	data, err := os.ReadFile(filepath.Join(stateDir(home), "objects.json"))
+	files, err := filepath.Glob(filepath.Join(stateDir(home), "objects", "*.json"))
+	var data []byte
+	if err == nil && len(files) == 1 {
+		data, err = os.ReadFile(files[0])
+	}
 	if err != nil || !strings.Contains(string(data), "corral.filelabel") {
 		t.Fatalf("sandbox_label from the file not used: %s %v", data, err)
 	}

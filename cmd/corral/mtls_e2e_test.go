@@ -45,14 +45,7 @@ func TestCLIOverMutualTLS(t *testing.T) {
 	}
 	env := []string{"CORRAL_CONFIG=" + filepath.Join(t.TempDir(), "config"), "CORRAL_HOME="}
 	remote := func(args ...string) (string, string, int) { return corralEnv(t, env, args...) }
-	must := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := remote(args...)
-		if code != 0 {
-			t.Fatalf("corral %s: exit %d %s%s", strings.Join(args, " "), code, out, errOut)
-		}
-		return out
-	}
+	must := func(args ...string) string { t.Helper(); return mustCorralEnv(t, env, args...) }
 	must("context", "add", "remote", "--gateway", "https://"+addr, "--ca", filepath.Join(certs, "ca.crt"),
 		"--cert", filepath.Join(certs, "alice.crt"), "--key", filepath.Join(certs, "alice.key"))
 	must("context", "use", "remote")
@@ -69,6 +62,11 @@ func TestCLIOverMutualTLS(t *testing.T) {
 		t.Fatalf("history: %s", out)
 	}
 	must("sandbox", "list")
+	// the file API is served on the same mTLS listener: the fake driver
+	// answers it (it runs no supervisor, so no file operation)
+	if _, errOut, code := remote("sandbox", "cp", "far:/sandbox/x", filepath.Join(t.TempDir(), "x")); code != 1 || !strings.Contains(errOut, "file operation stat on /sandbox/x exited 127") {
+		t.Fatalf("cp over mTLS: %d %q", code, errOut)
+	}
 	must("sandbox", "delete", "far")
 	if _, errOut, code := remote("sandbox", "get", "far"); code != 1 || !strings.Contains(errOut, `sandbox "far" not found`) {
 		t.Fatalf("get after delete: %d %q", code, errOut)
@@ -107,7 +105,7 @@ func TestCLIOverMutualTLS(t *testing.T) {
 	for _, s := range resp.GetListServicesResponse().GetService() {
 		services = append(services, s.Name)
 	}
-	if !slices.Contains(services, "corral.v1.SandboxService") || !slices.Contains(services, "grpc.health.v1.Health") {
+	if !slices.Contains(services, "corral.v1.SandboxService") || !slices.Contains(services, "corral.v1.FileService") || !slices.Contains(services, "grpc.health.v1.Health") {
 		t.Fatalf("reflection lists %v", services)
 	}
 

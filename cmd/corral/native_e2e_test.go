@@ -271,6 +271,17 @@ func TestNativeUnprivilegedGateway(t *testing.T) {
 	if err != nil || !strings.Contains(string(status), fmt.Sprintf("\nUid:\t%d\t", nobody)) {
 		t.Errorf("the supervisor does not run as uid %d on the host: %v", nobody, err)
 	}
+	// its ports cannot be reached: that enters a namespace, which needs root
+	f := startForwarding(t, asNobody("sandbox", "port-forward", "u", "8080"), 1)
+	if body, err := get(f.addrs[0]); err == nil {
+		t.Errorf("port-forward as an unprivileged gateway answered %q", body)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !strings.Contains(f.stderr.String(), "needs a gateway running as root") {
+			return fmt.Errorf("port-forward's errors: %q", f.stderr.String())
+		}
+		return nil
+	})
 	if out, err := run("sandbox", "delete", "u"); err != nil {
 		t.Fatalf("delete: %v\n%s", err, out)
 	}

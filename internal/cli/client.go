@@ -24,10 +24,11 @@ import (
 // client is a connection to a gateway.
 type client struct {
 	corralv1.SandboxServiceClient
-	conn *grpc.ClientConn
-	addr string
-	tls  *tls.Config // nil on a Unix socket
-	host string      // HOST:PORT over TCP
+	files corralv1.FileServiceClient
+	conn  *grpc.ClientConn
+	addr  string
+	tls   *tls.Config // nil on a Unix socket
+	host  string      // HOST:PORT over TCP
 }
 
 // homeDir is --home, else the default home (CORRAL_HOME, ...).
@@ -92,11 +93,15 @@ func (g *globals) dial() (*client, error) {
 		c.host, target = u.Host, u.Host
 		creds = credentials.NewTLS(c.tls)
 	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds),
+		// windows and buffers for file copies, as the gateway's (service.StreamOptions)
+		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(4<<20),
+		grpc.WithReadBufferSize(256<<10), grpc.WithWriteBufferSize(256<<10))
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: %w", e.Gateway, err)
 	}
 	c.conn, c.SandboxServiceClient = conn, corralv1.NewSandboxServiceClient(conn)
+	c.files = corralv1.NewFileServiceClient(conn)
 	return c, nil
 }
 

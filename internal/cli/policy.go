@@ -47,36 +47,31 @@ and closes the open connections they no longer allow; files, process and
 limits stay as they are for an incarnation.`
 
 func newUpdateCmd(g *globals) *cobra.Command {
-	var policyFile string
-	cmd := &cobra.Command{
-		Use:   "update NAME --policy FILE",
-		Short: "Replace the policy of a sandbox (of a running one, the network part only)",
-		Long:  setPolicyLong,
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return setPolicy(g, cmd, args[0], "--policy", policyFile)
-		},
-	}
-	cmd.Flags().StringVar(&policyFile, "policy", "", "the new policy (YAML)")
-	return cmd
+	return newSetPolicyCmd(g, "update NAME --policy FILE", "policy", "")
 }
 
 // newSandboxPolicyCmd is `sandbox policy set`, update's other name.
 func newSandboxPolicyCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "policy", Short: "Work with the policy of a sandbox", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
+	cmd.AddCommand(newSetPolicyCmd(g, "set NAME --file FILE", "file", "f"))
+	return cmd
+}
+
+// newSetPolicyCmd is a command that replaces a sandbox's policy with the
+// file its flag names.
+func newSetPolicyCmd(g *globals, use, flag, shorthand string) *cobra.Command {
 	var file string
-	set := &cobra.Command{
-		Use:   "set NAME --file FILE",
+	cmd := &cobra.Command{
+		Use:   use,
 		Short: "Replace the policy of a sandbox (of a running one, the network part only)",
 		Long:  setPolicyLong,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return setPolicy(g, cmd, args[0], "--file", file)
+			return setPolicy(g, cmd, args[0], "--"+flag, file)
 		},
 	}
-	set.Flags().StringVarP(&file, "file", "f", "", "the new policy (YAML)")
-	cmd.AddCommand(set)
+	cmd.Flags().StringVarP(&file, flag, shorthand, "", "the new policy (YAML)")
 	return cmd
 }
 

@@ -93,8 +93,9 @@ func newSandboxCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(
 		newCreateCmd(g), newGetCmd(g), newListCmd(g), newStopCmd(g), newStartCmd(g),
-		newDeleteCmd(g), newHistoryCmd(g), newWatchCmd(g), newExecCmd(g), newLogsCmd(g), newUpdateCmd(g),
+		newDeleteCmd(g), newHistoryCmd(g), newWatchCmd(g), newExecCmd(g), newLogsCmd(g), newUpdateCmd(g), newCpCmd(g),
 		newSandboxPolicyCmd(g), newDenialsCmd(g),
+		newPortForwardCmd(g), newExposeCmd(g), newUnexposeCmd(g), newPortsCmd(g),
 	)
 	return cmd
 }

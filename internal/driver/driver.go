@@ -227,3 +227,13 @@ type ImageProgress struct {
 	Status         string // "resolving", "downloading", "unpacking", "cached", "done", or an engine's own word
 	Current, Total int64  // bytes, when known
 }
+
+// Workdirs is a driver whose sandboxes' /sandbox can be reached from the
+// gateway's host while they are stopped (it is kept across incarnations),
+// so their files can be copied with no process running inside.
+type Workdirs interface {
+	// Workdir returns the host directory that is the sandbox's /sandbox, or
+	// errdefs.ErrFailedPrecondition saying why it cannot be reached while
+	// the sandbox is stopped, or errdefs.ErrNotFound.
+	Workdir(ctx context.Context, id string) (string, error)
+}

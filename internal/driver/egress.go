@@ -1,6 +1,9 @@
 package driver
 
-import "context"
+import (
+	"context"
+	"strings"
+)
 
 // ProxyAddr is where a sandbox reaches its egress proxy: on its own
 // loopback, at a port below 1024, which a workload without
@@ -35,6 +38,23 @@ func EgressEnv() []string {
 		"SSL_CERT_FILE=" + bundle, "REQUESTS_CA_BUNDLE=" + bundle, "CURL_CA_BUNDLE=" + bundle,
 		"GIT_SSL_CAINFO=" + bundle, "PIP_CERT=" + bundle, "NODE_EXTRA_CA_CERTS=" + TrustDir + "/" + CAFile,
 	}
+}
+
+// WithEnv is env with each of set's KEY=VALUE in place of any of the same
+// key (a program reading its environment may take the first it finds).
+func WithEnv(env, set []string) []string {
+	keys := map[string]bool{}
+	for _, kv := range set {
+		k, _, _ := strings.Cut(kv, "=")
+		keys[k] = true
+	}
+	out := make([]string, 0, len(env)+len(set))
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); !keys[k] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, set...)
 }
 
 // Egress is the gateway's egress proxy as a driver sees it. Every sandbox

@@ -16,6 +16,8 @@ var (
 	ErrFailedPrecondition = errors.New("failed precondition")
 	ErrUnavailable        = errors.New("unavailable")
 	ErrNotImplemented     = errors.New("not implemented")
+	ErrPermissionDenied   = errors.New("permission denied")
+	ErrResourceExhausted  = errors.New("resource exhausted")
 )
 
 // classed is an error with a message of its own and a class for errors.Is;
@@ -57,4 +59,15 @@ func Unavailable(format string, args ...any) error { return newf(ErrUnavailable,
 // NotImplemented returns an ErrNotImplemented error with the given message.
 func NotImplemented(format string, args ...any) error {
 	return newf(ErrNotImplemented, format, args...)
+}
+
+// PermissionDenied is an ErrPermissionDenied error: what the sandbox's
+// policy or user may not do.
+func PermissionDenied(format string, args ...any) error {
+	return newf(ErrPermissionDenied, format, args...)
+}
+
+// ResourceExhausted is an ErrResourceExhausted error: a quota is full.
+func ResourceExhausted(format string, args ...any) error {
+	return newf(ErrResourceExhausted, format, args...)
 }

@@ -34,6 +34,10 @@ func Code(err error) codes.Code {
 		return codes.Unavailable
 	case errors.Is(err, ErrNotImplemented):
 		return codes.Unimplemented
+	case errors.Is(err, ErrPermissionDenied):
+		return codes.PermissionDenied
+	case errors.Is(err, ErrResourceExhausted):
+		return codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

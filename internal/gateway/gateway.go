@@ -144,6 +144,9 @@ func Run(opts Options) error {
 	cancelRecover()
 	close(late)
 	mgr.WatchDriver()
+	if err := mgr.ServeExposed(startCtx); err != nil {
+		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, fmt.Errorf("exposed ports: %w", err))
+	}
 
 	srv, err := serve(opts.Home, mgr, log)
 	if err != nil {
@@ -180,6 +183,9 @@ func Run(opts Options) error {
 			}
 			if err := mgr.CollectOrphans(startCtx); err != nil && startCtx.Err() == nil {
 				log.Error("collect orphans", "err", err)
+			}
+			if err := mgr.ServeExposed(startCtx); err != nil && startCtx.Err() == nil {
+				log.Error("exposed ports", "err", err)
 			}
 		}
 	}

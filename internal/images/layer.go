@@ -220,10 +220,10 @@ func (s *Store) unpack(ctx context.Context, ref string, b blob, emit func(Progre
 	if got := (v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%x", diff.Sum(nil))}); got != b.diffID {
 		return refused(fmt.Errorf("the uncompressed layer hashes to %s, the config declares diff id %s", got, b.diffID))
 	}
-	if stats.skipped > 0 {
-		slog.Debug("images: device nodes and fifos skipped", "ref", ref, "layer", b.name(), "count", stats.skipped)
+	if stats.Skipped > 0 {
+		slog.Debug("images: device nodes and fifos skipped", "ref", ref, "layer", b.name(), "count", stats.Skipped)
 	}
-	return s.place(dir, b.diffID.String(), stats.bytes)
+	return s.place(dir, b.diffID.String(), stats.Bytes)
 }
 
 // place makes an unpacked, verified layer durable and renames it into

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/safetar"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -170,10 +171,10 @@ func checkRichLayers(t *testing.T, s *Store, img Image) {
 		}
 	}
 	buf := make([]byte, 4)
-	if n, err := unix.Lgetxattr(upper+"/opq", opaqueXattr, buf); err != nil || string(buf[:n]) != "y" {
-		t.Errorf("%s/opq: %s = %q, %v; want y", upper, opaqueXattr, buf[:n], err)
+	if n, err := unix.Lgetxattr(upper+"/opq", safetar.OpaqueXattr, buf); err != nil || string(buf[:n]) != "y" {
+		t.Errorf("%s/opq: %s = %q, %v; want y", upper, safetar.OpaqueXattr, buf[:n], err)
 	}
-	if _, err := unix.Lgetxattr(lower+"/opq", opaqueXattr, buf); err == nil {
+	if _, err := unix.Lgetxattr(lower+"/opq", safetar.OpaqueXattr, buf); err == nil {
 		t.Errorf("%s/opq is opaque too", lower)
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/corral-sandbox/corral/internal/safetar"
+
 	"github.com/corral-sandbox/corral/internal/errdefs"
 )
 
@@ -183,6 +185,6 @@ func (m *mergedTree) opaque(i int, dir string) bool {
 	}
 	defer d.Close()
 	buf := make([]byte, 8)
-	n, err := unix.Fgetxattr(int(d.Fd()), opaqueXattr, buf)
+	n, err := unix.Fgetxattr(int(d.Fd()), safetar.OpaqueXattr, buf)
 	return err == nil && string(buf[:n]) == "y"
 }

@@ -197,16 +197,16 @@ func TestUntarAsNonRoot(t *testing.T) {
 func TestUntarLimitsAndSkips(t *testing.T) {
 	dev := []ent{{name: "null", typ: tar.TypeChar, mode: 0o666}, {name: "sda", typ: tar.TypeBlock, mode: 0o660}, {name: "p", typ: tar.TypeFifo, mode: 0o644}}
 	dir := t.TempDir()
-	stats, err := untar(bytes.NewReader(tarOf(t, dev...)), dir, limits{entries: 3, pathLen: 4096, depth: 256}, true)
-	if err != nil || stats.skipped != 3 {
+	stats, err := untar(bytes.NewReader(tarOf(t, dev...)), dir, limits{Entries: 3, PathLen: 4096, Depth: 256}, true)
+	if err != nil || stats.Skipped != 3 {
 		t.Fatalf("devices: %+v, %v; want 3 skipped", stats, err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("devices were made: %v", entries)
 	}
-	_, err = untar(bytes.NewReader(tarOf(t, append(dev, mkfile("f", "", 0o644))...)), t.TempDir(), limits{entries: 3, pathLen: 4096, depth: 256}, true)
+	_, err = untar(bytes.NewReader(tarOf(t, append(dev, mkfile("f", "", 0o644))...)), t.TempDir(), limits{Entries: 3, PathLen: 4096, Depth: 256}, true)
 	var r *refusal
-	if !errors.As(err, &r) || !strings.Contains(r.reason, "more than 3 entries") {
+	if !errors.As(err, &r) || !strings.Contains(r.Reason, "more than 3 entries") {
 		t.Errorf("a fourth entry over a limit of 3: %v", err)
 	}
 }

@@ -24,6 +24,13 @@ type actor struct {
 
 	failures int // consecutive failed attempts, for backoff
 
+	// settled are the entries of driver calls that returned, settled but
+	// not written yet: the actor's next write carries them (the next
+	// call's pending entry, the phase it reached), and it writes them
+	// alone before it stops working on the sandbox. Only the actor's
+	// goroutine touches them.
+	settled []*sandbox.Operation
+
 	// restartDue is when generation restartGen is restarted by the
 	// restart policy.
 	restartGen int64
@@ -84,12 +91,19 @@ func (m *Manager) run(a *actor) {
 			if a.gone && a.retry == nil {
 				delete(m.actors, a.id)
 			}
+			settled := a.settled // left by a step cut short by the shutdown
+			a.settled = nil
 			m.mu.Unlock()
+			m.writeSettled(a.id, settled)
 			return
 		}
 		m.mu.Unlock()
 
 		again, retryIn := m.step(a)
+		if !again {
+			m.writeSettled(a.id, a.settled)
+			a.settled = nil
+		}
 		m.mu.Lock()
 		if f := a.observed; f != nil {
 			a.observed = nil

@@ -103,6 +103,9 @@ type Manager struct {
 	closing  bool
 	wg       sync.WaitGroup // one count per running actor goroutine
 	requests sync.WaitGroup // one count per admitted request
+
+	exposeMu sync.Mutex // one expose, unexpose or ServeExposed at a time
+	exposed  exposer
 }
 
 // New returns a Manager; call Recover before serving requests.
@@ -266,6 +269,7 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 		}
 	}
 	m.mu.Unlock()
+	m.exposed.closeAll()
 	if failures.abandonCalls {
 		return nil // the calls in flight die with the process, unsettled
 	}

@@ -83,7 +83,7 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 		case driver.StateStopped:
 			return m.exited(a, sb, obs.ExitCode)
 		case driver.StateFailed:
-			m.broke(sb, obs.Message)
+			m.broke(a, sb, obs.Message)
 			return false, 0
 		}
 	}
@@ -98,7 +98,7 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 		m.converge(a, sb)
 		return false, 0
 	}
-	if err := m.showPhase(sb, act.phase); err != nil {
+	if err := m.showPhase(a, sb, act.phase); err != nil {
 		m.log.Error("record phase", "sandbox", sb.Name, "err", err)
 		return false, m.backoff(a.failures + 1)
 	}
@@ -178,12 +178,12 @@ func (m *Manager) forced(a *actor) bool {
 
 // showPhase records the phase an action runs in. A sandbox that had
 // converged and drifted gets a fresh deadline for getting back.
-func (m *Manager) showPhase(sb *sandbox.Sandbox, phase sandbox.Phase) error {
+func (m *Manager) showPhase(a *actor, sb *sandbox.Sandbox, phase sandbox.Phase) error {
 	if sb.Phase == phase {
 		return nil
 	}
 	wasConverged := sb.Converged()
-	_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+	_, err := m.mutateStep(a, sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
 		cur.Phase = phase
 		if wasConverged {
 			cur.Deadline = m.now().Add(m.deadlineFor(cur.Desired))
@@ -205,7 +205,7 @@ func (m *Manager) converge(a *actor, sb *sandbox.Sandbox) {
 	if sb.Phase == phase && sb.Reason == "" && !pending {
 		return
 	}
-	_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+	_, err := m.mutateStep(a, sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
 		if cur.Desired != sb.Desired || cur.Generation != sb.Generation {
 			return store.Mutation{}, errNoChange // the intent moved on meanwhile
 		}
@@ -234,7 +234,7 @@ func (m *Manager) exited(a *actor, sb *sandbox.Sandbox, code int) (bool, time.Du
 		a.restartGen, a.restartDue = sb.Generation, now.Add(wait)
 		reason := fmt.Sprintf("main process exited with code %d; restart %d of %d in %s (restart policy %s)",
 			code, sb.Restarts+1, sb.Spec.MaxRestarts, wait, sb.Spec.RestartPolicy)
-		m.recordExit(sb, code, reason, false)
+		m.recordExit(a, sb, code, reason, false)
 		return false, wait
 	}
 	if restart {
@@ -242,7 +242,7 @@ func (m *Manager) exited(a *actor, sb *sandbox.Sandbox, code int) (bool, time.Du
 			return false, wait
 		}
 		a.restartDue = time.Time{}
-		_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+		_, err := m.mutateStep(a, sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
 			if cur.Generation != sb.Generation || cur.Desired != sandbox.DesiredRunning {
 				return store.Mutation{}, errNoChange
 			}
@@ -263,19 +263,19 @@ func (m *Manager) exited(a *actor, sb *sandbox.Sandbox, code int) (bool, time.Du
 	if sb.Spec.ShouldRestart(code) {
 		reason += fmt.Sprintf("; not restarted: the limit of %d restarts is reached", sb.Spec.MaxRestarts)
 	}
-	m.recordExit(sb, code, reason, true)
+	m.recordExit(a, sb, code, reason, true)
 	return false, 0
 }
 
 // broke records that a sandbox's compute failed under it (its supervisor
 // was killed, say): the phase is error with the driver's reason until a
 // start (a new incarnation), stop or delete.
-func (m *Manager) broke(sb *sandbox.Sandbox, message string) {
+func (m *Manager) broke(a *actor, sb *sandbox.Sandbox, message string) {
 	reason := "the sandbox's compute failed: " + message + "; start it again or delete it"
 	if sb.Phase == sandbox.PhaseError && sb.Reason == reason {
 		return
 	}
-	_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+	_, err := m.mutateStep(a, sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
 		if cur.Generation != sb.Generation || cur.Desired != sandbox.DesiredRunning {
 			return store.Mutation{}, errNoChange
 		}
@@ -288,11 +288,11 @@ func (m *Manager) broke(sb *sandbox.Sandbox, message string) {
 	m.log.Warn("sandbox compute failed", "sandbox", sb.Name, "reason", message)
 }
 
-func (m *Manager) recordExit(sb *sandbox.Sandbox, code int, reason string, final bool) {
+func (m *Manager) recordExit(a *actor, sb *sandbox.Sandbox, code int, reason string, final bool) {
 	if sb.Phase == sandbox.PhaseExited && sb.Reason == reason && sb.ExitCode != nil && *sb.ExitCode == code {
 		return
 	}
-	_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+	_, err := m.mutateStep(a, sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
 		if cur.Generation != sb.Generation || cur.Desired != sandbox.DesiredRunning {
 			return store.Mutation{}, errNoChange
 		}
@@ -325,10 +325,12 @@ func (m *Manager) remove(a *actor, sb *sandbox.Sandbox) {
 		m.log.Error("remove sandbox record", "sandbox", sb.Name, "err", err)
 		return
 	}
+	a.settled = nil // the journal went with the record
 	if m.cfg.Egress != nil {
 		m.cfg.Egress.Forget(sb.ID)
 	}
 	m.log.Info("sandbox deleted", "sandbox", sb.Name, "id", sb.ID)
+	m.exposed.drop(sb.ID, 0) // its records went with it
 	sb.Phase = sandbox.PhaseDeleting
 	m.events.publish(Event{Type: EventDeleted, Sandbox: sb})
 	m.markGone(a)
@@ -351,7 +353,7 @@ func (m *Manager) failed(a *actor, sb *sandbox.Sandbox, kind string, cause error
 	wait := m.backoff(a.failures)
 	now := m.now()
 	reason := fmt.Sprintf("%s failed (attempt %d): %v; retrying in %s", kind, a.failures, cause, wait.Round(time.Millisecond))
-	_, err := m.mutate(sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+	_, err := m.mutateStep(a, sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
 		cur.Reason = reason
 		switch {
 		case !now.Before(cur.Deadline):
@@ -381,7 +383,10 @@ var errPreempted = errors.New("cancelled by delete")
 var errClosing = errors.New("the gateway is shutting down")
 
 // attempt journals a driver call, makes it with a deadline, and settles
-// the journal entry with the outcome.
+// the journal entry with the outcome. The pending entry is written (with
+// the entries of earlier calls that are settled but not written yet)
+// before the call; the settled one is left to the actor's next write,
+// which comes before any other call (see actor.settled).
 func (m *Manager) attempt(a *actor, sb *sandbox.Sandbox, act action) error {
 	timeout := m.cfg.CallTimeout
 	if act.kind == sandbox.OpDriverStop {
@@ -393,11 +398,12 @@ func (m *Manager) attempt(a *actor, sb *sandbox.Sandbox, act action) error {
 		Attempt: a.failures + 1, Generation: act.gen, StartedAt: now, Deadline: now.Add(timeout),
 	}
 	sctx, cancel := storeCtx()
-	err := m.cfg.Store.PutOperation(sctx, op)
+	err := m.cfg.Store.PutOperation(sctx, append(a.settled, op)...)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("journal %s: %w", act.kind, err)
 	}
+	a.settled = nil
 
 	m.mu.Lock()
 	if m.closing {
@@ -418,32 +424,64 @@ func (m *Manager) attempt(a *actor, sb *sandbox.Sandbox, act action) error {
 	m.mu.Unlock()
 	cancelCall()
 
+	later := func(state sandbox.OpState, err error) {
+		m.settleEntry(op, state, err)
+		a.settled = append(a.settled, op)
+	}
 	switch {
 	case err == nil:
-		m.settle(op, sandbox.OpSucceeded, nil)
+		later(sandbox.OpSucceeded, nil)
 	case preempted:
-		m.settle(op, sandbox.OpSuperseded, errPreempted)
+		later(sandbox.OpSuperseded, errPreempted)
 		return errPreempted
 	case m.callCtx.Err() != nil:
-		m.settle(op, sandbox.OpInterrupted, fmt.Errorf("the shutdown budget ran out: %w", err))
+		later(sandbox.OpInterrupted, fmt.Errorf("the shutdown budget ran out: %w", err))
 	case errors.Is(err, context.DeadlineExceeded):
 		err = fmt.Errorf("no answer within %s: %w", timeout, err)
-		m.settle(op, sandbox.OpTimedOut, err)
+		later(sandbox.OpTimedOut, err)
 	default:
-		m.settle(op, sandbox.OpFailed, err)
+		later(sandbox.OpFailed, err)
 	}
 	return err
 }
 
-func (m *Manager) settle(op *sandbox.Operation, state sandbox.OpState, err error) {
+// settleEntry settles a journal entry in memory.
+func (m *Manager) settleEntry(op *sandbox.Operation, state sandbox.OpState, err error) {
 	op.State, op.FinishedAt = state, m.now()
 	if err != nil {
 		op.Error = err.Error()
 	}
 	metrics.Settled(string(op.Kind), string(state))
+}
+
+// settle settles a journal entry and writes it.
+func (m *Manager) settle(op *sandbox.Operation, state sandbox.OpState, err error) {
+	m.settleEntry(op, state, err)
+	m.writeSettled(op.SandboxID, []*sandbox.Operation{op})
+}
+
+// writeSettled writes settled journal entries of a sandbox.
+func (m *Manager) writeSettled(id string, ops []*sandbox.Operation) {
+	if len(ops) == 0 {
+		return
+	}
 	sctx, cancel := storeCtx()
 	defer cancel()
-	if err := m.cfg.Store.PutOperation(sctx, op); err != nil {
-		m.log.Error("settle journal entry", "sandbox", op.SandboxID, "kind", op.Kind, "err", err)
+	if err := m.cfg.Store.PutOperation(sctx, ops...); err != nil {
+		m.log.Error("settle journal entries", "sandbox", id, "entries", len(ops), "err", err)
 	}
+}
+
+// mutateStep is mutate for an actor's step: the entries the actor settled
+// and has not written yet go into the same transaction.
+func (m *Manager) mutateStep(a *actor, id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+	sb, err := m.mutate(id, func(sb *sandbox.Sandbox) (store.Mutation, error) {
+		mu, err := fn(sb)
+		mu.Put = append(mu.Put, a.settled...)
+		return mu, err
+	})
+	if err == nil {
+		a.settled = nil
+	}
+	return sb, err
 }

@@ -36,6 +36,14 @@ var (
 		Help:    "Time from a request to the sandbox reaching its intent.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 	})
+	storeWrites = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "corral_store_writes_total",
+		Help: "Write transactions the store ran in a commit, each answered with its own outcome.",
+	})
+	storeCommits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "corral_store_commits_total",
+		Help: "Commits (each one fsync) of the store; writes_total / commits_total is the group commit's batching ratio.",
+	})
 	recovery = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "corral_recovery_seconds",
 		Help: "Time from the start of recovery until every sandbox had been compared with the driver once.",
@@ -47,7 +55,7 @@ var (
 )
 
 func init() {
-	registry.MustRegister(operations, callSeconds, retries, interrupted, reconcileLag, recovery, egress,
+	registry.MustRegister(operations, callSeconds, retries, interrupted, reconcileLag, recovery, egress, storeWrites, storeCommits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
@@ -83,6 +91,13 @@ func Converged(kind string, since time.Time) {
 // Recovered records how long recovery took to compare every sandbox with
 // the driver.
 func Recovered(took time.Duration) { recovery.Set(took.Seconds()) }
+
+// StoreCommitted counts one commit of the store that carried writes
+// write transactions.
+func StoreCommitted(writes int) {
+	storeCommits.Inc()
+	storeWrites.Add(float64(writes))
+}
 
 // Handler serves the metrics in the Prometheus text format.
 func Handler() http.Handler { return promhttp.HandlerFor(registry, promhttp.HandlerOpts{}) }

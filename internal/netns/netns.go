@@ -1,15 +1,13 @@
-// Package netns opens listening sockets inside another network namespace:
-// the gateway serves a sandbox's egress proxy on the sandbox's own
-// loopback, while the proxy's outgoing connections leave from the
-// gateway's namespace.
+// Package netns opens sockets inside another network namespace: the
+// gateway serves a sandbox's egress proxy on the sandbox's own loopback
+// (Listen), while the proxy's outgoing connections leave from the
+// gateway's namespace, and it reaches a port on that loopback to forward
+// it (Dial).
 package netns
 
 import (
-	"errors"
 	"fmt"
 	"net"
-	"os"
-	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,53 +17,23 @@ import (
 // whatever thread later uses it. It needs CAP_SYS_ADMIN over the namespace
 // and in the caller's own user namespace: a root gateway.
 func Listen(path, addr string) (net.Listener, error) {
-	target, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("network namespace: %w", err)
-	}
-	defer target.Close()
-	type result struct {
-		l   net.Listener
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		// A thread that cannot go back to the gateway's namespace is never
-		// unlocked: it ends with this goroutine instead of serving others.
-		runtime.LockOSThread()
-		own, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{nil, fmt.Errorf("network namespace: %w", err)}
-			return
-		}
-		defer own.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{nil, fmt.Errorf("enter the network namespace %s: %w", path, err)}
-			return
-		}
+	var l net.Listener
+	err := within(path, func() error {
 		// A namespace a moment old has lo down, and no 127.0.0.1 yet.
-		lerr := LoopbackUp()
-		var l net.Listener
-		if lerr == nil {
-			l, lerr = net.Listen("tcp", addr)
+		if err := LoopbackUp(); err != nil {
+			return err
 		}
-		if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err != nil {
-			if l != nil {
-				l.Close()
-			}
-			done <- result{nil, errors.Join(lerr, fmt.Errorf("leave the network namespace %s: %w", path, err))}
-			return
+		var err error
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		if l != nil {
+			l.Close()
 		}
-		runtime.UnlockOSThread()
-		if lerr != nil {
-			lerr = fmt.Errorf("listen on %s in the network namespace %s: %w", addr, path, lerr)
-		}
-		done <- result{l, lerr}
-	}()
-	r := <-done
-	return r.l, r.err
+		return nil, fmt.Errorf("listen on %s in the network namespace %s: %w", addr, path, err)
+	}
+	return l, nil
 }
 
 // LoopbackUp brings up lo, the only interface of a new network namespace,

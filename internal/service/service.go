@@ -1,4 +1,5 @@
-// Package service is the API edge: corral.v1.SandboxService over gRPC on
+// Package service is the API edge: corral.v1.SandboxService (and
+// corral.v1.FileService, in files.go) over gRPC on
 // the lifecycle's requests. It maps errors to gRPC codes here and nowhere
 // else. It knows the lifecycle only through Lifecycle, and no driver or
 // store at all; which ones serve it is the wiring's business
@@ -46,6 +47,8 @@ type Lifecycle interface {
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
 	Imager
+	Files
+	Porter
 	Pools
 }
 
@@ -63,15 +66,35 @@ func New(m Lifecycle) corralv1.SandboxServiceServer { return &service{m: m} }
 // NewServer is a gRPC server with the API, health checking and
 // reflection; the caller gives it its listeners.
 func NewServer(m Lifecycle, opts ...grpc.ServerOption) *grpc.Server {
-	srv := grpc.NewServer(opts...)
+	srv := grpc.NewServer(append(StreamOptions(), opts...)...)
 	corralv1.RegisterSandboxServiceServer(srv, New(m))
+	corralv1.RegisterFileServiceServer(srv, NewFiles(m))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(corralv1.SandboxService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(corralv1.FileService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
 	return srv
 }
+
+// StreamOptions size the server's HTTP/2 windows and buffers for file
+// copies: gRPC's defaults (64 KiB windows, 32 KiB buffers) cost a round
+// trip and several small writes per 64 KiB of a copy. Memory per stream
+// stays bounded by the window.
+func StreamOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(streamWindow),
+		grpc.ReadBufferSize(streamBuffer), grpc.WriteBufferSize(streamBuffer),
+	}
+}
+
+// The HTTP/2 flow-control window of a stream (and of a connection) and
+// the size of the transport's read and write buffers.
+const (
+	streamWindow = 4 << 20
+	streamBuffer = 256 << 10
+)
 
 func (s *service) CreateSandbox(ctx context.Context, req *corralv1.CreateSandboxRequest) (*corralv1.CreateSandboxResponse, error) {
 	if req.GetPool() != "" {

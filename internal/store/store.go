@@ -31,8 +31,9 @@ type Store interface {
 	// DeleteSandbox removes a record and its journal.
 	DeleteSandbox(ctx context.Context, id string) error
 
-	// PutOperation inserts op (when op.ID is 0, setting it) or updates it.
-	PutOperation(ctx context.Context, op *sandbox.Operation) error
+	// PutOperation inserts each op (when its ID is 0, setting it) or
+	// updates it, all in one transaction.
+	PutOperation(ctx context.Context, ops ...*sandbox.Operation) error
 	// ListOperations returns the journal of one sandbox, oldest first.
 	ListOperations(ctx context.Context, sandboxID string) ([]*sandbox.Operation, error)
 	// SettlePending settles the pending entries that owners selects with
@@ -45,6 +46,18 @@ type Store interface {
 	AddGatewayEvent(ctx context.Context, ev GatewayEvent) error
 	// ListGatewayEvents returns the gateway's own journal, oldest first.
 	ListGatewayEvents(ctx context.Context) ([]GatewayEvent, error)
+
+	// AddExposedPort records an exposed port of an existing sandbox
+	// (errdefs.ErrNotFound when it does not exist). A port of the sandbox
+	// already exposed, or an address already serving, is
+	// errdefs.ErrAlreadyExists.
+	AddExposedPort(ctx context.Context, p sandbox.ExposedPort) error
+	// RemoveExposedPort removes a sandbox's exposed port;
+	// errdefs.ErrNotFound when it is not exposed.
+	RemoveExposedPort(ctx context.Context, sandboxID string, port int) error
+	// ListExposedPorts returns the exposed ports of one sandbox, or of
+	// every sandbox when sandboxID is "", oldest first.
+	ListExposedPorts(ctx context.Context, sandboxID string) ([]sandbox.ExposedPort, error)
 
 	// CreatePool inserts a pool; a taken name is errdefs.ErrAlreadyExists.
 	CreatePool(ctx context.Context, p *sandbox.Pool) error
@@ -86,6 +99,10 @@ type Mutation struct {
 	Request *sandbox.Operation
 	// SettleRequests, when set, settles the pending requests with this state.
 	SettleRequests sandbox.OpState
+	// Put are driver calls' journal entries inserted or updated as
+	// PutOperation does (such as the settled entry of the call before
+	// this change); a request there is refused (it goes in Request).
+	Put []*sandbox.Operation
 }
 
 // Owners selects journal entries by owner: those of instance Is when set,

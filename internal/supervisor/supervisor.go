@@ -27,6 +27,8 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/files"
+	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 // Config is what a supervisor runs.
@@ -127,10 +129,22 @@ func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
 		return err
 	}
 	os.Unsetenv(PolicyEnv)
+	if command[0] == files.Command {
+		return runFiles(command[1:], pol, hasPolicy, dropCaps, report)
+	}
 	path, err := exec.LookPath(command[0])
 	if err != nil {
 		return err
 	}
+	if err := applyStage(pol, hasPolicy, dropCaps, report); err != nil {
+		return err
+	}
+	return syscall.Exec(path, command, os.Environ())
+}
+
+// applyStage applies what the exec stage applies before its command runs
+// (the capabilities, then the policy) and says so on report, if any.
+func applyStage(pol policy.Policy, hasPolicy, dropCaps bool, report *os.File) error {
 	if dropCaps {
 		if err := dropCapabilities(); err != nil {
 			return err
@@ -138,6 +152,7 @@ func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
 	}
 	var applied []string
 	if hasPolicy {
+		var err error
 		if applied, err = protect(pol); err != nil {
 			return err
 		}
@@ -145,7 +160,7 @@ func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
 	if report != nil {
 		fmt.Fprintf(report, "applied: %s\n", strings.Join(applied, "; "))
 	}
-	return syscall.Exec(path, command, os.Environ())
+	return nil
 }
 
 // egressWait bounds how long a main process waits for its egress proxy.

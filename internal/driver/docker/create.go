@@ -266,7 +266,7 @@ func (d *Driver) containerNetNS(ctx context.Context, containerID string) (string
 	}
 	path := fmt.Sprintf("/proc/%d/ns/net", st.Pid)
 	if _, err := os.Stat(path); err != nil {
-		return "", errdefs.FailedPrecondition("the network namespace of container %s (pid %d) is not visible to the gateway: egress needs the Docker engine on the gateway's own host: %v", containerID, st.Pid, err)
+		return "", errdefs.FailedPrecondition("the network namespace of container %s (pid %d) is not visible to the gateway: egress and ports need the Docker engine on the gateway's own host: %v", containerID, st.Pid, err)
 	}
 	return path, nil
 }

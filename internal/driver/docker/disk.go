@@ -129,3 +129,29 @@ func (d *Driver) removeDisk(id string) error {
 	}
 	return nil
 }
+
+var _ driver.Workdirs = (*Driver)(nil)
+
+// Workdir implements driver.Workdirs: the mount of the sandbox's disk on
+// the host (limits.disk), which outlives its containers, or the volume's
+// directory, which the engine keeps on this host.
+func (d *Driver) Workdir(ctx context.Context, id string) (string, error) {
+	if _, err := os.Stat(d.diskImage(id)); err == nil {
+		mnt := d.diskMount(id)
+		if mounted, err := diskimage.Mounted(mnt); err != nil || !mounted {
+			return "", errdefs.FailedPrecondition("sandbox %s keeps /sandbox on its own disk (limits.disk), not mounted now: start it to reach its files", id)
+		}
+		return mnt, nil
+	}
+	vol, err := d.api.VolumeInspect(ctx, d.volumeName(id), client.VolumeInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return "", errdefs.NotFound("sandbox %s has no /sandbox volume", id)
+		}
+		return "", d.wrap(err, "inspect volume "+d.volumeName(id))
+	}
+	if vol.Volume.Mountpoint == "" {
+		return "", errdefs.FailedPrecondition("the /sandbox volume of sandbox %s has no directory on this host", id)
+	}
+	return vol.Volume.Mountpoint, nil
+}

@@ -58,7 +58,8 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 	defer att.Close()
 	if opts.Stdin != nil {
 		go func() {
-			_, _ = io.Copy(att.Conn, opts.Stdin)
+			// 256 KiB writes (a file copied in): io.Copy would write 32 KiB at a time
+			_, _ = io.CopyBuffer(struct{ io.Writer }{att.Conn}, opts.Stdin, make([]byte, 256<<10))
 			_ = att.CloseWrite()
 		}()
 	}

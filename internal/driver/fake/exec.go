@@ -119,15 +119,12 @@ func (d *Driver) Logs(ctx context.Context, id string, opts driver.LogOptions, st
 	return nil
 }
 
-// object returns a copy of this gateway's object of id.
+// object returns this gateway's object of id.
 func (d *Driver) object(id string) (object, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	objs, err := d.load()
+	o, err := d.read(id)
 	if err != nil {
 		return object{}, err
 	}
-	o := objs[id]
 	if !d.mine(o) {
 		return object{}, errdefs.NotFound("fake object for sandbox %s not found", id)
 	}

@@ -1,7 +1,7 @@
-// Package fake is a compute driver without compute: it keeps its objects in
-// a JSON file (so they survive a gateway restart) and obeys fault rules read
-// from another file, so tests can hold, delay or fail any call, from this
-// process or from outside it.
+// Package fake is a compute driver without compute: it keeps each object in
+// a JSON file of its own (so they survive a gateway restart) and obeys fault
+// rules read from another file, so tests can hold, delay or fail any call,
+// from this process or from outside it.
 package fake
 
 import (
@@ -13,7 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -23,11 +25,21 @@ import (
 // Driver is the fake driver.
 type Driver struct {
 	cfg driver.Config
-	mu  sync.Mutex // serializes this process's access to the objects file
-	// cached is the objects file as this process last read or wrote it,
-	// valid while cachedFile is the same file (every write makes a new one).
-	cached     map[string]*object
-	cachedFile os.FileInfo
+	mu  sync.Mutex // serializes this process's changes to the objects
+	// lock and changes are the lock file and the changes file, kept open
+	// by a driver that New made until Close (the helpers below, and a
+	// closed driver, open them per change). Set once.
+	lock, changes *os.File
+	closed        atomic.Bool
+
+	// cache holds objects as this driver last read or wrote them. It is
+	// good for what the first seen bytes of the changes file account for:
+	// a newer line there drops its object from the cache. (Only a driver
+	// that New made has one, and only until Close.)
+	caching   bool
+	cacheMu   sync.Mutex
+	cache     map[string]*object
+	seen, end int64 // end: the file's size when it was last looked at
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -37,19 +49,49 @@ func New(cfg driver.Config) (*Driver, error) {
 	if cfg.Label == "" {
 		return nil, errors.New("fake driver: no sandbox label configured")
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "held"), 0o700); err != nil {
+	for _, dir := range []string{"held", ObjectsDir} {
+		if err := os.MkdirAll(filepath.Join(cfg.StateDir, dir), 0o700); err != nil {
+			return nil, fmt.Errorf("fake driver: %w", err)
+		}
+	}
+	d := &Driver{cfg: cfg, caching: true, cache: map[string]*object{}}
+	var err error
+	if d.lock, d.changes, err = openShared(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("fake driver: %w", err)
 	}
-	return &Driver{cfg: cfg}, nil
+	return d, nil
+}
+
+// openShared opens the lock file and the changes file of a state dir.
+func openShared(stateDir string) (lock, changes *os.File, err error) {
+	lock, err = os.OpenFile(filepath.Join(stateDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	changes, err = os.OpenFile(filepath.Join(stateDir, ChangesFile), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	return lock, changes, nil
 }
 
 // Name implements driver.Driver.
 func (d *Driver) Name() string { return "fake" }
 
 // Close implements driver.Driver.
-func (d *Driver) Close() error { return nil }
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lock == nil || d.closed.Swap(true) {
+		return nil
+	}
+	d.cacheMu.Lock()
+	defer d.cacheMu.Unlock()
+	return errors.Join(d.lock.Close(), d.changes.Close())
+}
 
-// object is one fake compute object as kept in the file.
+// object is one fake compute object as kept in its file.
 type object struct {
 	ID         string            `json:"id"`
 	Generation int64             `json:"generation"`
@@ -62,64 +104,144 @@ type object struct {
 	Output  string   `json:"output,omitempty"`
 }
 
+// equal reports whether two objects would be written the same.
+func (o *object) equal(p *object) bool {
+	if o == nil || p == nil {
+		return o == p
+	}
+	return o.ID == p.ID && o.Generation == p.Generation && o.State == p.State && o.ExitCode == p.ExitCode &&
+		o.Starts == p.Starts && o.Output == p.Output && maps.Equal(o.Labels, p.Labels) && slices.Equal(o.Command, p.Command)
+}
+
 func (o *object) public() driver.Object {
 	return driver.Object{ID: o.ID, Generation: o.Generation, State: o.State, ExitCode: o.ExitCode, Labels: maps.Clone(o.Labels)}
 }
 
-// ObjectsFile is the name of the file that holds the objects in the state dir.
-const ObjectsFile = "objects.json"
+const (
+	// ObjectsDir is the directory of the state dir that holds one file per
+	// object, ID.json, replaced whole on every change. (One file of all the
+	// objects made every call cost as much as writing them all.)
+	ObjectsDir = "objects"
+	// ChangesFile is the file of the state dir that every change appends
+	// the object's id to, one a line, for Watch.
+	ChangesFile = "changes"
+	lockFile    = "objects.lock"
+)
 
-// load returns the objects, parsing the file only when it changed. The
-// map is shared: callers only read it (update changes a copy).
-func (d *Driver) load() (map[string]*object, error) {
-	f, err := os.Open(filepath.Join(d.cfg.StateDir, ObjectsFile))
+func (d *Driver) objectPath(id string) string {
+	return filepath.Join(d.cfg.StateDir, ObjectsDir, id+".json")
+}
+
+// read returns the object of id, nil when there is none. Callers do not
+// change it (change works on a copy).
+func (d *Driver) read(id string) (*object, error) {
+	if !d.caching {
+		return d.readFile(id)
+	}
+	d.cacheMu.Lock()
+	defer d.cacheMu.Unlock()
+	if d.closed.Load() {
+		return d.readFile(id)
+	}
+	if err := d.catchUp(); err != nil {
+		return nil, err
+	}
+	if o, ok := d.cache[id]; ok {
+		return o, nil
+	}
+	o, err := d.readFile(id)
+	if o != nil {
+		d.cache[id] = o
+	}
+	return o, err
+}
+
+// catchUp drops from the cache the objects that the changes file names
+// after what it has seen. d.cacheMu is held.
+func (d *Driver) catchUp() error {
+	fi, err := d.changes.Stat()
+	if err != nil {
+		return fmt.Errorf("fake driver: %w", err)
+	}
+	size := fi.Size()
+	switch d.end = size; {
+	case size < d.seen: // not the file it was
+		d.cache, d.seen = map[string]*object{}, 0
+	case size == d.seen:
+		return nil
+	}
+	ids, next, err := readChanges(d.changes, d.seen)
+	if err != nil {
+		return fmt.Errorf("fake driver: %w", err)
+	}
+	for _, id := range ids {
+		delete(d.cache, id)
+	}
+	d.seen = next
+	return nil
+}
+
+// cached records what this driver just wrote: next (nil when removed) as
+// the object of id, and its line of the changes file as seen when nothing
+// unseen precedes it. d.mu and the lock file are held, so no one else
+// wrote to the changes file since change called read.
+func (d *Driver) cached(id string, next *object, line int) {
+	if !d.caching {
+		return
+	}
+	d.cacheMu.Lock()
+	defer d.cacheMu.Unlock()
+	if next == nil {
+		delete(d.cache, id)
+	} else {
+		d.cache[id] = next
+	}
+	if d.seen == d.end {
+		d.seen += int64(line)
+	}
+	d.end += int64(line)
+}
+
+// readFile reads the object of id from its file.
+func (d *Driver) readFile(id string) (*object, error) {
+	data, err := os.ReadFile(d.objectPath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fake driver: %w", err)
+	}
+	o := &object{}
+	if err := json.Unmarshal(data, o); err != nil {
+		return nil, fmt.Errorf("fake driver: %s/%s.json: %w", ObjectsDir, id, err)
+	}
+	return o, nil
+}
+
+// readAll returns every object, by id.
+func (d *Driver) readAll() (map[string]*object, error) {
+	entries, err := os.ReadDir(filepath.Join(d.cfg.StateDir, ObjectsDir))
 	if errors.Is(err, os.ErrNotExist) {
 		return map[string]*object{}, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("fake driver: %w", err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
+	objs := make(map[string]*object, len(entries))
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue // a write in progress
+		}
+		o, err := d.read(id)
+		if err != nil {
+			return nil, err
+		}
+		if o != nil {
+			objs[id] = o
+		}
 	}
-	if d.cachedFile != nil && os.SameFile(fi, d.cachedFile) && fi.Size() == d.cachedFile.Size() && fi.ModTime().Equal(d.cachedFile.ModTime()) {
-		return d.cached, nil
-	}
-	objs := map[string]*object{}
-	if err := json.NewDecoder(f).Decode(&objs); err != nil {
-		return nil, fmt.Errorf("fake driver: %s: %w", ObjectsFile, err)
-	}
-	d.cached, d.cachedFile = objs, fi
 	return objs, nil
-}
-
-func (d *Driver) save(objs map[string]*object) error {
-	data, err := json.Marshal(objs)
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(d.cfg.StateDir, ObjectsFile)
-	if err := writeAtomic(path, data); err != nil {
-		return err
-	}
-	d.cached, d.cachedFile = nil, nil
-	if fi, err := os.Stat(path); err == nil {
-		d.cached, d.cachedFile = objs, fi
-	}
-	return nil
-}
-
-// cloneObjects copies objects, so that a copy may be changed while the
-// original is read; labels are never changed in place.
-func cloneObjects(objs map[string]*object) map[string]*object {
-	out := make(map[string]*object, len(objs))
-	for id, o := range objs {
-		c := *o
-		out[id] = &c
-	}
-	return out
 }
 
 func writeAtomic(path string, data []byte) error {
@@ -130,29 +252,70 @@ func writeAtomic(path string, data []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// update runs fn on the objects with the file locked (against this
-// process and others, such as a test that makes a process exit), and saves
-// them.
-func (d *Driver) update(fn func(objs map[string]*object) error) error {
+// update runs fn on a copy of the object of id (nil when there is none)
+// with the objects locked (against this process and others, such as a test
+// that makes a process exit), and writes what fn returns when it differs
+// (nil removes the object).
+func (d *Driver) update(id string, fn func(o *object) (*object, error)) error {
+	return d.locked(func(changes *os.File) error { return d.change(changes, id, fn) })
+}
+
+// locked runs fn with the objects locked against this process and others,
+// giving it the changes file to append to.
+func (d *Driver) locked(fn func(changes *os.File) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	lock, err := os.OpenFile(filepath.Join(d.cfg.StateDir, ObjectsFile+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
+	lock, changes := d.lock, d.changes
+	if lock == nil || d.closed.Load() { // a helper's driver, or a closed one
+		if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, ObjectsDir), 0o700); err != nil {
+			return err
+		}
+		var err error
+		if lock, changes, err = openShared(d.cfg.StateDir); err != nil {
+			return err
+		}
+		defer lock.Close()
+		defer changes.Close()
 	}
-	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return err
 	}
-	loaded, err := d.load()
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	return fn(changes)
+}
+
+// change is update with the objects already locked.
+func (d *Driver) change(changes *os.File, id string, fn func(o *object) (*object, error)) error {
+	cur, err := d.read(id)
 	if err != nil {
 		return err
 	}
-	objs := cloneObjects(loaded)
-	if err := fn(objs); err != nil {
+	var edit *object
+	if cur != nil {
+		c := *cur
+		edit = &c
+	}
+	next, err := fn(edit)
+	if err != nil || next.equal(cur) {
 		return err
 	}
-	return d.save(objs)
+	if next == nil {
+		err = os.Remove(d.objectPath(id))
+	} else {
+		var data []byte
+		if data, err = json.Marshal(next); err == nil {
+			err = writeAtomic(d.objectPath(id), data)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	line := id + "\n"
+	if _, err := changes.WriteString(line); err != nil {
+		return err
+	}
+	d.cached(id, next, len(line))
+	return nil
 }
 
 // mine reports whether an object carries this gateway's label.
@@ -175,23 +338,21 @@ func (d *Driver) call(ctx context.Context, op, id, name string, fn func() error)
 // Create implements driver.Driver.
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	return d.call(ctx, "create", spec.ID, spec.Name, func() error {
-		return d.update(func(objs map[string]*object) error {
-			if o := objs[spec.ID]; d.mine(o) {
+		return d.update(spec.ID, func(o *object) (*object, error) {
+			if d.mine(o) {
 				switch {
 				case o.Generation == spec.Generation:
-					return nil // adopt
+					return o, nil // adopt
 				case o.State == driver.StateRunning:
-					return errdefs.FailedPrecondition("fake object for sandbox %s runs generation %d", spec.ID, o.Generation)
+					return nil, errdefs.FailedPrecondition("fake object for sandbox %s runs generation %d", spec.ID, o.Generation)
 				}
 			}
-			labels := driver.ObjectLabels(spec, d.cfg.Label)
 			starts := 0
-			if o := objs[spec.ID]; o != nil {
+			if o != nil {
 				starts = o.Starts
 			}
-			objs[spec.ID] = &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateCreated, Labels: labels, Starts: starts,
-				Command: slices.Clone(spec.Command)}
-			return nil
+			return &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateCreated,
+				Labels: driver.ObjectLabels(spec, d.cfg.Label), Starts: starts, Command: slices.Clone(spec.Command)}, nil
 		})
 	})
 }
@@ -199,16 +360,15 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 // Start implements driver.Driver.
 func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	return d.call(ctx, "start", ref.ID, "", func() error {
-		return d.update(func(objs map[string]*object) error {
-			o := objs[ref.ID]
+		return d.update(ref.ID, func(o *object) (*object, error) {
 			if !d.mine(o) {
-				return errdefs.NotFound("fake object for sandbox %s not found", ref.ID)
+				return nil, errdefs.NotFound("fake object for sandbox %s not found", ref.ID)
 			}
 			if o.Generation != ref.Generation {
-				return errdefs.FailedPrecondition("fake object for sandbox %s is generation %d, not %d", ref.ID, o.Generation, ref.Generation)
+				return nil, errdefs.FailedPrecondition("fake object for sandbox %s is generation %d, not %d", ref.ID, o.Generation, ref.Generation)
 			}
 			if o.State == driver.StateRunning {
-				return nil
+				return o, nil
 			}
 			o.State, o.ExitCode = driver.StateRunning, 0
 			o.Starts++
@@ -216,7 +376,7 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 				out, _ := run(o.Command, nil) // the main process "prints" at once, then runs on
 				o.Output += out
 			}
-			return nil
+			return o, nil
 		})
 	})
 }
@@ -224,11 +384,11 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 // Stop implements driver.Driver.
 func (d *Driver) Stop(ctx context.Context, ref driver.Ref, _ driver.StopOptions) error {
 	return d.call(ctx, "stop", ref.ID, "", func() error {
-		return d.update(func(objs map[string]*object) error {
-			if o := objs[ref.ID]; d.mine(o) && o.State == driver.StateRunning {
+		return d.update(ref.ID, func(o *object) (*object, error) {
+			if d.mine(o) && o.State == driver.StateRunning {
 				o.State, o.ExitCode = driver.StateStopped, 137 // as if killed
 			}
-			return nil
+			return o, nil
 		})
 	})
 }
@@ -236,11 +396,11 @@ func (d *Driver) Stop(ctx context.Context, ref driver.Ref, _ driver.StopOptions)
 // Delete implements driver.Driver.
 func (d *Driver) Delete(ctx context.Context, id string) error {
 	return d.call(ctx, "delete", id, "", func() error {
-		return d.update(func(objs map[string]*object) error {
-			if d.mine(objs[id]) {
-				delete(objs, id)
+		return d.update(id, func(o *object) (*object, error) {
+			if d.mine(o) {
+				return nil, nil
 			}
-			return nil
+			return o, nil
 		})
 	})
 }
@@ -260,9 +420,7 @@ func (d *Driver) Inspect(ctx context.Context, id string) (driver.Object, error) 
 func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
 	var list []driver.Object
 	err := d.call(ctx, "list", "", "", func() error {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		objs, err := d.load()
+		objs, err := d.readAll()
 		if err != nil {
 			return err
 		}
@@ -276,17 +434,19 @@ func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
 	return list, err
 }
 
-// Seed adds running objects for sandboxes, all in one write, as if they
-// had been created and started (benchmarks start from many of them).
+// Seed adds running objects for sandboxes, as if they had been created and
+// started (benchmarks start from many of them).
 func Seed(stateDir, label string, specs []driver.Spec) error {
 	d := &Driver{cfg: driver.Config{Label: label, StateDir: stateDir}}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return err
-	}
-	return d.update(func(objs map[string]*object) error {
+	return d.locked(func(changes *os.File) error {
 		for _, spec := range specs {
-			objs[spec.ID] = &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateRunning,
-				Labels: driver.ObjectLabels(spec, label), Starts: 1}
+			err := d.change(changes, spec.ID, func(*object) (*object, error) {
+				return &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateRunning,
+					Labels: driver.ObjectLabels(spec, label), Starts: 1}, nil
+			})
+			if err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -296,13 +456,12 @@ func Seed(stateDir, label string, specs []driver.Spec) error {
 // as a real one would on its own.
 func Exit(stateDir, id string, code int) error {
 	d := &Driver{cfg: driver.Config{StateDir: stateDir}}
-	return d.update(func(objs map[string]*object) error {
-		o := objs[id]
+	return d.update(id, func(o *object) (*object, error) {
 		if o == nil || o.State != driver.StateRunning {
-			return errdefs.FailedPrecondition("fake object for sandbox %s is not running", id)
+			return nil, errdefs.FailedPrecondition("fake object for sandbox %s is not running", id)
 		}
 		o.State, o.ExitCode = driver.StateStopped, code
-		return nil
+		return o, nil
 	})
 }
 
@@ -310,12 +469,9 @@ func Exit(stateDir, id string, code int) error {
 // (0 when there is none); tests use it to prove run-once behaviour.
 func Starts(stateDir, id string) (int, error) {
 	d := &Driver{cfg: driver.Config{StateDir: stateDir}}
-	objs, err := d.load()
-	if err != nil {
+	o, err := d.read(id)
+	if err != nil || o == nil {
 		return 0, err
 	}
-	if o := objs[id]; o != nil {
-		return o.Starts, nil
-	}
-	return 0, nil
+	return o.Starts, nil
 }

@@ -321,14 +321,15 @@ func TestObjectsFileBroken(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			d, dir, spec := setup(t)
-			if err := breakIt(filepath.Join(dir, fake.ObjectsFile)); err != nil {
+			if err := breakIt(filepath.Join(dir, fake.ObjectsDir, spec.ID+".json")); err != nil {
 				t.Fatal(err)
 			}
+			d = newFake(t, dir) // changed behind the drivers' back: seen by a new one
 			if objs, err := d.List(ctx(t)); err == nil {
-				t.Errorf("List with a broken objects file = %v, want an error", objs)
+				t.Errorf("List with a broken object file = %v, want an error", objs)
 			}
 			if _, err := d.Inspect(ctx(t), spec.ID); err == nil || errors.Is(err, errdefs.ErrNotFound) {
-				t.Errorf("Inspect with a broken objects file = %v, want an error other than not found", err)
+				t.Errorf("Inspect with a broken object file = %v, want an error other than not found", err)
 			}
 		})
 	}
@@ -408,5 +409,52 @@ func TestStartsOfMissing(t *testing.T) {
 	_, err := newFake(t, t.TempDir()).Inspect(ctx(t), "missing")
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Inspect of a missing object = %v, want ErrNotFound", err)
+	}
+}
+
+// Watch reports the objects there are when it begins, then every change
+// made through the state dir (an Exit from outside, a delete), but not the
+// changes of another gateway's objects.
+func TestWatchFollowsChanges(t *testing.T) {
+	d, dir, spec := setup(t)
+	if err := d.Start(ctx(t), ref(spec)); err != nil {
+		t.Fatal(err)
+	}
+	other := newSpec()
+	od, err := fake.New(driver.Config{Label: "other.gateway", StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	seen := make(chan string, 100)
+	go func() { _ = d.Watch(wctx, func(id string) { seen <- id }) }()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case id := <-seen:
+			return id
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Watch did not report %s", what)
+			return ""
+		}
+	}
+	if id := next("the object there was"); id != spec.ID {
+		t.Fatalf("first report %s, want %s", id, spec.ID)
+	}
+	if err := od.Create(ctx(t), other); err != nil { // not reported
+		t.Fatal(err)
+	}
+	if err := fake.Exit(dir, spec.ID, 3); err != nil {
+		t.Fatal(err)
+	}
+	if id := next("the exit"); id != spec.ID {
+		t.Fatalf("after the exit Watch reported %s, want %s", id, spec.ID)
+	}
+	if err := d.Delete(ctx(t), spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if id := next("the delete"); id != spec.ID {
+		t.Fatalf("after the delete Watch reported %s, want %s", id, spec.ID)
 	}
 }

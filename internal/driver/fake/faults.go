@@ -83,13 +83,11 @@ func (d *Driver) nameOf(id string) string {
 	if id == "" {
 		return ""
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	objs, err := d.load()
-	if err != nil || objs[id] == nil {
+	o, err := d.read(id)
+	if err != nil || o == nil {
 		return ""
 	}
-	return objs[id].Labels[driver.LabelName]
+	return o.Labels[driver.LabelName]
 }
 
 // inject applies the first rule that matches a call.

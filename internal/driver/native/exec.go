@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
@@ -72,6 +73,7 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 				shim.CloseFiles(theirs)
 				return 0, fmt.Errorf("exec: %w", err)
 			}
+			widenPipe(r)
 			theirs = append(theirs, wr)
 			copyOut(w, r)
 		}
@@ -123,11 +125,22 @@ func stdinFor(in io.Reader) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("exec: %w", err)
 	}
+	widenPipe(w)
 	go func() {
-		_, _ = io.Copy(w, in)
+		// In pieces as large as the pipe: *os.File's ReadFrom would copy 32 KiB at a time.
+		_, _ = io.CopyBuffer(struct{ io.Writer }{w}, in, make([]byte, pipeSize))
 		w.Close()
 	}()
 	return r, nil
+}
+
+// pipeSize is the capacity asked for the pipes of an exec's stdio, so that
+// a stream (a file copied in or out) moves in large pieces.
+const pipeSize = 1 << 20
+
+// widenPipe asks for a pipe of pipeSize; a smaller one still works.
+func widenPipe(f *os.File) {
+	_, _ = unix.FcntlInt(f.Fd(), unix.F_SETPIPE_SZ, pipeSize)
 }
 
 // logPoll is how often Logs looks for new output when it follows.

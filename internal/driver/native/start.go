@@ -132,7 +132,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 		if err != nil {
 			return fmt.Errorf("native start: egress: %w", err)
 		}
-		cfg.Trust, cfg.Env = trust, append(cfg.Env, driver.EgressEnv()...)
+		cfg.Trust, cfg.Env = trust, driver.WithEnv(cfg.Env, driver.EgressEnv()) // over an image's own
 	}
 	owner := -1 // the workdir's owner on the host; -1: leave it
 	if uid := pol.Process.RunAsUser; uid != nil {
@@ -412,4 +412,20 @@ func (d *Driver) NetNS(ctx context.Context, ref driver.Ref) (string, error) {
 		return "", fmt.Errorf("native: the supervisor's pid: %w", err)
 	}
 	return fmt.Sprintf("/proc/%d/ns/net", pid), nil
+}
+
+var _ driver.Workdirs = (*Driver)(nil)
+
+// Workdir implements driver.Workdirs: the sandbox's workdir directory. A
+// /sandbox on a disk image (limits.disk) is mounted only inside a running
+// sandbox's namespace, so it cannot be reached while the sandbox is
+// stopped.
+func (d *Driver) Workdir(ctx context.Context, id string) (string, error) {
+	if _, err := d.load(id); err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(d.sandboxDir(id), "disk.ext4")); err == nil {
+		return "", errdefs.FailedPrecondition("sandbox %s keeps /sandbox on its own disk (limits.disk), mounted only while it runs: start it to reach its files", id)
+	}
+	return d.workdir(id), nil
 }

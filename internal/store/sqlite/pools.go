@@ -37,20 +37,20 @@ func (s *Store) CreatePool(ctx context.Context, p *sandbox.Pool) error {
 	if err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := getPool(ctx, tx, p.Name); err == nil {
+	return s.w.write(ctx, func(q *stmts) error {
+		if _, err := getPool(ctx, q, p.Name); err == nil {
 			return errdefs.AlreadyExists("pool %q already exists", p.Name)
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO pools (`+poolColumns+`) VALUES (?,?,?,?)`,
+		_, err := q.exec(ctx, `INSERT INTO pools (`+poolColumns+`) VALUES (?,?,?,?)`,
 			p.Name, p.Size, string(spec), nanos(p.CreatedAt))
 		return err
 	})
 }
 
-func getPool(ctx context.Context, q querier, name string) (*sandbox.Pool, error) {
-	p, err := scanPool(q.QueryRowContext(ctx, `SELECT `+poolColumns+` FROM pools WHERE name = ?`, name))
+func getPool(ctx context.Context, q *stmts, name string) (*sandbox.Pool, error) {
+	p, err := scanPool(q.queryRow(ctx, `SELECT `+poolColumns+` FROM pools WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("pool %q not found", name)
 	}
@@ -59,12 +59,12 @@ func getPool(ctx context.Context, q querier, name string) (*sandbox.Pool, error)
 
 // GetPool implements store.Store.
 func (s *Store) GetPool(ctx context.Context, name string) (*sandbox.Pool, error) {
-	return getPool(ctx, s.db, name)
+	return getPool(ctx, s.r, name)
 }
 
 // ListPools implements store.Store.
 func (s *Store) ListPools(ctx context.Context) ([]*sandbox.Pool, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+poolColumns+` FROM pools ORDER BY name`)
+	rows, err := s.r.query(ctx, `SELECT `+poolColumns+` FROM pools ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -82,26 +82,30 @@ func (s *Store) ListPools(ctx context.Context) ([]*sandbox.Pool, error) {
 
 // DeletePool implements store.Store.
 func (s *Store) DeletePool(ctx context.Context, name string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM pools WHERE name = ?`, name)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return errdefs.NotFound("pool %q not found", name)
-	}
-	return nil
+	return s.w.write(ctx, func(q *stmts) error {
+		res, err := q.exec(ctx, `DELETE FROM pools WHERE name = ?`, name)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return errdefs.NotFound("pool %q not found", name)
+		}
+		return nil
+	})
 }
 
-// ClaimSandbox implements store.Store. The one connection serializes
-// transactions, so two claims never pick the same member.
+// ClaimSandbox implements store.Store. The one writer runs writes one
+// after another, so two claims never pick the same member.
 func (s *Store) ClaimSandbox(ctx context.Context, pool string, c store.Claim) (*sandbox.Sandbox, bool, error) {
 	var (
 		got     *sandbox.Sandbox
 		claimed bool
 	)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.w.write(ctx, func(q *stmts) error {
 		if c.RequestID != "" {
-			existing, err := getSandbox(ctx, tx, "request_id = ?", c.RequestID)
+			existing, err := getSandbox(ctx, q, "request_id = ?", c.RequestID)
 			if err == nil {
 				if existing.Name != c.Name {
 					return errdefs.FailedPrecondition("request id %q was already used to create sandbox %q, not %q", c.RequestID, existing.Name, c.Name)
@@ -113,20 +117,26 @@ func (s *Store) ClaimSandbox(ctx context.Context, pool string, c store.Claim) (*
 				return err
 			}
 		}
-		if _, err := getPool(ctx, tx, pool); err != nil {
+		if _, err := getPool(ctx, q, pool); err != nil {
 			return err
 		}
-		if _, err := getSandbox(ctx, tx, "name = ?", c.Name); err == nil {
+		var taken int
+		if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE name = ?`, c.Name).Scan(&taken); err != nil {
+			return err
+		} else if taken > 0 {
 			return errdefs.AlreadyExists("sandbox %q already exists", c.Name)
-		} else if !errors.Is(err, errdefs.ErrNotFound) {
-			return err
 		}
-		sb, err := scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes
+		var id string
+		err := q.queryRow(ctx, `SELECT id FROM sandboxes
 			WHERE json_extract(spec, '$.labels."`+sandbox.LabelPool+`"') = ? AND desired_state = ? AND phase = ?
-			ORDER BY created_at, id LIMIT 1`, pool, sandbox.DesiredRunning, sandbox.PhaseReady))
+			ORDER BY created_at, id LIMIT 1`, pool, sandbox.DesiredRunning, sandbox.PhaseReady).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNoneReady
 		}
+		if err != nil {
+			return err
+		}
+		sb, err := getSandbox(ctx, q, "id = ?", id)
 		if err != nil {
 			return err
 		}
@@ -138,13 +148,13 @@ func (s *Store) ClaimSandbox(ctx context.Context, pool string, c store.Claim) (*
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET name=?, request_id=?, spec=?, updated_at=?, revision=? WHERE id=?`,
+		_, err = q.exec(ctx, `UPDATE sandboxes SET name=?, request_id=?, spec=?, updated_at=?, revision=? WHERE id=?`,
 			sb.Name, nullString(sb.RequestID), string(spec), nanos(sb.UpdatedAt), sb.Revision, sb.ID)
 		if err != nil {
 			return err
 		}
 		c.Op.SandboxID, c.Op.Generation = sb.ID, sb.Generation
-		if err := putOperation(ctx, tx, c.Op); err != nil {
+		if err := putOperation(ctx, q, c.Op); err != nil {
 			return err
 		}
 		got, claimed = sb, true
@@ -153,6 +163,5 @@ func (s *Store) ClaimSandbox(ctx context.Context, pool string, c store.Claim) (*
 	if err != nil {
 		return nil, false, err
 	}
-	got.LastRequest, err = s.lastRequest(ctx, got.ID)
-	return got, claimed, err
+	return got, claimed, nil
 }

@@ -22,48 +22,87 @@ const requestKinds = `('create','start','stop','delete','update')`
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanSandbox(row scanner) (*sandbox.Sandbox, error) {
-	var (
-		sb                         sandbox.Sandbox
-		requestID                  sql.NullString
-		exitCode                   sql.NullInt64
-		spec                       string
-		created, updated, deadline int64
-	)
-	err := row.Scan(&sb.ID, &sb.Name, &requestID, &spec, &sb.Desired, &sb.Phase, &sb.Generation,
-		&sb.Reason, &exitCode, &sb.Restarts, &created, &updated, &deadline, &sb.Revision)
-	if err != nil {
-		return nil, err
-	}
-	if exitCode.Valid {
-		code := int(exitCode.Int64)
+// sandboxRow is a sandbox's columns as scanned.
+type sandboxRow struct {
+	sb                         sandbox.Sandbox
+	requestID                  sql.NullString
+	exitCode                   sql.NullInt64
+	spec                       string
+	created, updated, deadline int64
+}
+
+func (r *sandboxRow) dest() []any {
+	return []any{&r.sb.ID, &r.sb.Name, &r.requestID, &r.spec, &r.sb.Desired, &r.sb.Phase, &r.sb.Generation,
+		&r.sb.Reason, &r.exitCode, &r.sb.Restarts, &r.created, &r.updated, &r.deadline, &r.sb.Revision}
+}
+
+func (r *sandboxRow) decode() (*sandbox.Sandbox, error) {
+	sb := r.sb
+	if r.exitCode.Valid {
+		code := int(r.exitCode.Int64)
 		sb.ExitCode = &code
 	}
-	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
+	if err := json.Unmarshal([]byte(r.spec), &sb.Spec); err != nil {
 		return nil, fmt.Errorf("sandbox %s: decode spec: %w", sb.ID, err)
 	}
-	sb.RequestID = requestID.String
-	sb.CreatedAt, sb.UpdatedAt, sb.Deadline = fromNanos(created), fromNanos(updated), fromNanos(deadline)
+	sb.RequestID = r.requestID.String
+	sb.CreatedAt, sb.UpdatedAt, sb.Deadline = fromNanos(r.created), fromNanos(r.updated), fromNanos(r.deadline)
 	return &sb, nil
 }
 
-func scanOperation(row scanner) (*sandbox.Operation, error) {
-	var (
-		o                 = &sandbox.Operation{}
-		started, deadline int64
-		finished          sql.NullInt64
-	)
-	err := row.Scan(&o.ID, &o.SandboxID, &o.Kind, &o.State, &o.Owner, &o.Attempt, &o.Generation,
-		&started, &deadline, &finished, &o.Error, &o.Detail)
-	if err != nil {
+// operationRow is a journal entry's columns as scanned; id is NULL when a
+// sandbox joined with its last request has none.
+type operationRow struct {
+	o                 sandbox.Operation
+	id                sql.NullInt64
+	started, deadline int64
+	finished          sql.NullInt64
+}
+
+func (r *operationRow) dest() []any {
+	return []any{&r.id, &r.o.SandboxID, &r.o.Kind, &r.o.State, &r.o.Owner, &r.o.Attempt, &r.o.Generation,
+		&r.started, &r.deadline, &r.finished, &r.o.Error, &r.o.Detail}
+}
+
+func (r *operationRow) decode() *sandbox.Operation {
+	if !r.id.Valid {
+		return nil
+	}
+	o := r.o
+	o.ID = r.id.Int64
+	o.StartedAt, o.Deadline = fromNanos(r.started), fromNanos(r.deadline)
+	if r.finished.Valid {
+		o.FinishedAt = fromNanos(r.finished.Int64)
+	}
+	return &o
+}
+
+func scanSandbox(row scanner) (*sandbox.Sandbox, error) {
+	var r sandboxRow
+	if err := row.Scan(r.dest()...); err != nil {
 		return nil, err
 	}
-	o.StartedAt, o.Deadline = fromNanos(started), fromNanos(deadline)
-	if finished.Valid {
-		o.FinishedAt = fromNanos(finished.Int64)
-	}
-	return o, nil
+	return r.decode()
 }
+
+func scanOperation(row scanner) (*sandbox.Operation, error) {
+	var r operationRow
+	if err := row.Scan(r.dest()...); err != nil {
+		return nil, err
+	}
+	return r.decode(), nil
+}
+
+// sandboxWithRequest selects a sandbox's columns and then its last
+// request's (NULL when it has none), in one statement.
+const sandboxWithRequest = `SELECT s.id, s.name, s.request_id, s.spec, s.desired_state, s.phase, s.generation, s.reason,
+	s.exit_code, s.restarts, s.created_at, s.updated_at, s.deadline, s.revision,
+	o.id, coalesce(o.sandbox_id, ''), coalesce(o.kind, ''), coalesce(o.state, ''), coalesce(o.owner, ''),
+	coalesce(o.attempt, 0), coalesce(o.generation, 0), coalesce(o.started_at, 0), coalesce(o.deadline, 0),
+	o.finished_at, coalesce(o.error, ''), coalesce(o.detail, '')
+	FROM sandboxes s LEFT JOIN operations o ON o.id = (SELECT id FROM operations
+		WHERE sandbox_id = s.id AND kind IN ` + requestKinds + ` ORDER BY id DESC LIMIT 1)
+	WHERE s.`
 
 func nanos(t time.Time) int64 {
 	if t.IsZero() {
@@ -106,9 +145,9 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 		got     *sandbox.Sandbox
 		created bool
 	)
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.w.write(ctx, func(q *stmts) error {
 		if sb.RequestID != "" {
-			existing, err := getSandbox(ctx, tx, "request_id = ?", sb.RequestID)
+			existing, err := getSandbox(ctx, q, "request_id = ?", sb.RequestID)
 			if err == nil {
 				if existing.Name != sb.Name {
 					return errdefs.FailedPrecondition("request id %q was already used to create sandbox %q, not %q", sb.RequestID, existing.Name, sb.Name)
@@ -120,51 +159,57 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 				return err
 			}
 		}
-		if _, err := getSandbox(ctx, tx, "name = ?", sb.Name); err == nil {
-			return errdefs.AlreadyExists("sandbox %q already exists", sb.Name)
-		} else if !errors.Is(err, errdefs.ErrNotFound) {
+		var taken int
+		if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE name = ?`, sb.Name).Scan(&taken); err != nil {
 			return err
+		} else if taken > 0 {
+			return errdefs.AlreadyExists("sandbox %q already exists", sb.Name)
 		}
 		spec, err := json.Marshal(sb.Spec)
 		if err != nil {
 			return err
 		}
 		sb.Revision = 1
-		_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		_, err = q.exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 			sb.ID, sb.Name, nullString(sb.RequestID), string(spec), sb.Desired, sb.Phase, sb.Generation,
 			sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision)
 		if err != nil {
 			return err
 		}
-		if err := putOperation(ctx, tx, req); err != nil {
+		if err := putOperation(ctx, q, req); err != nil {
 			return err
 		}
 		got, created = sb, true
+		c := *req
+		got.LastRequest = &c
 		return nil
 	})
 	if err != nil {
 		return nil, false, err
 	}
-	if got.LastRequest == nil {
-		if got.LastRequest, err = s.lastRequest(ctx, got.ID); err != nil {
-			return nil, false, err
-		}
-	}
 	return got, created, nil
 }
 
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-func getSandbox(ctx context.Context, q querier, where string, arg any) (*sandbox.Sandbox, error) {
-	sb, err := scanSandbox(q.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE `+where, arg))
+// getSandbox returns the sandbox that where selects, with its last
+// request.
+func getSandbox(ctx context.Context, q *stmts, where string, arg any) (*sandbox.Sandbox, error) {
+	var (
+		sr sandboxRow
+		or operationRow
+	)
+	err := q.queryRow(ctx, sandboxWithRequest+where, arg).Scan(append(sr.dest(), or.dest()...)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.ErrNotFound
 	}
-	return sb, err
+	if err != nil {
+		return nil, err
+	}
+	sb, err := sr.decode()
+	if err != nil {
+		return nil, err
+	}
+	sb.LastRequest = or.decode()
+	return sb, nil
 }
 
 // GetSandbox implements store.Store.
@@ -178,29 +223,16 @@ func (s *Store) GetSandboxByName(ctx context.Context, name string) (*sandbox.San
 }
 
 func (s *Store) getWithRequest(ctx context.Context, where, arg string) (*sandbox.Sandbox, error) {
-	sb, err := getSandbox(ctx, s.db, where, arg)
+	sb, err := getSandbox(ctx, s.r, where, arg)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, errdefs.NotFound("sandbox %q not found", arg)
 	}
-	if err != nil {
-		return nil, err
-	}
-	sb.LastRequest, err = s.lastRequest(ctx, sb.ID)
 	return sb, err
-}
-
-func (s *Store) lastRequest(ctx context.Context, id string) (*sandbox.Operation, error) {
-	o, err := scanOperation(s.db.QueryRowContext(ctx, `SELECT `+operationColumns+` FROM operations
-		WHERE sandbox_id = ? AND kind IN `+requestKinds+` ORDER BY id DESC LIMIT 1`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	return o, err
 }
 
 // ListSandboxes implements store.Store.
 func (s *Store) ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes ORDER BY created_at, id`)
+	rows, err := s.r.query(ctx, `SELECT `+sandboxColumns+` FROM sandboxes ORDER BY created_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +251,7 @@ func (s *Store) ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	ops, err := s.db.QueryContext(ctx, `SELECT `+operationColumns+` FROM operations WHERE id IN
+	ops, err := s.r.query(ctx, `SELECT `+operationColumns+` FROM operations WHERE id IN
 		(SELECT max(id) FROM operations WHERE kind IN `+requestKinds+` GROUP BY sandbox_id)`)
 	if err != nil {
 		return nil, err
@@ -239,10 +271,13 @@ func (s *Store) ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error) {
 
 // Mutate implements store.Store.
 func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
-	var sb *sandbox.Sandbox
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	var (
+		sb   *sandbox.Sandbox
+		undo = func() {}
+	)
+	err := s.w.write(ctx, func(q *stmts) error {
 		var err error
-		sb, err = getSandbox(ctx, tx, "id = ?", id)
+		sb, err = getSandbox(ctx, q, "id = ?", id)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return errdefs.NotFound("sandbox %s not found", id)
 		}
@@ -253,12 +288,21 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 		if err != nil {
 			return err
 		}
+		for _, o := range m.Put {
+			if o.Kind.IsRequest() {
+				return fmt.Errorf("sandbox %s: a %s request goes in Mutation.Request, not Put", sb.ID, o.Kind)
+			}
+		}
+		undo = idsOf(m.Put)
+		if err := putOperations(ctx, q, m.Put); err != nil {
+			return err
+		}
 		sb.Revision++
 		spec, err := json.Marshal(sb.Spec) // only its policy changes (UpdateSandbox)
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET spec=?, desired_state=?, phase=?, generation=?, reason=?,
+		_, err = q.exec(ctx, `UPDATE sandboxes SET spec=?, desired_state=?, phase=?, generation=?, reason=?,
 			exit_code=?, restarts=?, updated_at=?, deadline=?, revision=? WHERE id=?`,
 			string(spec), sb.Desired, sb.Phase, sb.Generation, sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision, sb.ID)
 		if err != nil {
@@ -266,27 +310,39 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 		}
 		now := sb.UpdatedAt
 		if m.Request != nil {
-			if err := settleRequests(ctx, tx, sb.ID, sandbox.OpSuperseded, now, "superseded by "+string(m.Request.Kind)); err != nil {
+			if err := settleRequests(ctx, q, sb.ID, sandbox.OpSuperseded, now, "superseded by "+string(m.Request.Kind)); err != nil {
 				return err
 			}
-			if err := putOperation(ctx, tx, m.Request); err != nil {
+			if err := putOperation(ctx, q, m.Request); err != nil {
 				return err
 			}
+			c := *m.Request
+			sb.LastRequest = &c
 		}
 		if m.SettleRequests != "" {
-			return settleRequests(ctx, tx, sb.ID, m.SettleRequests, now, "")
+			if err := settleRequests(ctx, q, sb.ID, m.SettleRequests, now, ""); err != nil {
+				return err
+			}
+			if last := sb.LastRequest; last != nil && last.State == sandbox.OpPending {
+				c := *last
+				c.State, c.FinishedAt = m.SettleRequests, now
+				sb.LastRequest = &c
+			}
 		}
 		return nil
 	})
 	if err != nil {
+		undo()
 		return nil, err
 	}
-	sb.LastRequest, err = s.lastRequest(ctx, sb.ID)
-	return sb, err
+	return sb, nil
 }
 
-func settleRequests(ctx context.Context, tx *sql.Tx, id string, state sandbox.OpState, at time.Time, detail string) error {
-	_, err := tx.ExecContext(ctx, `UPDATE operations SET state=?, finished_at=?,
+// settleRequests settles the pending requests of one sandbox. The index is
+// named: left to itself, SQLite picks the partial index of pending entries
+// and visits every pending entry of the store.
+func settleRequests(ctx context.Context, q *stmts, id string, state sandbox.OpState, at time.Time, detail string) error {
+	_, err := q.exec(ctx, `UPDATE operations INDEXED BY operations_by_sandbox SET state=?, finished_at=?,
 		detail = CASE WHEN ? = '' THEN detail ELSE ? END
 		WHERE sandbox_id=? AND state='pending' AND kind IN `+requestKinds,
 		state, nanos(at), detail, detail, id)
@@ -295,11 +351,11 @@ func settleRequests(ctx context.Context, tx *sql.Tx, id string, state sandbox.Op
 
 // DeleteSandbox implements store.Store.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM operations WHERE sandbox_id = ?`, id); err != nil {
+	return s.w.write(ctx, func(q *stmts) error {
+		if _, err := q.exec(ctx, `DELETE FROM operations WHERE sandbox_id = ?`, id); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+		res, err := q.exec(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
 		if err != nil {
 			return err
 		}
@@ -311,22 +367,50 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 }
 
 // PutOperation implements store.Store.
-func (s *Store) PutOperation(ctx context.Context, o *sandbox.Operation) error {
-	return putOperation(ctx, s.db, o)
+func (s *Store) PutOperation(ctx context.Context, ops ...*sandbox.Operation) error {
+	undo := idsOf(ops)
+	err := s.w.write(ctx, func(q *stmts) error { return putOperations(ctx, q, ops) })
+	if err != nil {
+		undo()
+	}
+	return err
 }
 
-func putOperation(ctx context.Context, q querier, o *sandbox.Operation) error {
+// idsOf remembers the ids of ops; undo gives them back after a write that
+// failed (an insert that did not commit has no id).
+func idsOf(ops []*sandbox.Operation) (undo func()) {
+	ids := make([]int64, len(ops))
+	for i, o := range ops {
+		ids[i] = o.ID
+	}
+	return func() {
+		for i, o := range ops {
+			o.ID = ids[i]
+		}
+	}
+}
+
+func putOperations(ctx context.Context, q *stmts, ops []*sandbox.Operation) error {
+	for _, o := range ops {
+		if err := putOperation(ctx, q, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func putOperation(ctx context.Context, q *stmts, o *sandbox.Operation) error {
 	if o.Deadline.IsZero() {
 		return fmt.Errorf("operation %s of sandbox %s has no deadline", o.Kind, o.SandboxID)
 	}
 	if o.ID != 0 {
-		_, err := q.ExecContext(ctx, `UPDATE operations SET state=?, owner=?, attempt=?, generation=?, started_at=?,
+		_, err := q.exec(ctx, `UPDATE operations SET state=?, owner=?, attempt=?, generation=?, started_at=?,
 			deadline=?, finished_at=?, error=?, detail=? WHERE id=?`,
 			o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline), nullNanos(o.FinishedAt),
 			o.Error, o.Detail, o.ID)
 		return err
 	}
-	res, err := q.ExecContext(ctx, `INSERT INTO operations (sandbox_id, kind, state, owner, attempt, generation,
+	res, err := q.exec(ctx, `INSERT INTO operations (sandbox_id, kind, state, owner, attempt, generation,
 		started_at, deadline, finished_at, error, detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
 		o.SandboxID, o.Kind, o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline),
 		nullNanos(o.FinishedAt), o.Error, o.Detail)
@@ -339,7 +423,7 @@ func putOperation(ctx context.Context, q querier, o *sandbox.Operation) error {
 
 // ListOperations implements store.Store.
 func (s *Store) ListOperations(ctx context.Context, sandboxID string) ([]*sandbox.Operation, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+operationColumns+` FROM operations WHERE sandbox_id = ? ORDER BY id`, sandboxID)
+	rows, err := s.r.query(ctx, `SELECT `+operationColumns+` FROM operations WHERE sandbox_id = ? ORDER BY id`, sandboxID)
 	if err != nil {
 		return nil, err
 	}
@@ -361,26 +445,32 @@ func (s *Store) SettlePending(ctx context.Context, owners store.Owners, state sa
 	if owners.Is != "" {
 		where, owner = "owner = ?", owners.Is
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE operations SET state=?, finished_at=?,
-		error = CASE WHEN error = '' THEN ? ELSE error || '; ' || ? END
-		WHERE state='pending' AND `+where, state, nanos(at), reason, reason, owner)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
+	var n int64
+	err := s.w.write(ctx, func(q *stmts) error {
+		res, err := q.exec(ctx, `UPDATE operations SET state=?, finished_at=?,
+			error = CASE WHEN error = '' THEN ? ELSE error || '; ' || ? END
+			WHERE state='pending' AND `+where, state, nanos(at), reason, reason, owner)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	return int(n), err
 }
 
 // AddGatewayEvent implements store.Store.
 func (s *Store) AddGatewayEvent(ctx context.Context, ev store.GatewayEvent) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO gateway_events (at, kind, subject, detail) VALUES (?,?,?,?)`,
-		nanos(ev.At), ev.Kind, ev.Subject, ev.Detail)
-	return err
+	return s.w.write(ctx, func(q *stmts) error {
+		_, err := q.exec(ctx, `INSERT INTO gateway_events (at, kind, subject, detail) VALUES (?,?,?,?)`,
+			nanos(ev.At), ev.Kind, ev.Subject, ev.Detail)
+		return err
+	})
 }
 
 // ListGatewayEvents implements store.Store.
 func (s *Store) ListGatewayEvents(ctx context.Context) ([]store.GatewayEvent, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT at, kind, subject, detail FROM gateway_events ORDER BY id`)
+	rows, err := s.r.query(ctx, `SELECT at, kind, subject, detail FROM gateway_events ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}

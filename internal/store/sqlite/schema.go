@@ -44,6 +44,14 @@ var migrations = []string{
 		detail  TEXT NOT NULL DEFAULT ''
 	);`,
 
+	`CREATE TABLE exposed_ports (
+		sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+		port       INTEGER NOT NULL,
+		address    TEXT NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (sandbox_id, port)
+	);`,
+
 	`CREATE TABLE pools (
 		name       TEXT PRIMARY KEY,
 		size       INTEGER NOT NULL CHECK (size > 0),

@@ -72,6 +72,16 @@ func rawExec(t *testing.T, path string, stmts ...string) {
 	}
 }
 
+// writeSQL runs one statement as a write transaction of the store (its
+// read pool refuses writes).
+func writeSQL(t *testing.T, s *Store, query string, args ...any) error {
+	t.Helper()
+	return s.w.write(testCtx(t), func(q *stmts) error {
+		_, err := q.exec(bg, query, args...)
+		return err
+	})
+}
+
 func fileSum(t *testing.T, path string) [32]byte {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -388,7 +398,7 @@ func TestOpenBacksUpBeforeMigrating(t *testing.T) {
 	if v := schemaVersion(t, s); v != from+1 {
 		t.Errorf("migrated store has schema version %d, want %d", v, from+1)
 	}
-	if _, err := s.db.Exec("INSERT INTO extra (x) VALUES (1)"); err != nil {
+	if err := writeSQL(t, s, "INSERT INTO extra (x) VALUES (1)"); err != nil {
 		t.Errorf("the new migration did not run: %v", err)
 	}
 	get(t, s, sb.ID)
@@ -768,7 +778,7 @@ func TestPutOperationNeedsDeadline(t *testing.T) {
 		t.Errorf("journal has %d entries, want only the create request", n)
 	}
 
-	_, err := s.db.Exec(`INSERT INTO operations (sandbox_id, kind, state, owner, attempt, generation, started_at, deadline)
+	err := writeSQL(t, s, `INSERT INTO operations (sandbox_id, kind, state, owner, attempt, generation, started_at, deadline)
 		VALUES (?, 'start', 'pending', 'me', 1, 1, 1, 0)`, sb.ID)
 	if err == nil || !strings.Contains(err.Error(), "CHECK") {
 		t.Errorf("insert with deadline 0 = %v, want a CHECK constraint failure", err)

@@ -1,0 +1,163 @@
+package files
+
+import (
+	"archive/tar"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/safetar"
+)
+
+// Pack writes rel of root as a tar stream, as docker cp does: a file, a
+// symlink (as a link) or a directory tree, with modes, owners and
+// modification times; its top entry is named top, or, when top is "",
+// what a directory holds is written without it; hard links are kept. Device nodes, fifos and
+// sockets are left out. Memory stays constant whatever the sizes.
+func Pack(w io.Writer, root *os.Root, rel, top string) error {
+	p := &packer{tw: tar.NewWriter(w), root: root, links: map[[2]uint64]string{}}
+	if err := p.entry(rel, top); err != nil {
+		return err
+	}
+	return p.tw.Close()
+}
+
+// packer writes one tree; a file with several links is written once, its
+// other names as hard links to the first.
+type packer struct {
+	tw    *tar.Writer
+	root  *os.Root
+	links map[[2]uint64]string // device and inode: the first name written
+}
+
+func (p *packer) entry(rel, name string) error {
+	tw, root := p.tw, p.root
+	fi, err := root.Lstat(rel)
+	if err != nil {
+		return err
+	}
+	link := ""
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		if link, err = root.Readlink(rel); err != nil {
+			return err
+		}
+	case fi.Mode()&(os.ModeDevice|os.ModeNamedPipe|os.ModeSocket|os.ModeCharDevice) != 0:
+		return nil
+	}
+	if name != "" {
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = name
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uname, hdr.Gname = "", ""
+		hdr.Format = tar.FormatPAX // sub-second times, long names
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
+			key := [2]uint64{uint64(st.Dev), st.Ino}
+			if first, seen := p.links[key]; seen {
+				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+				return tw.WriteHeader(hdr)
+			}
+			p.links[key] = name
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+	}
+	switch {
+	case fi.Mode().IsRegular():
+		f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		n, err := io.CopyN(tw, f, fi.Size())
+		if err == io.EOF { // the file shrank meanwhile: the header said more
+			_, err = io.CopyN(tw, zeros{}, fi.Size()-n)
+		}
+		return err
+	case fi.IsDir():
+		d, err := root.Open(rel)
+		if err != nil {
+			return err
+		}
+		names, err := d.Readdirnames(-1)
+		d.Close()
+		if err != nil {
+			return err
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if err := p.entry(path.Join(rel, n), path.Join(name, n)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// copyIn unpacks a tar stream into rel as docker cp does: into rel when it
+// is a directory; else, with a Base, as rel (its top entry renamed), in
+// rel's parent, which must exist.
+func (f *FS) copyIn(req Request, rel string, r io.Reader) (int64, error) {
+	opts := safetar.Options{What: "the destination " + req.Path, Owner: f.Owner}
+	dir := rel
+	fi, err := f.Root.Stat(rel)
+	switch {
+	case err == nil && fi.IsDir():
+	case req.Base == "" && err == nil:
+		return 0, errdefs.FailedPrecondition("%s: not a directory: a tar stream is unpacked into a directory", req.Path)
+	case req.Base == "" || strings.HasSuffix(req.Path, "/") && err != nil:
+		return 0, errdefs.NotFound("%s: no such directory", req.Path)
+	case err != nil && !os.IsNotExist(err):
+		return 0, err
+	default: // a file to replace, or a new name
+		if rel == "." {
+			return 0, errdefs.FailedPrecondition("%s: not a directory", req.Path)
+		}
+		dir = path.Dir(rel)
+		parent := path.Dir(path.Clean(req.Path))
+		pfi, err := f.Root.Stat(dir)
+		if err != nil {
+			if os.IsNotExist(err) {
+				return 0, errdefs.NotFound("%s: no such directory (the parent of %s)", parent, req.Path)
+			}
+			return 0, Classify(parent, err)
+		}
+		if !pfi.IsDir() {
+			return 0, errdefs.FailedPrecondition("%s: not a directory (the parent of %s)", parent, req.Path)
+		}
+		from, to := req.Base, path.Base(rel)
+		opts.Rename = func(name string) string {
+			if name == from {
+				return to
+			}
+			if rest, ok := strings.CutPrefix(name, from+"/"); ok {
+				return to + "/" + rest
+			}
+			return name
+		}
+	}
+	sub, err := f.Root.OpenRoot(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer sub.Close()
+	stats, err := safetar.Unpack(r, sub, opts)
+	return stats.Bytes, err
+}

@@ -1,0 +1,31 @@
+package lifecycle
+
+import (
+	"testing"
+
+	"github.com/corral-sandbox/corral/internal/policy"
+)
+
+// A stopped sandbox's files are read and written from the host under the
+// same lists Landlock enforces inside.
+func TestAllowedFollowsTheFileLists(t *testing.T) {
+	p, err := policy.Parse("version: 1\nfilesystem_policy:\n  include_workdir: false\n  read_only: [/sandbox/ro]\n  read_write: [/sandbox/rw]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write, read := allowed(p, false), allowed(p, true)
+	for _, c := range []struct {
+		path        string
+		read, write bool
+	}{
+		{"/sandbox/rw", true, true}, {"/sandbox/rw/x", true, true}, {"/sandbox/ro/x", true, false},
+		{"/sandbox/rwx", false, false}, {"/sandbox", false, false}, {"/sandbox/other", false, false},
+	} {
+		if read(c.path) != c.read || write(c.path) != c.write {
+			t.Errorf("%s: read %v write %v, want %v %v", c.path, read(c.path), write(c.path), c.read, c.write)
+		}
+	}
+	if allowed(policy.Default(), false) != nil {
+		t.Errorf("the default policy (no file lists) restricts the host side")
+	}
+}

@@ -1,0 +1,100 @@
+package lifecycle
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store"
+)
+
+// countingStore counts the write transactions asked of a store.
+type countingStore struct {
+	store.Store
+	writes atomic.Int64
+}
+
+func (c *countingStore) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *sandbox.Operation) (*sandbox.Sandbox, bool, error) {
+	c.writes.Add(1)
+	return c.Store.CreateSandbox(ctx, sb, req)
+}
+
+func (c *countingStore) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+	c.writes.Add(1)
+	return c.Store.Mutate(ctx, id, fn)
+}
+
+func (c *countingStore) PutOperation(ctx context.Context, ops ...*sandbox.Operation) error {
+	c.writes.Add(1)
+	return c.Store.PutOperation(ctx, ops...)
+}
+
+func (c *countingStore) DeleteSandbox(ctx context.Context, id string) error {
+	c.writes.Add(1)
+	return c.Store.DeleteSandbox(ctx, id)
+}
+
+// A create that converges is four writes: the request; the create call's
+// pending entry; its settled entry with the start call's pending one; the
+// ready phase with the start call's settled entry. Each settled entry is in
+// the store before the next call is made.
+func TestSettledEntriesRideOnTheNextWrite(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		counting := &countingStore{}
+		h := newHarness(t, func(c *Config) {
+			counting.Store = c.Store
+			c.Store = counting
+		})
+		h.faults(fake.Rule{Op: "start", Action: "hold"})
+		before := counting.writes.Load()
+		sb := h.create("web")
+		h.held("start", sb.ID)
+		journal := h.journal(sb.ID)
+		if len(journal) != 3 || journal[1].Kind != sandbox.OpDriverCreate || journal[1].State != sandbox.OpSucceeded ||
+			journal[2].Kind != sandbox.OpDriverStart || journal[2].State != sandbox.OpPending {
+			t.Fatalf("while the start is held the journal is %v, want the create settled before the start was made", kindsAndStates(journal))
+		}
+		h.faults()
+		h.waitPhase("web", sandbox.PhaseReady)
+		for _, op := range h.journal(sb.ID) {
+			if op.State != sandbox.OpSucceeded {
+				t.Errorf("once ready the journal is %v, want every entry succeeded", kindsAndStates(h.journal(sb.ID)))
+				break
+			}
+		}
+		time.Sleep(time.Second) // the bubble's clock: any later step has run
+		if n := counting.writes.Load() - before; n != 4 {
+			t.Errorf("create to ready took %d writes, want 4", n)
+		}
+	})
+}
+
+// A failed call's settled entry is written with the failure's reason; the
+// actor leaves nothing unwritten while it waits to retry.
+func TestFailedCallSettledWithTheReason(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.RetryBase, c.RetryMax = time.Hour, time.Hour })
+		h.faults(fake.Rule{Op: "start", Action: "fail", Error: "no start today"})
+		sb := h.create("web")
+		h.waitFor("the failure recorded", func() bool {
+			got, err := h.m.Get(context.Background(), "web")
+			return err == nil && got.Reason != ""
+		})
+		journal := h.journal(sb.ID)
+		last := journal[len(journal)-1]
+		if last.Kind != sandbox.OpDriverStart || last.State != sandbox.OpFailed {
+			t.Fatalf("journal = %v, want the failed start settled with the reason", kindsAndStates(journal))
+		}
+	})
+}
+
+func kindsAndStates(ops []*sandbox.Operation) []string {
+	var out []string
+	for _, op := range ops {
+		out = append(out, string(op.Kind)+":"+string(op.State))
+	}
+	return out
+}
