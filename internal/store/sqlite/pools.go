@@ -104,30 +104,16 @@ func (s *Store) ClaimSandbox(ctx context.Context, pool string, c store.Claim) (*
 		claimed bool
 	)
 	err := s.w.write(ctx, func(q *stmts) error {
-		if c.RequestID != "" {
-			existing, err := getSandbox(ctx, q, "request_id = ?", c.RequestID)
-			if err == nil {
-				if existing.Name != c.Name {
-					return errdefs.FailedPrecondition("request id %q was already used to create sandbox %q, not %q", c.RequestID, existing.Name, c.Name)
-				}
-				got = existing
-				return nil
-			}
-			if !errors.Is(err, errdefs.ErrNotFound) {
-				return err
-			}
+		existing, err := newSandboxName(ctx, q, c.RequestID, c.Name)
+		if err != nil || existing != nil {
+			got = existing
+			return err
 		}
 		if _, err := getPool(ctx, q, pool); err != nil {
 			return err
 		}
-		var taken int
-		if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE name = ?`, c.Name).Scan(&taken); err != nil {
-			return err
-		} else if taken > 0 {
-			return errdefs.AlreadyExists("sandbox %q already exists", c.Name)
-		}
 		var id string
-		err := q.queryRow(ctx, `SELECT id FROM sandboxes
+		err = q.queryRow(ctx, `SELECT id FROM sandboxes
 			WHERE json_extract(spec, '$.labels."`+sandbox.LabelPool+`"') = ? AND desired_state = ? AND phase = ?
 			ORDER BY created_at, id LIMIT 1`, pool, sandbox.DesiredRunning, sandbox.PhaseReady).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
