@@ -96,6 +96,7 @@ type Manager struct {
 	// the pool loop: woken by poolWake, ended by closing poolStop
 	poolWake           chan struct{}
 	poolStop, poolDone chan struct{}
+	lastClaim          atomic.Int64 // unix nanoseconds of the last claim
 
 	mu       sync.Mutex
 	orphans  map[string]time.Time // sandbox id -> when first seen without a record

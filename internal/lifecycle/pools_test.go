@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/corral-sandbox/corral/internal/driver/fake"
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -70,6 +71,11 @@ func TestPoolClaimRefills(t *testing.T) {
 		ops := h.journal(sb.ID)
 		if last := ops[len(ops)-1]; last.Kind != sandbox.OpClaim {
 			t.Errorf("last journal entry = %s, want claim", last.Kind)
+		}
+		// The refill yields to the claim first.
+		time.Sleep(refillQuiet / 2)
+		if p := h.pool("warm"); p.Members != 1 {
+			t.Errorf("right after the claim the pool has %d members, want 1: the refill did not wait", p.Members)
 		}
 		h.waitPool("warm", 2)
 		if _, err := h.m.Get(context.Background(), "mine"); err != nil {
