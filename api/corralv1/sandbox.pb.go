@@ -2761,11 +2761,13 @@ func (x *PoolSpec) GetPolicy() string {
 	return ""
 }
 
+// Pool is a warm pool and what its unclaimed members are doing.
 type Pool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Size  int32                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Spec  *PoolSpec              `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	// size is how many unclaimed members the gateway keeps.
+	Size int32     `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Spec *PoolSpec `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	// ready is how many unclaimed members are ready to be claimed.
 	Ready int32 `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`
 	// members is how many unclaimed members exist, ready or not.
@@ -2847,6 +2849,9 @@ func (x *Pool) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// CreatePoolRequest: name is a DNS label of at most 54 characters (members
+// are named NAME-xxxxxxxx), size 1 to 256; spec's image defaults to the
+// gateway's, its command to a keep-alive (sleep).
 type CreatePoolRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2987,6 +2992,7 @@ func (x *ListPoolsResponse) GetPools() []*Pool {
 	return nil
 }
 
+// DeletePoolRequest names the pool; claimed sandboxes stay.
 type DeletePoolRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
