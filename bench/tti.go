@@ -33,13 +33,16 @@ const ttiStagger = 200 * time.Millisecond
 // ttiCommand keeps each sandbox running until it is removed.
 var ttiCommand = []string{"sleep", "1000"}
 
-// ttiSubject is one way of getting an interactive sandbox: run makes the
-// i-th and returns how long until its echo answered; cleanup removes what
-// a mode made.
+// ttiSubject is one way of getting an interactive sandbox: prepare (when
+// set) readies a mode of n iterations, untimed; run makes the i-th and
+// returns how long until its echo answered; cleanup removes what a mode
+// made; figures (when set) adds figures of its own for a mode once it ran.
 type ttiSubject struct {
 	name    string
 	run     func(i int) (time.Duration, error)
 	cleanup func() error
+	prepare func(n int) error
+	figures func(mode string) []*figure
 }
 
 // benchTTI measures time to interactive on both drivers, beside `docker
@@ -61,10 +64,12 @@ func benchTTI(bin, dir string, n int) (*table, []*figure, error) {
 	}
 	defer docker.close()
 	subjects := []ttiSubject{
-		{"corral native", native.interactive, native.removeAll},
-		{"bwrap echo", bwrapEcho, func() error { return nil }},
-		{"corral docker", docker.interactive, docker.removeAll},
-		{"docker run -d + exec", func(i int) (time.Duration, error) { return dockerInteractive(api, i) }, func() error { return removeTTIContainers(api) }},
+		{name: "corral native", run: native.interactive, cleanup: native.removeAll},
+		{name: "bwrap echo", run: bwrapEcho, cleanup: func() error { return nil }},
+		poolSubject("corral native pool", native, "", 5*time.Millisecond),
+		{name: "corral docker", run: docker.interactive, cleanup: docker.removeAll},
+		{name: "docker run -d + exec", run: func(i int) (time.Duration, error) { return dockerInteractive(api, i) }, cleanup: func() error { return removeTTIContainers(api) }},
+		poolSubject("corral docker pool", docker, testenv.TestImage, 20*time.Millisecond),
 	}
 	peers := make([]string, 0, len(subjects)-1)
 	for _, s := range subjects[1:] {
@@ -74,6 +79,11 @@ func benchTTI(bin, dir string, n int) (*table, []*figure, error) {
 	var figs []*figure
 	for _, mode := range ttiModes {
 		for _, s := range subjects {
+			if s.prepare != nil {
+				if err := s.prepare(n); err != nil {
+					return nil, nil, fmt.Errorf("%s: prepare %s: %w", s.name, mode, err)
+				}
+			}
 			times, failed := runTTIMode(mode, n, s.run)
 			if err := s.cleanup(); err != nil {
 				return nil, nil, fmt.Errorf("%s: clean up after %s: %w", s.name, mode, err)
@@ -86,6 +96,9 @@ func benchTTI(bin, dir string, n int) (*table, []*figure, error) {
 				t.add(mode, who, d)
 			}
 			figs = append(figs, ttiFigures(s.name, mode, times, n-failed, n)...)
+			if s.figures != nil {
+				figs = append(figs, s.figures(mode)...)
+			}
 		}
 	}
 	return t, figs, nil

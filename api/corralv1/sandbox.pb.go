@@ -440,7 +440,12 @@ type CreateSandboxRequest struct {
 	Spec  *SandboxSpec           `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	// request_id makes create retryable: a second create with the same id
 	// returns the sandbox the first one made.
-	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// pool, when set, claims a ready member of that pool: it becomes this
+	// sandbox (renamed, with spec's labels) at once; with none ready, the
+	// pool's spec is created cold. The pool fixes the spec: spec may carry
+	// only labels then.
+	Pool          string `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -496,11 +501,22 @@ func (x *CreateSandboxRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *CreateSandboxRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
 type CreateSandboxResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Sandbox *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	// created is false when request_id matched an earlier create.
-	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	Created bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	// from_pool is true when a ready pool member was claimed.
+	FromPool bool `protobuf:"varint,3,opt,name=from_pool,json=fromPool,proto3" json:"from_pool,omitempty"`
+	// pool_reason says why a create with a pool was not served from it.
+	PoolReason    string `protobuf:"bytes,4,opt,name=pool_reason,json=poolReason,proto3" json:"pool_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -547,6 +563,20 @@ func (x *CreateSandboxResponse) GetCreated() bool {
 		return x.Created
 	}
 	return false
+}
+
+func (x *CreateSandboxResponse) GetFromPool() bool {
+	if x != nil {
+		return x.FromPool
+	}
+	return false
+}
+
+func (x *CreateSandboxResponse) GetPoolReason() string {
+	if x != nil {
+		return x.PoolReason
+	}
+	return ""
 }
 
 // GetSandboxRequest names a sandbox by name or id.
@@ -2670,6 +2700,343 @@ func (x *ListExposedPortsResponse) GetPorts() []*ExposedPort {
 	return nil
 }
 
+// PoolSpec is what every member of a pool is created with.
+type PoolSpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Image         string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	Command       []string               `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
+	Policy        string                 `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolSpec) Reset() {
+	*x = PoolSpec{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolSpec) ProtoMessage() {}
+
+func (x *PoolSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
+func (*PoolSpec) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PoolSpec) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *PoolSpec) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *PoolSpec) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+// Pool is a warm pool and what its unclaimed members are doing.
+type Pool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// size is how many unclaimed members the gateway keeps.
+	Size int32     `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Spec *PoolSpec `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	// ready is how many unclaimed members are ready to be claimed.
+	Ready int32 `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`
+	// members is how many unclaimed members exist, ready or not.
+	Members       int32                  `protobuf:"varint,5,opt,name=members,proto3" json:"members,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pool) Reset() {
+	*x = Pool{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pool) ProtoMessage() {}
+
+func (x *Pool) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pool.ProtoReflect.Descriptor instead.
+func (*Pool) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *Pool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Pool) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Pool) GetSpec() *PoolSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *Pool) GetReady() int32 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *Pool) GetMembers() int32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *Pool) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// CreatePoolRequest: name is a DNS label of at most 54 characters (members
+// are named NAME-xxxxxxxx), size 1 to 256; spec's image defaults to the
+// gateway's, its command to a keep-alive (sleep).
+type CreatePoolRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Size          int32                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Spec          *PoolSpec              `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePoolRequest) Reset() {
+	*x = CreatePoolRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePoolRequest) ProtoMessage() {}
+
+func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
+func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CreatePoolRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreatePoolRequest) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *CreatePoolRequest) GetSpec() *PoolSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+type ListPoolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoolsRequest) Reset() {
+	*x = ListPoolsRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoolsRequest) ProtoMessage() {}
+
+func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
+func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
+}
+
+type ListPoolsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pools         []*Pool                `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoolsResponse) Reset() {
+	*x = ListPoolsResponse{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoolsResponse) ProtoMessage() {}
+
+func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
+func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListPoolsResponse) GetPools() []*Pool {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+// DeletePoolRequest names the pool; claimed sandboxes stay.
+type DeletePoolRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePoolRequest) Reset() {
+	*x = DeletePoolRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePoolRequest) ProtoMessage() {}
+
+func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
+func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *DeletePoolRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 var File_corral_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_corral_v1_sandbox_proto_rawDesc = "" +
@@ -2728,15 +3095,19 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x12\x14\n" +
 	"\x05error\x18\v \x01(\tR\x05error\x12\x16\n" +
-	"\x06detail\x18\f \x01(\tR\x06detail\"u\n" +
+	"\x06detail\x18\f \x01(\tR\x06detail\"\x89\x01\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04spec\x18\x02 \x01(\v2\x16.corral.v1.SandboxSpecR\x04spec\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"_\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04pool\x18\x04 \x01(\tR\x04pool\"\x9d\x01\n" +
 	"\x15CreateSandboxResponse\x12,\n" +
 	"\asandbox\x18\x01 \x01(\v2\x12.corral.v1.SandboxR\asandbox\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"'\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1b\n" +
+	"\tfrom_pool\x18\x03 \x01(\bR\bfromPool\x12\x1f\n" +
+	"\vpool_reason\x18\x04 \x01(\tR\n" +
+	"poolReason\"'\n" +
 	"\x11GetSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
 	"\x14ListSandboxesRequest\"I\n" +
@@ -2864,7 +3235,28 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x17ListExposedPortsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"H\n" +
 	"\x18ListExposedPortsResponse\x12,\n" +
-	"\x05ports\x18\x01 \x03(\v2\x16.corral.v1.ExposedPortR\x05ports2\xa6\f\n" +
+	"\x05ports\x18\x01 \x03(\v2\x16.corral.v1.ExposedPortR\x05ports\"R\n" +
+	"\bPoolSpec\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
+	"\acommand\x18\x02 \x03(\tR\acommand\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\tR\x06policy\"\xc2\x01\n" +
+	"\x04Pool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x05R\x04size\x12'\n" +
+	"\x04spec\x18\x03 \x01(\v2\x13.corral.v1.PoolSpecR\x04spec\x12\x14\n" +
+	"\x05ready\x18\x04 \x01(\x05R\x05ready\x12\x18\n" +
+	"\amembers\x18\x05 \x01(\x05R\amembers\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"d\n" +
+	"\x11CreatePoolRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x05R\x04size\x12'\n" +
+	"\x04spec\x18\x03 \x01(\v2\x13.corral.v1.PoolSpecR\x04spec\"\x12\n" +
+	"\x10ListPoolsRequest\":\n" +
+	"\x11ListPoolsResponse\x12%\n" +
+	"\x05pools\x18\x01 \x03(\v2\x0f.corral.v1.PoolR\x05pools\"'\n" +
+	"\x11DeletePoolRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name2\xe8\r\n" +
 	"\x0eSandboxService\x12R\n" +
 	"\rCreateSandbox\x12\x1f.corral.v1.CreateSandboxRequest\x1a .corral.v1.CreateSandboxResponse\x12>\n" +
 	"\n" +
@@ -2889,7 +3281,12 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"ExposePort\x12\x1c.corral.v1.ExposePortRequest\x1a\x16.corral.v1.ExposedPort\x12F\n" +
 	"\fUnexposePort\x12\x1e.corral.v1.UnexposePortRequest\x1a\x16.corral.v1.ExposedPort\x12[\n" +
-	"\x10ListExposedPorts\x12\".corral.v1.ListExposedPortsRequest\x1a#.corral.v1.ListExposedPortsResponseB8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
+	"\x10ListExposedPorts\x12\".corral.v1.ListExposedPortsRequest\x1a#.corral.v1.ListExposedPortsResponse\x12;\n" +
+	"\n" +
+	"CreatePool\x12\x1c.corral.v1.CreatePoolRequest\x1a\x0f.corral.v1.Pool\x12F\n" +
+	"\tListPools\x12\x1b.corral.v1.ListPoolsRequest\x1a\x1c.corral.v1.ListPoolsResponse\x12;\n" +
+	"\n" +
+	"DeletePool\x12\x1c.corral.v1.DeletePoolRequest\x1a\x0f.corral.v1.PoolB8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
 
 var (
 	file_corral_v1_sandbox_proto_rawDescOnce sync.Once
@@ -2903,7 +3300,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),              // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                  // 1: corral.v1.Sandbox
@@ -2947,19 +3344,25 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*UnexposePortRequest)(nil),      // 39: corral.v1.UnexposePortRequest
 	(*ListExposedPortsRequest)(nil),  // 40: corral.v1.ListExposedPortsRequest
 	(*ListExposedPortsResponse)(nil), // 41: corral.v1.ListExposedPortsResponse
-	nil,                              // 42: corral.v1.SandboxSpec.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 43: google.protobuf.Timestamp
+	(*PoolSpec)(nil),                 // 42: corral.v1.PoolSpec
+	(*Pool)(nil),                     // 43: corral.v1.Pool
+	(*CreatePoolRequest)(nil),        // 44: corral.v1.CreatePoolRequest
+	(*ListPoolsRequest)(nil),         // 45: corral.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),        // 46: corral.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),        // 47: corral.v1.DeletePoolRequest
+	nil,                              // 48: corral.v1.SandboxSpec.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 49: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	42, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	48, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	43, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	43, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	43, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	49, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	49, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	49, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	43, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	43, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	43, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	49, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	49, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	49, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 11: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
@@ -2970,59 +3373,69 @@ var file_corral_v1_sandbox_proto_depIdxs = []int32{
 	18, // 16: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
 	17, // 17: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
 	24, // 18: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
-	43, // 19: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
+	49, // 19: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
 	26, // 20: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
 	26, // 21: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
 	26, // 22: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
-	43, // 23: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
+	49, // 23: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
 	38, // 24: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
-	3,  // 25: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
-	5,  // 26: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
-	6,  // 27: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
-	8,  // 28: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
-	9,  // 29: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 30: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	11, // 31: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
-	13, // 32: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	15, // 33: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	19, // 34: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	21, // 35: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	23, // 36: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	27, // 37: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
-	29, // 38: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
-	31, // 39: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
-	32, // 40: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
-	34, // 41: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
-	36, // 42: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
-	37, // 43: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
-	39, // 44: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
-	40, // 45: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
-	4,  // 46: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 47: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 48: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 49: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 50: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	12, // 51: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	1,  // 52: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
-	14, // 53: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	16, // 54: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	20, // 55: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	22, // 56: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	25, // 57: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	28, // 58: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
-	30, // 59: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
-	26, // 60: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
-	33, // 61: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
-	35, // 62: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
-	36, // 63: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
-	38, // 64: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
-	38, // 65: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
-	41, // 66: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
-	46, // [46:67] is the sub-list for method output_type
-	25, // [25:46] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	42, // 25: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
+	49, // 26: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
+	42, // 27: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
+	43, // 28: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
+	3,  // 29: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
+	5,  // 30: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
+	6,  // 31: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
+	8,  // 32: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
+	9,  // 33: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
+	10, // 34: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	11, // 35: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
+	13, // 36: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	15, // 37: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	19, // 38: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	21, // 39: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	23, // 40: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	27, // 41: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
+	29, // 42: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
+	31, // 43: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
+	32, // 44: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
+	34, // 45: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
+	36, // 46: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
+	37, // 47: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
+	39, // 48: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
+	40, // 49: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
+	44, // 50: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
+	45, // 51: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
+	47, // 52: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
+	4,  // 53: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 54: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 55: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 56: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 57: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	12, // 58: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 59: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	14, // 60: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	16, // 61: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	20, // 62: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	22, // 63: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	25, // 64: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	28, // 65: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
+	30, // 66: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
+	26, // 67: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
+	33, // 68: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
+	35, // 69: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
+	36, // 70: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
+	38, // 71: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
+	38, // 72: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
+	41, // 73: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
+	43, // 74: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
+	46, // 75: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
+	43, // 76: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
+	53, // [53:77] is the sub-list for method output_type
+	29, // [29:53] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_sandbox_proto_init() }
@@ -3048,7 +3461,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,9 @@ const (
 	SandboxService_ExposePort_FullMethodName       = "/corral.v1.SandboxService/ExposePort"
 	SandboxService_UnexposePort_FullMethodName     = "/corral.v1.SandboxService/UnexposePort"
 	SandboxService_ListExposedPorts_FullMethodName = "/corral.v1.SandboxService/ListExposedPorts"
+	SandboxService_CreatePool_FullMethodName       = "/corral.v1.SandboxService/CreatePool"
+	SandboxService_ListPools_FullMethodName        = "/corral.v1.SandboxService/ListPools"
+	SandboxService_DeletePool_FullMethodName       = "/corral.v1.SandboxService/DeletePool"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -109,6 +112,14 @@ type SandboxServiceClient interface {
 	UnexposePort(ctx context.Context, in *UnexposePortRequest, opts ...grpc.CallOption) (*ExposedPort, error)
 	// ListExposedPorts returns the exposed ports of one sandbox, or of all.
 	ListExposedPorts(ctx context.Context, in *ListExposedPortsRequest, opts ...grpc.CallOption) (*ListExposedPortsResponse, error)
+	// CreatePool records a warm pool; the gateway keeps size members of its
+	// spec ready in the background. A taken name is ALREADY_EXISTS.
+	CreatePool(ctx context.Context, in *CreatePoolRequest, opts ...grpc.CallOption) (*Pool, error)
+	// ListPools returns every pool, by name, with how many members are ready.
+	ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
+	// DeletePool removes a pool and deletes its unclaimed members; claimed
+	// sandboxes are ordinary sandboxes and stay.
+	DeletePool(ctx context.Context, in *DeletePoolRequest, opts ...grpc.CallOption) (*Pool, error)
 }
 
 type sandboxServiceClient struct {
@@ -371,6 +382,36 @@ func (c *sandboxServiceClient) ListExposedPorts(ctx context.Context, in *ListExp
 	return out, nil
 }
 
+func (c *sandboxServiceClient) CreatePool(ctx context.Context, in *CreatePoolRequest, opts ...grpc.CallOption) (*Pool, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Pool)
+	err := c.cc.Invoke(ctx, SandboxService_CreatePool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPoolsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListPools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DeletePool(ctx context.Context, in *DeletePoolRequest, opts ...grpc.CallOption) (*Pool, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Pool)
+	err := c.cc.Invoke(ctx, SandboxService_DeletePool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -438,6 +479,14 @@ type SandboxServiceServer interface {
 	UnexposePort(context.Context, *UnexposePortRequest) (*ExposedPort, error)
 	// ListExposedPorts returns the exposed ports of one sandbox, or of all.
 	ListExposedPorts(context.Context, *ListExposedPortsRequest) (*ListExposedPortsResponse, error)
+	// CreatePool records a warm pool; the gateway keeps size members of its
+	// spec ready in the background. A taken name is ALREADY_EXISTS.
+	CreatePool(context.Context, *CreatePoolRequest) (*Pool, error)
+	// ListPools returns every pool, by name, with how many members are ready.
+	ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error)
+	// DeletePool removes a pool and deletes its unclaimed members; claimed
+	// sandboxes are ordinary sandboxes and stay.
+	DeletePool(context.Context, *DeletePoolRequest) (*Pool, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -510,6 +559,15 @@ func (UnimplementedSandboxServiceServer) UnexposePort(context.Context, *Unexpose
 }
 func (UnimplementedSandboxServiceServer) ListExposedPorts(context.Context, *ListExposedPortsRequest) (*ListExposedPortsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListExposedPorts not implemented")
+}
+func (UnimplementedSandboxServiceServer) CreatePool(context.Context, *CreatePoolRequest) (*Pool, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreatePool not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPools not implemented")
+}
+func (UnimplementedSandboxServiceServer) DeletePool(context.Context, *DeletePoolRequest) (*Pool, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeletePool not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -860,6 +918,60 @@ func _SandboxService_ListExposedPorts_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_CreatePool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).CreatePool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_CreatePool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).CreatePool(ctx, req.(*CreatePoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListPools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPoolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListPools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListPools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListPools(ctx, req.(*ListPoolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DeletePool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeletePoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DeletePool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DeletePool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DeletePool(ctx, req.(*DeletePoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -926,6 +1038,18 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListExposedPorts",
 			Handler:    _SandboxService_ListExposedPorts_Handler,
+		},
+		{
+			MethodName: "CreatePool",
+			Handler:    _SandboxService_CreatePool_Handler,
+		},
+		{
+			MethodName: "ListPools",
+			Handler:    _SandboxService_ListPools_Handler,
+		},
+		{
+			MethodName: "DeletePool",
+			Handler:    _SandboxService_DeletePool_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -17,19 +17,22 @@ import (
 
 func newCreateCmd(g *globals) *cobra.Command {
 	var (
-		name, image, policyFile, requestID, format, restart string
-		maxRestarts                                         int32
-		labels, addHosts                                    []string
-		detach                                              bool
-		timeout                                             time.Duration
+		name, image, policyFile, requestID, format, restart, pool string
+		maxRestarts                                               int32
+		labels, addHosts                                          []string
+		detach                                                    bool
+		timeout                                                   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "create --name NAME [--image IMG] [--policy FILE] [--label k=v] [--detach] [-- CMD ARGS...]",
+		Use:   "create --name NAME [--pool POOL | --image IMG [--policy FILE] [-- CMD ARGS...]] [--label k=v] [--detach]",
 		Short: "Create a sandbox and wait until it is ready",
 		Long: `Create a sandbox. Without --detach, wait until it is ready (exit 0) or
 in error (exit 1), showing its progress on stderr; then print its id.
 With --image, the image is pulled first when the gateway's pull policy
-says a create would pull it, with the pull's progress on stderr.`,
+says a create would pull it, with the pull's progress on stderr.
+With --pool, a ready sandbox of that pool is claimed at once (it takes the
+name and labels); when the pool has none ready, the pool's spec is created
+cold, and a line on stderr says so.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(format); err != nil {
 				return err
@@ -52,12 +55,9 @@ says a create would pull it, with the pull's progress on stderr.`,
 				}
 				spec.Labels[k] = v
 			}
-			if policyFile != "" {
-				_, text, err := policy.ReadFile(policyFile)
-				if err != nil {
-					return fmt.Errorf("--policy: %w", err)
-				}
-				spec.Policy = text
+			var err error
+			if spec.Policy, err = readPolicyFlag(policyFile); err != nil {
+				return err
 			}
 			c, err := g.dial()
 			if err != nil {
@@ -70,9 +70,12 @@ says a create would pull it, with the pull's progress on stderr.`,
 					return err
 				}
 			}
-			resp, err := c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, Spec: spec, RequestId: requestID})
+			resp, err := c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, Spec: spec, RequestId: requestID, Pool: pool})
 			if err != nil {
 				return c.explain(err)
+			}
+			if pool != "" && !resp.FromPool && resp.PoolReason != "" {
+				fmt.Fprintf(g.stderr, "not from the pool: %s\n", resp.PoolReason)
 			}
 			sb := resp.Sandbox
 			if !detach {
@@ -94,6 +97,7 @@ says a create would pull it, with the pull's progress on stderr.`,
 	f := cmd.Flags()
 	f.StringVar(&name, "name", "", "sandbox name: a DNS label (lower-case letters, digits, '-')")
 	f.StringVar(&image, "image", "", "image to run (default: the gateway's default_image)")
+	f.StringVar(&pool, "pool", "", "claim a ready sandbox of this warm pool (see corral pool)")
 	f.StringVar(&policyFile, "policy", "", "YAML policy file")
 	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
 	f.StringArrayVar(&addHosts, "add-host", nil, "pin a name for the egress proxy: NAME:IP (repeatable), as docker run --add-host")
@@ -114,4 +118,16 @@ func pullForCreate(ctx context.Context, c *client, image string, progress io.Wri
 		return nil
 	}
 	return c.explain(err)
+}
+
+// readPolicyFlag reads the file a --policy flag names; none is no policy.
+func readPolicyFlag(file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	_, text, err := policy.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--policy: %w", err)
+	}
+	return text, nil
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -66,23 +67,34 @@ func newGetCmd(g *globals) *cobra.Command {
 }
 
 func newListCmd(g *globals) *cobra.Command {
+	return listCommand(g, "List sandboxes",
+		func(ctx context.Context, c *client) ([]*corralv1.Sandbox, error) {
+			resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+			return resp.GetSandboxes(), err
+		}, viewOf, printSandboxes)
+}
+
+// listCommand is a `list` command: list fetches the items, which print as
+// a table, or as JSON or YAML of their views.
+func listCommand[T, V any](g *globals, short string, list func(ctx context.Context, c *client) ([]T, error),
+	view func(T) V, table func(io.Writer, []T) error) *cobra.Command {
 	var format string
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List sandboxes",
+		Short:   short,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return query(g, cmd, format, func(ctx context.Context, c *client) (any, func() error, error) {
-				resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+				items, err := list(ctx, c)
 				if err != nil {
 					return nil, nil, err
 				}
-				views := make([]sandboxView, 0, len(resp.Sandboxes))
-				for _, sb := range resp.Sandboxes {
-					views = append(views, viewOf(sb))
+				views := make([]V, 0, len(items))
+				for _, it := range items {
+					views = append(views, view(it))
 				}
-				return views, func() error { return printSandboxes(g.stdout, resp.Sandboxes) }, nil
+				return views, func() error { return table(g.stdout, items) }, nil
 			})
 		},
 	}

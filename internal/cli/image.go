@@ -73,28 +73,11 @@ func newImagePullCmd(g *globals) *cobra.Command {
 }
 
 func newImageListCmd(g *globals) *cobra.Command {
-	var format string
-	cmd := &cobra.Command{
-		Use:     "list",
-		Aliases: []string{"ls"},
-		Short:   "List the images of the driver's store",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return query(g, cmd, format, func(ctx context.Context, c *client) (any, func() error, error) {
-				resp, err := c.ListImages(ctx, &corralv1.ListImagesRequest{})
-				if err != nil {
-					return nil, nil, err
-				}
-				views := make([]imageView, 0, len(resp.Images))
-				for _, img := range resp.Images {
-					views = append(views, imageViewOf(img))
-				}
-				return views, func() error { return printImages(g.stdout, resp.Images) }, nil
-			})
-		},
-	}
-	cmd.Flags().StringVarP(&format, "output", "o", "table", "output: table, json or yaml")
-	return cmd
+	return listCommand(g, "List the images of the driver's store",
+		func(ctx context.Context, c *client) ([]*corralv1.Image, error) {
+			resp, err := c.ListImages(ctx, &corralv1.ListImagesRequest{})
+			return resp.GetImages(), err
+		}, imageViewOf, printImages)
 }
 
 // printImages is the table of images, one row per name as docker images

@@ -157,3 +157,18 @@ func age(t *timestamppb.Timestamp) string {
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
+// printPools is the table of pools.
+func printPools(w io.Writer, list []*corralv1.Pool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSIZE\tREADY\tIMAGE\tCOMMAND")
+	for _, p := range list {
+		image := p.Spec.GetImage()
+		if image == "" {
+			image = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", p.Name, p.Size, p.Ready, printableText(image),
+			printableText(strings.Join(p.Spec.GetCommand(), " ")))
+	}
+	return tw.Flush()
+}

@@ -93,6 +93,11 @@ type Manager struct {
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 
+	// the pool loop: woken by poolWake, ended by closing poolStop
+	poolWake           chan struct{}
+	poolStop, poolDone chan struct{}
+	lastClaim          atomic.Int64 // unix nanoseconds of the last claim
+
 	mu       sync.Mutex
 	orphans  map[string]time.Time // sandbox id -> when first seen without a record
 	actors   map[string]*actor
@@ -109,7 +114,7 @@ func New(cfg Config) *Manager {
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{cfg: cfg, log: cfg.Logger, callCtx: ctx, cancelCall: cancel,
-		actors: map[string]*actor{}, orphans: map[string]time.Time{}}
+		actors: map[string]*actor{}, orphans: map[string]time.Time{}, poolWake: make(chan struct{}, 1)}
 }
 
 // storeCtx is the context of store writes: they must land even while the
@@ -189,6 +194,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	m.log.Info("recovery done; reconciling", "sandboxes", len(list))
+	m.startPools()
 	return nil
 }
 
@@ -255,6 +261,7 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 		m.stopWatch()
 		<-m.watchDone
 	}
+	m.stopPools()
 	m.mu.Lock()
 	m.closing = true
 	for _, a := range m.actors {

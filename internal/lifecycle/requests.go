@@ -46,6 +46,12 @@ func (m *Manager) Create(ctx context.Context, name, requestID string, spec sandb
 		return nil, false, err
 	}
 	defer done()
+	return m.create(ctx, name, requestID, spec, "")
+}
+
+// create is Create once the request is admitted; a pool's name makes the
+// sandbox an unclaimed member of it (a label callers cannot set).
+func (m *Manager) create(ctx context.Context, name, requestID string, spec sandbox.Spec, pool string) (*sandbox.Sandbox, bool, error) {
 	if err := sandbox.ValidateName(name); err != nil {
 		return nil, false, err
 	}
@@ -62,6 +68,9 @@ func (m *Manager) Create(ctx context.Context, name, requestID string, spec sandb
 		return nil, false, err
 	}
 	spec.Labels = maps.Clone(spec.Labels)
+	if pool != "" {
+		spec.Labels = map[string]string{sandbox.LabelPool: pool}
+	}
 	now := m.now()
 	sb := &sandbox.Sandbox{
 		ID: sandbox.NewID(), Name: name, RequestID: requestID, Spec: spec,

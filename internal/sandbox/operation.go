@@ -13,6 +13,9 @@ const (
 	OpStop   OpKind = "stop"
 	OpDelete OpKind = "delete"
 	OpUpdate OpKind = "update" // a new policy for a stopped sandbox
+	// OpClaim records that a ready pool member became a caller's sandbox
+	// (renamed and relabelled); it is settled when it is written.
+	OpClaim OpKind = "claim"
 
 	OpDriverCreate OpKind = "driver.create"
 	OpDriverStart  OpKind = "driver.start"

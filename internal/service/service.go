@@ -49,6 +49,7 @@ type Lifecycle interface {
 	Imager
 	Files
 	Porter
+	Pools
 }
 
 var _ Lifecycle = (*lifecycle.Manager)(nil)
@@ -96,6 +97,9 @@ const (
 )
 
 func (s *service) CreateSandbox(ctx context.Context, req *corralv1.CreateSandboxRequest) (*corralv1.CreateSandboxResponse, error) {
+	if req.GetPool() != "" {
+		return s.claim(ctx, req)
+	}
 	sb, created, err := s.m.Create(ctx, req.GetName(), req.GetRequestId(), specFromProto(req.GetSpec()))
 	if err != nil {
 		return nil, errdefs.ToGRPC(err)

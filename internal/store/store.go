@@ -4,6 +4,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/sandbox"
@@ -58,9 +59,38 @@ type Store interface {
 	// every sandbox when sandboxID is "", oldest first.
 	ListExposedPorts(ctx context.Context, sandboxID string) ([]sandbox.ExposedPort, error)
 
+	// CreatePool inserts a pool; a taken name is errdefs.ErrAlreadyExists.
+	CreatePool(ctx context.Context, p *sandbox.Pool) error
+	// GetPool returns the pool with the given name (errdefs.ErrNotFound).
+	GetPool(ctx context.Context, name string) (*sandbox.Pool, error)
+	// ListPools returns every pool by name.
+	ListPools(ctx context.Context) ([]*sandbox.Pool, error)
+	// DeletePool removes a pool; its members are left to the caller.
+	DeletePool(ctx context.Context, name string) error
+	// ClaimSandbox turns the oldest ready member of a pool into the
+	// caller's sandbox in one transaction: it is renamed, takes the
+	// claim's request id and labels (its pool label goes) and gets c.Op,
+	// settled, in its journal. No member of the pool is ready:
+	// ErrNoneReady. A request id that created or claimed a sandbox already
+	// returns that sandbox with claimed=false.
+	ClaimSandbox(ctx context.Context, pool string, c Claim) (sb *sandbox.Sandbox, claimed bool, err error)
+
 	// Close flushes and closes the store.
 	Close() error
 }
+
+// Claim is what a claim of a pool member gives it.
+type Claim struct {
+	Name      string
+	RequestID string
+	Labels    map[string]string
+	At        time.Time
+	// Op is the claim's journal entry; its sandbox id is filled in.
+	Op *sandbox.Operation
+}
+
+// ErrNoneReady is ClaimSandbox's answer when the pool has no ready member.
+var ErrNoneReady = errors.New("no ready member")
 
 // Mutation is what a Mutate callback adds to the journal.
 type Mutation struct {

@@ -146,24 +146,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 		created bool
 	)
 	err := s.w.write(ctx, func(q *stmts) error {
-		if sb.RequestID != "" {
-			existing, err := getSandbox(ctx, q, "request_id = ?", sb.RequestID)
-			if err == nil {
-				if existing.Name != sb.Name {
-					return errdefs.FailedPrecondition("request id %q was already used to create sandbox %q, not %q", sb.RequestID, existing.Name, sb.Name)
-				}
-				got = existing
-				return nil
-			}
-			if !errors.Is(err, errdefs.ErrNotFound) {
-				return err
-			}
-		}
-		var taken int
-		if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE name = ?`, sb.Name).Scan(&taken); err != nil {
+		existing, err := newSandboxName(ctx, q, sb.RequestID, sb.Name)
+		if err != nil || existing != nil {
+			got = existing
 			return err
-		} else if taken > 0 {
-			return errdefs.AlreadyExists("sandbox %q already exists", sb.Name)
 		}
 		spec, err := json.Marshal(sb.Spec)
 		if err != nil {
@@ -188,6 +174,31 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 		return nil, false, err
 	}
 	return got, created, nil
+}
+
+// newSandboxName checks, in a write, that a sandbox may be made with name
+// for requestID: it returns the sandbox that requestID made before, if one
+// did, or errdefs.ErrAlreadyExists when another has the name.
+func newSandboxName(ctx context.Context, q *stmts, requestID, name string) (*sandbox.Sandbox, error) {
+	if requestID != "" {
+		existing, err := getSandbox(ctx, q, "request_id = ?", requestID)
+		if err == nil {
+			if existing.Name != name {
+				return nil, errdefs.FailedPrecondition("request id %q was already used to create sandbox %q, not %q", requestID, existing.Name, name)
+			}
+			return existing, nil
+		}
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			return nil, err
+		}
+	}
+	var taken int
+	if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE name = ?`, name).Scan(&taken); err != nil {
+		return nil, err
+	} else if taken > 0 {
+		return nil, errdefs.AlreadyExists("sandbox %q already exists", name)
+	}
+	return nil, nil
 }
 
 // getSandbox returns the sandbox that where selects, with its last

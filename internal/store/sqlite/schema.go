@@ -51,6 +51,13 @@ var migrations = []string{
 		created_at INTEGER NOT NULL,
 		PRIMARY KEY (sandbox_id, port)
 	);`,
+
+	`CREATE TABLE pools (
+		name       TEXT PRIMARY KEY,
+		size       INTEGER NOT NULL CHECK (size > 0),
+		spec       TEXT NOT NULL,
+		created_at INTEGER NOT NULL
+	);`,
 }
 
 // SchemaVersion is the schema version this build writes.

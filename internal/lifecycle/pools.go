@@ -1,0 +1,319 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store"
+)
+
+// KeepAlive is the main command of pool members whose pool names none: it
+// keeps them running (and works on busybox) until they are claimed.
+var KeepAlive = []string{"sleep", "2147483647"}
+
+// poolResync is how often the pool loop looks again without being woken,
+// so a member lost some other way is still replaced.
+const poolResync = 5 * time.Second
+
+// A refill yields to the claims that caused it: it starts once no claim
+// has come for refillQuiet, or refillMaxDelay after it was asked for,
+// whichever is first. Creating members competes with the claimed
+// sandboxes' first execs for the CPUs and the engine; measured on two
+// CPUs, that competition more than doubled a claim's time to interactive.
+const (
+	refillQuiet    = 300 * time.Millisecond
+	refillMaxDelay = 2 * time.Second
+)
+
+// PoolStatus is a pool with what its unclaimed members are doing.
+type PoolStatus struct {
+	*sandbox.Pool
+	Members int // unclaimed members not being deleted
+	Ready   int // of those, the ones a claim can take
+}
+
+// Claimed is the result of a create from a pool.
+type Claimed struct {
+	Sandbox *sandbox.Sandbox
+	// Created is false when the request id matched an earlier create.
+	Created bool
+	// FromPool is true when a ready member was claimed; else Reason says
+	// why the sandbox was created cold.
+	FromPool bool
+	Reason   string
+}
+
+// CreatePool records a warm pool and wakes the loop that fills it. Its
+// spec is fixed from now on: the image defaults to the gateway's, the
+// command to KeepAlive.
+func (m *Manager) CreatePool(ctx context.Context, name string, size int, spec sandbox.Spec) (*PoolStatus, error) {
+	done, err := m.admit()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	p := &sandbox.Pool{Name: name, Size: size, CreatedAt: m.now()}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if len(spec.Labels) > 0 {
+		return nil, errdefs.InvalidArgument("pool %q: members get their labels when they are claimed, not from the pool", name)
+	}
+	if spec.Image == "" {
+		spec.Image = m.cfg.DefaultImage
+	}
+	if len(spec.Command) == 0 {
+		spec.Command = KeepAlive
+	}
+	if err := spec.ValidateRestart(); err != nil {
+		return nil, err
+	}
+	if err := validateInput(name, "", spec); err != nil {
+		return nil, err
+	}
+	if err := m.validate(name, spec.Image, spec.Command, spec.Policy); err != nil {
+		return nil, err
+	}
+	p.Spec = spec
+	if err := m.cfg.Store.CreatePool(ctx, p); err != nil {
+		return nil, err
+	}
+	m.log.Info("pool created", "pool", name, "size", size)
+	m.kickPools()
+	return &PoolStatus{Pool: p}, nil
+}
+
+// ListPools returns every pool with its members' counts.
+func (m *Manager) ListPools(ctx context.Context) ([]*PoolStatus, error) {
+	pools, err := m.cfg.Store.ListPools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	list, err := m.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*PoolStatus{}
+	out := make([]*PoolStatus, len(pools))
+	for i, p := range pools {
+		out[i] = &PoolStatus{Pool: p}
+		byName[p.Name] = out[i]
+	}
+	for _, sb := range list {
+		ps := byName[sb.PoolOf()]
+		if ps == nil || sb.Desired == sandbox.DesiredDeleted {
+			continue
+		}
+		ps.Members++
+		if sb.Desired == sandbox.DesiredRunning && sb.Phase == sandbox.PhaseReady {
+			ps.Ready++
+		}
+	}
+	return out, nil
+}
+
+// DeletePool removes a pool and deletes its unclaimed members; sandboxes
+// claimed from it are the users' and stay. A member the deletes miss (the
+// gateway stops in between) belongs to no pool and the pool loop deletes
+// it later.
+func (m *Manager) DeletePool(ctx context.Context, name string) (*PoolStatus, error) {
+	done, err := m.admit()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	p, err := m.cfg.Store.GetPool(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.cfg.Store.DeletePool(ctx, name); err != nil {
+		return nil, err
+	}
+	m.log.Info("pool deleted", "pool", name)
+	ps := &PoolStatus{Pool: p}
+	list, err := m.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return ps, err
+	}
+	for _, sb := range list {
+		if sb.PoolOf() == name && sb.Desired != sandbox.DesiredDeleted {
+			ps.Members++
+			if _, err := m.deleteMember(ctx, sb.ID); err != nil {
+				return ps, err
+			}
+		}
+	}
+	return ps, nil
+}
+
+// deleteMember is Delete of a pool member, already admitted.
+func (m *Manager) deleteMember(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	sb, err := m.Delete(ctx, id, false)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, nil // deleted meanwhile, or claimed and renamed: gone from the pool either way
+	}
+	return sb, err
+}
+
+// Claim creates sandbox name from pool: it claims the pool's oldest ready
+// member (renamed, labelled, journaled as a claim), or with none ready
+// creates the pool's spec cold and says why in the result.
+func (m *Manager) Claim(ctx context.Context, name, requestID, pool string, labels map[string]string) (*Claimed, error) {
+	done, err := m.admit()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if err := sandbox.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := validateInput(name, requestID, sandbox.Spec{Labels: labels}); err != nil {
+		return nil, err
+	}
+	now := m.now()
+	op := &sandbox.Operation{Kind: sandbox.OpClaim, State: sandbox.OpSucceeded, Owner: m.cfg.Instance,
+		StartedAt: now, FinishedAt: now, Deadline: now, Detail: fmt.Sprintf("claimed from pool %q as %q", pool, name)}
+	sb, claimed, err := m.cfg.Store.ClaimSandbox(ctx, pool, store.Claim{Name: name, RequestID: requestID, Labels: labels, At: now, Op: op})
+	switch {
+	case err == nil:
+		if claimed {
+			m.log.Info("sandbox claimed from pool", "sandbox", name, "id", sb.ID, "pool", pool)
+			m.events.publish(Event{Type: EventModified, Sandbox: sb})
+			m.kick(sb.ID)
+			m.claimed()
+		}
+		return &Claimed{Sandbox: sb, Created: claimed, FromPool: claimed}, nil
+	case !errors.Is(err, store.ErrNoneReady):
+		return nil, err
+	}
+	p, err := m.cfg.Store.GetPool(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	spec := p.Spec
+	spec.Labels = maps.Clone(labels)
+	sb, created, err := m.create(ctx, name, requestID, spec, "")
+	if err != nil {
+		return nil, err
+	}
+	m.claimed()
+	return &Claimed{Sandbox: sb, Created: created,
+		Reason: fmt.Sprintf("pool %q had no ready sandbox; created one cold from its spec", pool)}, nil
+}
+
+// claimed notes a claim and wakes the pool loop, which waits for the
+// claims to settle before it refills.
+func (m *Manager) claimed() {
+	m.lastClaim.Store(m.now().UnixNano())
+	m.kickPools()
+}
+
+// settleClaims waits until no claim has come for refillQuiet, at most
+// refillMaxDelay; it reports false when the pool loop is stopping.
+func (m *Manager) settleClaims() bool {
+	until := m.now().Add(refillMaxDelay)
+	for {
+		now := m.now()
+		wait := time.Unix(0, m.lastClaim.Load()).Add(refillQuiet).Sub(now)
+		if wait <= 0 || !now.Before(until) {
+			return true
+		}
+		select {
+		case <-time.After(min(wait, until.Sub(now))):
+		case <-m.poolStop:
+			return false
+		}
+	}
+}
+
+// kickPools wakes the pool loop.
+func (m *Manager) kickPools() {
+	select {
+	case m.poolWake <- struct{}{}:
+	default:
+	}
+}
+
+// startPools starts the loop that keeps every pool full; Shutdown ends it.
+func (m *Manager) startPools() {
+	m.poolStop, m.poolDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(m.poolDone)
+		tick := time.NewTicker(poolResync)
+		defer tick.Stop()
+		for {
+			m.refillPools()
+			select {
+			case <-m.poolWake:
+				if !m.settleClaims() {
+					return
+				}
+			case <-tick.C:
+			case <-m.poolStop:
+				return
+			}
+		}
+	}()
+}
+
+// stopPools ends the pool loop, if it runs.
+func (m *Manager) stopPools() {
+	if m.poolStop != nil {
+		close(m.poolStop)
+		<-m.poolDone
+		m.poolStop = nil
+	}
+}
+
+// refillPools is one level-based pass: it deletes unclaimed members of
+// pools that are gone and members whose main process ended, and creates
+// members until every pool has its size of them.
+func (m *Manager) refillPools() {
+	ctx, cancel := storeCtx()
+	defer cancel()
+	done, err := m.admit()
+	if err != nil {
+		return // shutting down
+	}
+	defer done()
+	pools, err := m.cfg.Store.ListPools(ctx)
+	if err != nil {
+		m.log.Error("list pools", "err", err)
+		return
+	}
+	list, err := m.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		m.log.Error("list sandboxes for pools", "err", err)
+		return
+	}
+	have := map[string]int{}
+	for _, p := range pools {
+		have[p.Name] = 0
+	}
+	for _, sb := range list {
+		name := sb.PoolOf()
+		if name == "" || sb.Desired == sandbox.DesiredDeleted {
+			continue
+		}
+		if _, ok := have[name]; !ok || sb.Phase == sandbox.PhaseExited {
+			if _, err := m.deleteMember(ctx, sb.ID); err != nil {
+				m.log.Error("delete pool member", "pool", name, "sandbox", sb.Name, "err", err)
+			}
+			continue
+		}
+		have[name]++
+	}
+	for _, p := range pools {
+		for n := have[p.Name]; n < p.Size; n++ {
+			if _, _, err := m.create(ctx, p.MemberName(), "", p.Spec, p.Name); err != nil {
+				m.log.Error("create pool member", "pool", p.Name, "err", err)
+				break
+			}
+		}
+	}
+}
