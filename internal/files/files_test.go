@@ -178,6 +178,14 @@ func TestErrors(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "does not replace a directory with a file") {
 		t.Errorf("a file onto a directory: %v", err)
 	}
+	// a fifo asked for by name says so; the copy does not end empty and ok
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = fsys.Do(ctx, Request{Op: OpCopyOut, Path: "/sandbox/fifo"}, nil, &bytes.Buffer{})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "fifo") {
+		t.Errorf("copy out of a fifo: %v; want it refused, saying what it is", err)
+	}
 	os.Symlink("/", filepath.Join(dir, "out"))
 	err = fsys.Do(ctx, Request{Op: OpWrite, Path: "/sandbox/out/escaped"}, strings.NewReader("x"), &bytes.Buffer{})
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "leads outside") {

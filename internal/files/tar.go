@@ -17,8 +17,12 @@ import (
 // symlink (as a link) or a directory tree, with modes, owners and
 // modification times; its top entry is named top, or, when top is "",
 // what a directory holds is written without it; hard links are kept. Device nodes, fifos and
-// sockets are left out. Memory stays constant whatever the sizes.
+// sockets in a tree are left out; one asked for by name is an error, not an
+// empty success. Memory stays constant whatever the sizes.
 func Pack(w io.Writer, root *os.Root, rel, top string) error {
+	if fi, err := root.Lstat(rel); err == nil && special(fi.Mode()) {
+		return errdefs.InvalidArgument("%s is a device, fifo or socket: only files, links and directories are copied", rel)
+	}
 	p := &packer{tw: tar.NewWriter(w), root: root, links: map[[2]uint64]string{}}
 	if err := p.entry(rel, top); err != nil {
 		return err
@@ -46,7 +50,7 @@ func (p *packer) entry(rel, name string) error {
 		if link, err = root.Readlink(rel); err != nil {
 			return err
 		}
-	case fi.Mode()&(os.ModeDevice|os.ModeNamedPipe|os.ModeSocket|os.ModeCharDevice) != 0:
+	case special(fi.Mode()):
 		return nil
 	}
 	if name != "" {
@@ -102,6 +106,11 @@ func (p *packer) entry(rel, name string) error {
 		}
 	}
 	return nil
+}
+
+// special tells device nodes, fifos and sockets.
+func special(m os.FileMode) bool {
+	return m&(os.ModeDevice|os.ModeNamedPipe|os.ModeSocket|os.ModeCharDevice) != 0
 }
 
 type zeros struct{}
