@@ -209,16 +209,17 @@ func pins(hosts []string) (map[string][]netip.Addr, error) {
 
 // record keeps a decision, counts it and passes it to the watchers.
 func (s *Sandboxes) record(b *box, d Decision) {
-	metrics.EgressDecision(b.name, d.Verdict)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d.Sandbox = b.name // a claimed pool member's new name, not the one it was served under
+	metrics.EgressDecision(d.Sandbox, d.Verdict)
 	if d.Verdict == Allowed {
 		return
 	}
 	if s.Logger != nil {
-		s.Logger.Info("egress "+d.Verdict, "sandbox", b.name, "host", d.Host, "port", d.Port, "method", d.Method,
+		s.Logger.Info("egress "+d.Verdict, "sandbox", d.Sandbox, "host", d.Host, "port", d.Port, "method", d.Method,
 			"path", d.Path, "policy", d.Policy, "reason", d.Reason)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if len(b.decisions) == keptDecisions {
 		b.decisions = b.decisions[1:]
 	}
@@ -239,8 +240,8 @@ func (s *Sandboxes) Attached(ref driver.Ref) bool {
 	return b != nil && b.ln != nil && b.gen == ref.Generation
 }
 
-// Refresh reads sandbox id's rules again and gives them to its proxy,
-// which closes the open connections they no longer allow.
+// Refresh reads sandbox id's rules (and name) again and gives the rules to
+// its proxy, which closes the open connections they no longer allow.
 func (s *Sandboxes) Refresh(id string) {
 	s.mu.Lock()
 	b := s.boxes[id]
@@ -257,7 +258,7 @@ func (s *Sandboxes) Refresh(id string) {
 	}
 	b.proxy.SetRules(nw.Rules)
 	s.mu.Lock()
-	b.rules = nw.Rules
+	b.rules, b.name = nw.Rules, nw.Name
 	s.mu.Unlock()
 }
 

@@ -21,8 +21,8 @@ type Egress interface {
 	driver.Egress
 	// Attached reports whether incarnation ref's proxy is served.
 	Attached(ref driver.Ref) bool
-	// Refresh reads sandbox id's rules again (NetworkOf) and closes the
-	// open connections they no longer allow.
+	// Refresh reads sandbox id's rules and name again (NetworkOf) and
+	// closes the open connections the rules no longer allow.
 	Refresh(id string)
 	// Forget drops what the proxy keeps of a deleted sandbox.
 	Forget(id string)

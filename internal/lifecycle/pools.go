@@ -183,6 +183,9 @@ func (m *Manager) Claim(ctx context.Context, name, requestID, pool string, label
 	case err == nil:
 		if claimed {
 			m.log.Info("sandbox claimed from pool", "sandbox", name, "id", sb.ID, "pool", pool)
+			if m.cfg.Egress != nil {
+				m.cfg.Egress.Refresh(sb.ID) // its decisions carry the new name
+			}
 			m.events.publish(Event{Type: EventModified, Sandbox: sb})
 			m.kick(sb.ID)
 			m.claimed()
