@@ -56,7 +56,7 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	}
 	if live {
 		if d.awaitRunning(ctx, o.ID, o.Generation) {
-			return d.attachEgress(ctx, ref, b) // a start whose answer was lost may not have
+			return d.attachEgress(ctx, ref) // a start whose answer was lost may not have
 		}
 		// Shutting down, or not answering: let it go, then start afresh.
 		if err := d.stopIncarnation(ctx, o.ID, o.Generation, driver.StopOptions{Timeout: killGrace}); err != nil {
@@ -390,15 +390,15 @@ func removeCgroup(ctx context.Context, id string) error {
 
 // attachEgress serves the egress proxy in the network namespace of a live
 // supervisor, when the gateway has one.
-func (d *Driver) attachEgress(ctx context.Context, ref driver.Ref, b shim.Bundle) error {
+func (d *Driver) attachEgress(ctx context.Context, ref driver.Ref) error {
 	if d.cfg.Egress == nil {
 		return nil
 	}
-	pid, err := readPID(b)
+	netns, err := d.NetNS(ctx, ref)
 	if err != nil {
-		return fmt.Errorf("native start: the supervisor's pid: %w", err)
+		return err
 	}
-	return d.cfg.Egress.Attach(ctx, ref, fmt.Sprintf("/proc/%d/ns/net", pid))
+	return d.cfg.Egress.Attach(ctx, ref, netns)
 }
 
 // NetNS implements driver.NetNSer.
