@@ -67,6 +67,10 @@ type box struct {
 // Prepare implements driver.Egress: it makes the sandbox's CA once and
 // writes its trust directory.
 func (s *Sandboxes) Prepare(id string) (string, error) {
+	trust := filepath.Join(s.Dir, id, "trust")
+	if _, err := os.Stat(filepath.Join(trust, driver.BundleFile)); err == nil {
+		return trust, nil // made at an earlier start; the proxy parses the CA when it attaches
+	}
 	_, trust, err := s.ca(id)
 	return trust, err
 }
