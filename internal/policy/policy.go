@@ -29,7 +29,24 @@ type Policy struct {
 	Limits     Limits     `json:"limits"`
 	// Network is network_policies, in the file's order; none: no egress.
 	Network []NetworkPolicy `json:"network_policies,omitempty"`
+	// Isolation is the tier the sandbox runs on: IsolationNamespaces
+	// (also when empty, as in records older than the field) or
+	// IsolationGVisor.
+	Isolation string `json:"isolation,omitempty"`
 }
+
+// The isolation tiers.
+const (
+	// IsolationNamespaces runs the sandbox on the host's kernel, in
+	// namespaces, under Landlock and seccomp.
+	IsolationNamespaces = "namespaces"
+	// IsolationGVisor runs the sandbox on gVisor's user-space kernel
+	// (runsc): its system calls never reach the host's kernel directly.
+	IsolationGVisor = "gvisor"
+)
+
+// GVisor tells whether the policy asks for the gVisor tier.
+func (p Policy) GVisor() bool { return p.Isolation == IsolationGVisor }
 
 // Filesystem lists what a sandbox may read and write. When Set, every path
 // not listed (nor the workdir, with IncludeWorkdir) is neither readable nor
@@ -236,6 +253,10 @@ func Parse(text string) (Policy, error) {
 			p.Network, err = network(n, f)
 			return err
 		},
+		"isolation": func(n *yaml.Node, f string) (err error) {
+			p.Isolation, err = oneOf(n, f, IsolationNamespaces, IsolationGVisor)
+			return err
+		},
 		"limits": func(n *yaml.Node, f string) error {
 			return walk(n, f, fields{
 				"memory": func(n *yaml.Node, f string) (err error) {
@@ -314,7 +335,7 @@ func walk(n *yaml.Node, prefix string, known fields) error {
 	if n.Kind != yaml.MappingNode {
 		name := prefix
 		if name == "" {
-			return &Error{Line: n.Line, Msg: "a policy is a mapping of keys (version, filesystem_policy, landlock, process, limits, network_policies)"}
+			return &Error{Line: n.Line, Msg: "a policy is a mapping of keys (version, isolation, filesystem_policy, landlock, process, limits, network_policies)"}
 		}
 		return &Error{Line: n.Line, Field: name, Msg: fmt.Sprintf("want a mapping of %s, not %s", keys(known), describe(n))}
 	}

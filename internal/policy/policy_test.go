@@ -54,6 +54,14 @@ func TestDefaults(t *testing.T) {
 	if err != nil || p.Filesystem.IncludeWorkdir || p.Landlock.Compatibility != HardRequirement || p.Process.Seccomp != SeccompUnconfined || p.Process.NoNewPrivileges {
 		t.Errorf("explicit settings: %+v, %v", p, err)
 	}
+	if p.GVisor() {
+		t.Errorf("a policy without isolation asks for gVisor: %+v", p)
+	}
+	for text, gvisor := range map[string]bool{"version: 1\nisolation: gvisor\n": true, "version: 1\nisolation: namespaces\n": false} {
+		if p, err := Parse(text); err != nil || p.GVisor() != gvisor {
+			t.Errorf("Parse(%q) = %+v, %v; want gVisor %v", text, p, err, gvisor)
+		}
+	}
 }
 
 // malformed are policies that must be refused, each with the line and the
@@ -116,6 +124,9 @@ var malformed = []struct {
 	{"version: 1\n\tlimits: {}\n", 2, "not valid YAML"},
 	{"version: 1\n? [a]\n: b\n", 2, "unknown key"},
 	{"version: 1\nlimits: &l {pids: 5}\nprocess: *l\n", 3, "process"},
+	{"version: 1\nisolation: gVisor\n", 2, "isolation: want namespaces or gvisor"},
+	{"version: 1\nisolation: [gvisor]\n", 2, "isolation: want namespaces or gvisor"},
+	{"version: 1\nisolation: vm\n", 2, "isolation"},
 }
 
 func TestMalformedPoliciesNameTheLineAndField(t *testing.T) {
