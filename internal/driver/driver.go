@@ -237,3 +237,19 @@ type Workdirs interface {
 	// the sandbox is stopped, or errdefs.ErrNotFound.
 	Workdir(ctx context.Context, id string) (string, error)
 }
+
+// Tier is an isolation tier (a policy's isolation value) and whether a
+// driver can run sandboxes on it.
+type Tier struct {
+	Name      string
+	Available bool
+	// Detail says what runs the tier, or why it is not available.
+	Detail string
+}
+
+// Tierer is a driver that can run sandboxes on tiers beyond
+// policy.IsolationNamespaces (which every driver runs).
+type Tierer interface {
+	// Tiers says, for each tier, whether the driver can run it now.
+	Tiers(ctx context.Context) []Tier
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
 )
@@ -105,4 +106,18 @@ func (m *Manager) AssumeGone(ctx context.Context, nameOrID, who, why string) (*s
 	m.log.Warn("record removed without driver confirmation", "sandbox", sb.Name, "by", who, "reason", why)
 	m.events.publish(Event{Type: EventDeleted, Sandbox: sb})
 	return sb, nil
+}
+
+// Tiers says which isolation tiers the driver can run: those of a
+// driver.Tierer, else the namespaces tier only.
+func (m *Manager) Tiers(ctx context.Context) []driver.Tier {
+	if t, ok := m.cfg.Driver.(driver.Tierer); ok {
+		ctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+		defer cancel()
+		return t.Tiers(ctx)
+	}
+	return []driver.Tier{
+		{Name: policy.IsolationNamespaces, Available: true},
+		{Name: policy.IsolationGVisor, Detail: "the " + m.cfg.Driver.Name() + " driver has no gVisor tier"},
+	}
 }

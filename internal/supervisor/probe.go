@@ -42,6 +42,15 @@ var probes = map[string]func() string{
 		return valueResult(v, err)
 	},
 	"uid": func() string { return fmt.Sprint(os.Getuid()) },
+	// Landlock's ABI version: a number, or ENOSYS on a kernel without
+	// Landlock (gVisor's among them); no ruleset is made.
+	"landlock": func() string {
+		v, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+		if e != 0 {
+			return errnoResult(e)
+		}
+		return fmt.Sprintf("ABI %d", v)
+	},
 	// No entries and no parameters: EINVAL or EFAULT where io_uring is
 	// allowed at all, and no ring is made.
 	"io_uring": func() string {

@@ -75,8 +75,14 @@ func execIn(t *testing.T, d *Driver, id string, command ...string) (int, string,
 // outcomes as on the native driver.
 func TestPolicyCases(t *testing.T) {
 	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
-	id := startPolicySandbox(t, d, "policy", drivertest.Policy("/.corral/bin"))
-	// an executable outside every list: the incarnation's run directory
+	drivertest.RunPolicyCases(t, policySandbox(t, d, drivertest.Policy("/.corral/bin")))
+}
+
+// policySandbox runs a sandbox of pol for the policy cases, with an
+// executable outside every list in the incarnation's run directory.
+func policySandbox(t *testing.T, d *Driver, pol string) drivertest.PolicySandbox {
+	t.Helper()
+	id := startPolicySandbox(t, d, "policy", pol)
 	data, err := os.ReadFile("/bin/busybox")
 	if err == nil {
 		err = os.WriteFile(filepath.Join(d.readyDir(id, 1), "busybox"), data, 0o755)
@@ -84,7 +90,7 @@ func TestPolicyCases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drivertest.RunPolicyCases(t, drivertest.PolicySandbox{
+	return drivertest.PolicySandbox{
 		Exec: func(t *testing.T, command ...string) (int, string, string) {
 			t.Helper()
 			return execIn(t, d, id, command...)
@@ -98,7 +104,7 @@ func TestPolicyCases(t *testing.T) {
 			}
 			return obj.Protections
 		},
-	})
+	}
 }
 
 // Must hold 2 of the policy issue, on Docker.

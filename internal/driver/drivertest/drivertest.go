@@ -46,6 +46,9 @@ type Options struct {
 	PrintCommand []string
 	// InvalidImage, when set, is an image Validate must refuse.
 	InvalidImage string
+	// Isolation is the policy's isolation tier of every object (default
+	// policy.IsolationNamespaces).
+	Isolation string
 }
 
 // The defaults of Options.
@@ -98,6 +101,13 @@ func RunWith(t *testing.T, newDriver NewDriver, opts Options) {
 type suite struct {
 	newDriver NewDriver
 	opts      Options
+}
+
+// policy is the policy of the suite's objects.
+func (s *suite) policy() policy.Policy {
+	p := policy.Default()
+	p.Isolation = s.opts.Isolation
+	return p
 }
 
 // newLabel returns a label key no other run uses, so that objects left by
@@ -162,7 +172,7 @@ func (d *tdriver) spec(generation int64) driver.Spec {
 		Image:      d.s.opts.Image,
 		Command:    slices.Clone(d.s.opts.Command),
 		Labels:     map[string]string{"corral.test.purpose": "conformance"},
-		Policy:     policy.Default(),
+		Policy:     d.s.policy(),
 	}
 }
 
