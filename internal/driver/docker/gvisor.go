@@ -98,6 +98,10 @@ func (d *Driver) checkGVisor(spec driver.Spec) error {
 	if !spec.Policy.GVisor() {
 		return nil
 	}
+	if p := spec.Policy; p.Filesystem.Set && p.Landlock.Compatibility == policy.HardRequirement {
+		return errdefs.InvalidArgument("sandbox %s: gVisor has no Landlock, so filesystem_policy with landlock compatibility hard_requirement cannot hold on the gVisor tier: "+
+			"use best_effort (the lists are then not enforced; the root stays read-only, /sandbox and /tmp writable) or isolation: namespaces", spec.Name)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	g, err := d.gvisorRuntime(ctx)

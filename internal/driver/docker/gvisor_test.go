@@ -147,3 +147,14 @@ func TestGVisorMemoryLimit(t *testing.T) {
 		t.Errorf("stopped sandbox: %+v; want it said killed out of memory", obj)
 	}
 }
+
+// Landlock as a hard requirement cannot hold inside gVisor: refused at
+// once, before the engine is asked anything.
+func TestGVisorRefusesLandlockHardRequirement(t *testing.T) {
+	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
+	spec := driver.Spec{ID: sandbox.NewID(), Name: "hard", Generation: 1, Image: testenv.TestImage, Command: []string{"sleep", "10"},
+		Policy: drivertest.MustPolicy(t, drivertest.Policy("/.corral/bin")+"isolation: gvisor\n")}
+	if err := d.Validate(spec); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "gVisor has no Landlock") {
+		t.Errorf("Validate = %v; want it refused, saying why", err)
+	}
+}
