@@ -46,7 +46,11 @@ func TestConformance(t *testing.T) {
 func startPolicySandbox(t *testing.T, d *Driver, name, pol string) string {
 	t.Helper()
 	id := sandbox.NewID()
-	t.Cleanup(func() { _ = d.Delete(context.Background(), id) })
+	t.Cleanup(func() {
+		if err := d.Delete(context.Background(), id); err != nil {
+			t.Errorf("cleanup: delete sandbox %s: %v", name, err)
+		}
+	})
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	spec := driver.Spec{ID: id, Name: name, Generation: 1, Image: testenv.TestImage, Command: []string{"sleep", "3600"}, Policy: drivertest.MustPolicy(t, pol)}
