@@ -11,7 +11,8 @@ import (
 
 // Issue 18 on Docker: a sandbox on the gVisor tier through the CLI, as a
 // user drives it: doctor says the tier is there, the kernel inside is
-// gVisor's, exec, logs, cp both ways, stop and start keep the workdir,
+// gVisor's, exec, logs, cp both ways, a forwarded port, the restart
+// policy; stop and start keep the workdir;
 // delete leaves nothing; a policy gVisor cannot hold is refused at create
 // and leaves no record.
 func TestDockerGVisorThroughCLI(t *testing.T) {
@@ -53,9 +54,16 @@ func TestDockerGVisorThroughCLI(t *testing.T) {
 	if data, err := os.ReadFile(out); err != nil || string(data) != "kept\n" {
 		t.Errorf("copied out: %q, %v", data, err)
 	}
+	run := func(args ...string) string { return mustCorral(t, home, args...) }
+	createWeb(t, run, "web", "--policy", pol)
+	f := portForward(t, nil, 1, "--home", home, "sandbox", "port-forward", "web", "8080")
+	waitServed(t, f.addrs[0], "hello from web\n")
+	mustCorral(t, home, "sandbox", "create", "--name", "retry", "--policy", pol, "--restart", "on_failure", "--max-restarts", "1", "--", "sh", "-c", "exit 1")
+	waitReason(t, home, "retry", "limit of 1 restarts")
+
 	mustCorral(t, home, "sandbox", "stop", "gv")
 	startKeepsWorkdir(t, home, "gv")
-	mustCorral(t, home, "sandbox", "delete", "gv")
+	mustCorral(t, home, "sandbox", "delete", "--all")
 	if got := containersOf(t, label); len(got) != 0 {
 		t.Fatalf("containers left after delete: %v", got)
 	}

@@ -158,3 +158,51 @@ func TestGVisorRefusesLandlockHardRequirement(t *testing.T) {
 		t.Errorf("Validate = %v; want it refused, saying why", err)
 	}
 }
+
+// An exec on a terminal, on the namespaces tier and on gVisor's, typed
+// into as a user would (input open until the answer came). On gVisor the
+// process does not see a terminal (isatty is false: runsc hands it the
+// engine's console as a host file, as `docker run -it --runtime=runsc`
+// shows), but what it prints goes through one.
+func TestExecTerminal(t *testing.T) {
+	t.Run("namespaces", func(t *testing.T) {
+		d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
+		execOnTerminal(t, d, startPolicySandbox(t, d, "tty", "version: 1\n"), "/dev/pts/")
+	})
+	t.Run("gvisor", func(t *testing.T) {
+		d := newGVisorDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
+		execOnTerminal(t, d, startPolicySandbox(t, d, "tty", "version: 1\nisolation: gvisor\n"), "not a tty")
+	})
+}
+
+func execOnTerminal(t *testing.T, d *Driver, id, tty string) {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	in, typing := io.Pipe()
+	defer typing.Close()
+	out := &testenv.SyncBuffer{}
+	done := make(chan error, 1)
+	var code int
+	go func() {
+		var err error
+		code, err = d.Exec(c, id, driver.ExecOptions{Command: []string{"sh", "-c", "tty; read line; echo got $line; exit 5"},
+			TTY: true, Size: driver.TerminalSize{Rows: 30, Cols: 100}, Stdin: in, Stdout: out})
+		done <- err
+	}()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if !strings.Contains(out.String(), tty) {
+			return fmt.Errorf("the terminal shows %q, want %q", out.String(), tty)
+		}
+		return nil
+	})
+	if _, err := typing.Write([]byte("hello\r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); code != 5 || !strings.Contains(got, "got hello\r\n") {
+		t.Errorf("exec on a terminal: exit %d, %q; want exit 5 and the typed line echoed back through a terminal (CR LF)", code, got)
+	}
+}
