@@ -48,14 +48,22 @@ func newSuperviseCmd() *cobra.Command {
 		},
 	})
 	var (
-		waitFD, reportFD int
-		dropCaps         bool
+		waitFD, reportFD, spareFD int
+		dropCaps                  bool
 	)
 	execCmd := &cobra.Command{
-		Use:   "exec [--wait-fd N] [--report-fd N] [--drop-caps] -- CMD [ARGS...]",
-		Short: "Apply the sandbox's protections and exec CMD",
+		Use:   "exec [--wait-fd N] [--report-fd N] [--drop-caps] [--spare-fd N] -- CMD [ARGS...]",
+		Short: "Apply the sandbox's protections and exec CMD (with --spare-fd, the CMD it is handed on that socket)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			err := supervisor.Exec(args, waitFD, reportFD, dropCaps)
+			var err error
+			if spareFD > 0 {
+				args, err = supervisor.ExecSpare(spareFD, dropCaps)
+			} else {
+				err = supervisor.Exec(args, waitFD, reportFD, dropCaps)
+			}
+			if len(args) == 0 {
+				args = []string{"(none)"}
+			}
 			if errors.Is(err, os.ErrNotExist) || isNotFound(err) {
 				fmt.Fprintf(os.Stderr, "corral: exec %s: %v\n", args[0], err)
 				return &exitError{code: 127}
@@ -67,6 +75,7 @@ func newSuperviseCmd() *cobra.Command {
 	execCmd.Flags().IntVar(&waitFD, "wait-fd", 0, "wait for the end of this descriptor before anything else")
 	execCmd.Flags().IntVar(&reportFD, "report-fd", 0, "write why the command cannot run to this descriptor")
 	execCmd.Flags().BoolVar(&dropCaps, "drop-caps", false, "keep only the capabilities of a native sandbox")
+	execCmd.Flags().IntVar(&spareFD, "spare-fd", 0, "wait on this socket for the command, its environment and descriptors")
 	cmd.AddCommand(execCmd)
 	return cmd
 }

@@ -19,6 +19,9 @@ type ExecStage struct {
 	ReportFD int
 	// DropCaps keeps only the capabilities of a native sandbox.
 	DropCaps bool
+	// SpareFD, when > 0, makes the stage a spare waiting on that socket
+	// for its command (ExecSpare); it is then started without one.
+	SpareFD int
 }
 
 // ExecArgv runs command through bin's exec stage.
@@ -32,6 +35,9 @@ func ExecArgv(bin string, stage ExecStage, command []string) []string {
 	}
 	if stage.DropCaps {
 		argv = append(argv, "--drop-caps")
+	}
+	if stage.SpareFD > 0 {
+		argv = append(argv, "--spare-fd", strconv.Itoa(stage.SpareFD))
 	}
 	return append(append(argv, "--"), command...)
 }

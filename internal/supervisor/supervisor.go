@@ -109,20 +109,28 @@ func Run(cfg Config) (int, error) {
 // it failed; the descriptor closes on a successful exec. With dropCaps it
 // keeps only keptCapabilities; the policy comes from PolicyEnv. It returns
 // only on failure.
-func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
+func Exec(command []string, waitFD, reportFD int, dropCaps bool) error {
 	var report *os.File
 	if reportFD > 0 {
 		unix.CloseOnExec(reportFD)
 		report = os.NewFile(uintptr(reportFD), "report")
-		defer func() { fmt.Fprintf(report, "error: %v\n", err) }()
-	}
-	if len(command) == 0 {
-		return errors.New("no command to run")
 	}
 	if waitFD > 0 {
 		gate := os.NewFile(uintptr(waitFD), "gate")
 		_, _ = io.Copy(io.Discard, gate)
 		gate.Close()
+	}
+	return runStage(command, report, dropCaps)
+}
+
+// runStage is the exec stage once its process is where the command is to
+// run, with its descriptors and environment: Exec's, or a spare's.
+func runStage(command []string, report *os.File, dropCaps bool) (err error) {
+	if report != nil {
+		defer func() { fmt.Fprintf(report, "error: %v\n", err) }()
+	}
+	if len(command) == 0 {
+		return errors.New("no command to run")
 	}
 	pol, hasPolicy, err := PolicyFromEnv()
 	if err != nil {

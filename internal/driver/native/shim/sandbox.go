@@ -106,6 +106,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	}
 	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan Request, 4)}
 	s.children.Dir, s.children.DropCaps, s.children.IDs = cmp.Or(cfg.Dir, "/sandbox"), true, cfg.IDs
+	s.children.Spare = true // an exec needs no Go program start of its own
 	signal.Notify(s.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
 	s.lock = os.NewFile(LockFD, "lock")
 	if s.bundle, err = os.Open(b.Dir); err != nil {
