@@ -49,7 +49,7 @@ func (c *Children) Start(command, env []string, stdio []*os.File, tty bool) (pid
 		}
 	}
 	if c.Spare {
-		c.startSpare()
+		c.StartSpare()
 	}
 	return pid, done, applied, failed, nil
 }
@@ -106,9 +106,10 @@ func (c *Children) startCold(command, env []string, stdio []*os.File, tty bool) 
 	return pid, done, string(msg), nil
 }
 
-// startSpare starts the next Start's spare; without one, that Start
-// starts cold.
-func (c *Children) startSpare() {
+// StartSpare starts the next Start's spare, unless there is one; without
+// one, that Start starts cold. Start calls it when Spare is set; a
+// supervisor calls it ahead of its first Start, once its root is ready.
+func (c *Children) StartSpare() {
 	c.mu.Lock()
 	have := c.spare != nil
 	c.mu.Unlock()

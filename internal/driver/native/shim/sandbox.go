@@ -156,6 +156,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err := enterRoot(cfg, root); err != nil {
 		return s, err
 	}
+	s.children.StartSpare() // its program starts while the egress proxy comes
 	supervisor.AwaitEgress(cfg.Env)
 	pid, done, applied, failed, err := s.children.Start(cfg.Command, cfg.Env, []*os.File{null, stdout, stderr}, false)
 	if err != nil {
