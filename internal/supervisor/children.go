@@ -49,7 +49,7 @@ func (c *Children) Start(command, env []string, stdio []*os.File, tty bool) (pid
 		}
 	}
 	if c.Spare {
-		c.StartSpare()
+		go c.StartSpare() // off this exec's path
 	}
 	return pid, done, applied, failed, nil
 }
@@ -107,7 +107,7 @@ func (c *Children) startCold(command, env []string, stdio []*os.File, tty bool) 
 }
 
 // StartSpare starts the next Start's spare, unless there is one; without
-// one, that Start starts cold. Start calls it when Spare is set; a
+// one, that Start starts cold. Start calls it (after itself) when Spare is set; a
 // supervisor calls it ahead of its first Start, once its root is ready.
 func (c *Children) StartSpare() {
 	c.mu.Lock()
