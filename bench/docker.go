@@ -54,31 +54,39 @@ func directCycle(api *client.Client, name string) ([]time.Duration, error) {
 	ctx := context.Background()
 	var out []time.Duration
 	t0 := time.Now()
-	res, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name,
-		Config:     &container.Config{Image: testenv.TestImage, Cmd: dockerCommand},
-		HostConfig: &container.HostConfig{NetworkMode: "none"}})
+	id, err := directRun(ctx, api, name)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
 		return nil, err
 	}
 	out = append(out, time.Since(t0))
 	secs := 10
 	t0 = time.Now()
-	if _, err := api.ContainerStop(ctx, res.ID, client.ContainerStopOptions{Timeout: &secs}); err != nil {
+	if _, err := api.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs}); err != nil {
 		return nil, err
 	}
 	out = append(out, time.Since(t0))
 	t0 = time.Now()
-	if _, err := api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+	if _, err := api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
 		return nil, err
 	}
 	out = append(out, time.Since(t0))
 	t0 = time.Now()
-	if _, err := api.ContainerRemove(ctx, res.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+	if _, err := api.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil {
 		return nil, err
 	}
 	out = append(out, time.Since(t0))
 	return out, nil
+}
+
+// directRun creates and starts a container of dockerCommand through the
+// Engine API, as the driver's create→ready does, and returns its id.
+func directRun(ctx context.Context, api *client.Client, name string) (string, error) {
+	res, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name,
+		Config:     &container.Config{Image: testenv.TestImage, Cmd: dockerCommand, Labels: map[string]string{ttiLabel: "true"}},
+		HostConfig: &container.HostConfig{NetworkMode: "none"}})
+	if err != nil {
+		return "", err
+	}
+	_, err = api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{})
+	return res.ID, err
 }
