@@ -16,15 +16,11 @@ var dockerCommand = []string{"sh", "-c", "trap 'exit 0' TERM; while :; do sleep 
 
 // benchDocker times the Docker driver against the Engine API.
 func benchDocker(bin, home string, n, warmup int) (*table, error) {
-	g, err := startGateway(bin, home, "--driver", "docker", "--image-pull-policy", "never", "--default-image", testenv.TestImage)
+	g, api, err := dockerPair(bin, home)
 	if err != nil {
 		return nil, err
 	}
 	defer g.close()
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return nil, err
-	}
 	defer api.Close()
 
 	t := newTable("corral Docker driver vs Docker Engine API", cycleOps, []string{"docker"})
@@ -89,4 +85,19 @@ func directRun(ctx context.Context, api *client.Client, name string) (string, er
 	}
 	_, err = api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{})
 	return res.ID, err
+}
+
+// dockerPair starts a Docker gateway on the test image and a client of
+// the same engine, for corral and its peer.
+func dockerPair(bin, home string) (*gateway, *client.Client, error) {
+	g, err := startGateway(bin, home, "--driver", "docker", "--image-pull-policy", "never", "--default-image", testenv.TestImage)
+	if err != nil {
+		return nil, nil, err
+	}
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		g.close()
+		return nil, nil, err
+	}
+	return g, api, nil
 }
