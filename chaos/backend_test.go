@@ -109,11 +109,11 @@ type dockerBackend struct {
 }
 
 func newDockerBackend(t *testing.T, label string) *dockerBackend {
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := testenv.DockerClient()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &dockerBackend{t: t, label: label, relay: testenv.NewRelay(t, "/var/run/docker.sock"), api: api}
+	b := &dockerBackend{t: t, label: label, relay: testenv.NewRelay(t, testenv.DockerSocket()), api: api}
 	t.Cleanup(func() { b.removeAll(); api.Close() })
 	return b
 }
