@@ -78,6 +78,23 @@ var Podman = sync.OnceValue(func() bool {
 	return err == nil && slices.ContainsFunc(v.Components, func(c system.ComponentVersion) bool { return c.Name == "Podman Engine" })
 })
 
+// ListedTestImage is the name the tests' engine lists TestImage under:
+// Podman names an image imported without a registry localhost/<name>
+// (and finds it by its short name too), Docker lists the name as given.
+func ListedTestImage() string {
+	if Podman() {
+		return "localhost/" + TestImage
+	}
+	return TestImage
+}
+
+// PodmanRegistryTLS is why the tests' loopback registry cannot serve
+// Podman: Podman pulls over TLS from every registry that its
+// registries.conf does not mark insecure (Docker takes 127.0.0.0/8 as
+// insecure), its Docker API has no way to ask otherwise, and the test
+// registry speaks plain HTTP on a port of its own each time.
+const PodmanRegistryTLS = "Podman pulls only over TLS from a registry registries.conf does not mark insecure, and the test registry is plain HTTP on a random loopback port"
+
 // SkipOnPodman skips the test when the tests' engine is Podman, saying
 // which difference of Podman's the test cannot hold against.
 func SkipOnPodman(t testing.TB, difference string) {
