@@ -1,5 +1,6 @@
 // Package testenv is what tests share to find the environment they need:
-// a Docker engine (or Podman, DockerHostEnv) with the test image, root, and a freshly built corral.
+// a Docker engine (or another with Docker's API: DockerHostEnv) with the
+// test image, root, and a freshly built corral.
 // A test that lacks what it needs skips with the reason, except when
 // CORRAL_REQUIRE_DOCKER=1 / CORRAL_REQUIRE_ROOT=1 say it must run.
 package testenv
@@ -125,7 +126,7 @@ func dockerReady() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := api.Ping(ctx, client.PingOptions{}); err != nil {
-		return fmt.Errorf("no Docker engine answers: %w", err)
+		return fmt.Errorf("no Docker engine answers (%s=%q): %w", DockerHostEnv, DockerHost(), err)
 	}
 	if _, err := api.ImageInspect(ctx, TestImage); err != nil {
 		return fmt.Errorf("the engine lacks the test image %s (.ci/run imports it from busybox-static): %w", TestImage, err)
