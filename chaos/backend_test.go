@@ -115,11 +115,11 @@ type dockerBackend struct {
 }
 
 func newDockerBackend(t *testing.T, label, isolation string) *dockerBackend {
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := testenv.DockerClient()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &dockerBackend{t: t, label: label, relay: testenv.NewRelay(t, "/var/run/docker.sock"), api: api, isolation: isolation}
+	b := &dockerBackend{t: t, label: label, relay: testenv.NewRelay(t, testenv.DockerSocket()), api: api, isolation: isolation}
 	t.Cleanup(func() { b.removeAll(); api.Close() })
 	return b
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,8 +24,12 @@ func dockerGateway(t *testing.T, home, label string, args ...string) *gatewayPro
 }
 
 func dockerArgs(label string, args ...string) []string {
-	return append([]string{"--driver", "docker", "--default-image", testenv.TestImage,
-		"--image-pull-policy", "never", "--sandbox-label", label, "--stop-timeout", "2s"}, args...)
+	all := []string{"--driver", "docker", "--default-image", testenv.TestImage,
+		"--image-pull-policy", "never", "--sandbox-label", label, "--stop-timeout", "2s"}
+	if host := testenv.DockerHost(); host != "" {
+		all = append(all, "--docker-host", host) // a later --docker-host in args wins
+	}
+	return append(all, args...)
 }
 
 func newLabel(t *testing.T) string {
@@ -38,7 +41,7 @@ func newLabel(t *testing.T) string {
 
 func engine(t *testing.T) *client.Client {
 	t.Helper()
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := testenv.DockerClient()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +65,7 @@ func containersOf(t *testing.T, label string) []string {
 }
 
 func removeContainers(t *testing.T, label string) {
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := testenv.DockerClient()
 	if err != nil {
 		return
 	}
@@ -158,7 +161,7 @@ func TestDockerSIGKILLWithEngineCallInFlight(t *testing.T) {
 	for _, call := range []string{"create", "start"} {
 		t.Run(call, func(t *testing.T) {
 			home, label := t.TempDir(), newLabel(t)
-			relay := testenv.NewRelay(t, "/var/run/docker.sock")
+			relay := testenv.NewRelay(t, testenv.DockerSocket())
 			host := "unix://" + relay.Path
 			relay.Hold(`^POST .*/containers/` + map[string]string{"create": "create", "start": "[0-9a-f]+/start"}[call] + `$`)
 			g := dockerGateway(t, home, label, "--docker-host", host)
@@ -207,7 +210,7 @@ func TestDockerEngineFailuresAreClearAndRecoverable(t *testing.T) {
 	})
 	t.Run("engine goes away and returns", func(t *testing.T) {
 		home, label := t.TempDir(), newLabel(t)
-		relay := testenv.NewRelay(t, "/var/run/docker.sock")
+		relay := testenv.NewRelay(t, testenv.DockerSocket())
 		dockerGateway(t, home, label, "--docker-host", "unix://"+relay.Path)
 		mustCorral(t, home, "sandbox", "create", "--name", "steady", "--", "sleep", "1000")
 		relay.Down()
@@ -290,7 +293,7 @@ func TestDockerGatewayRestartKeepsAndReconcilesContainers(t *testing.T) {
 	}
 	// Something stops the intended-running container while the gateway is down.
 	id := getStoreID(t, home, "runner")
-	if out, err := exec.Command("docker", "stop", "-t", "1", "corral-runner-"+id[:12]).CombinedOutput(); err != nil {
+	if out, err := testenv.DockerCommand("stop", "-t", "1", "corral-runner-"+id[:12]).CombinedOutput(); err != nil {
 		t.Fatalf("docker stop: %v %s", err, out)
 	}
 	dockerGateway(t, home, label)
@@ -319,7 +322,7 @@ func TestDockerOrphanedContainerIsRemovedAfterGrace(t *testing.T) {
 	home, label := t.TempDir(), newLabel(t)
 	dockerGateway(t, home, label, "--orphan-grace", "1s", "--resync-interval", "300ms")
 	mustCorral(t, home, "sandbox", "create", "--name", "owned", "--", "sleep", "1000")
-	out, err := exec.Command("docker", "run", "-d", "--network", "none", "--label", label+"=true",
+	out, err := testenv.DockerCommand("run", "-d", "--network", "none", "--label", label+"=true",
 		"--label", "corral.sandbox.id=0000feed", "--name", "corral-stray-"+label[12:], testenv.TestImage, "sleep", "1000").CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker run: %v %s", err, out)

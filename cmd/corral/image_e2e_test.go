@@ -58,8 +58,8 @@ func TestDockerImageCommands(t *testing.T) {
 	if rows := imageRows(t, home, firstTag); len(rows) != 1 || !strings.HasSuffix(rows[0], " 0") {
 		t.Fatalf("image list rows of %s: %q; want one, with no sandbox", firstTag, rows)
 	}
-	if rows := imageRows(t, home, testenv.TestImage); len(rows) != 1 {
-		t.Fatalf("image list lacks %s: %q", testenv.TestImage, rows)
+	if rows := imageRows(t, home, testenv.ListedTestImage()); len(rows) != 1 {
+		t.Fatalf("image list lacks %s: %q", testenv.ListedTestImage(), rows)
 	}
 	var views []struct {
 		ID        string   `json:"id"`
@@ -88,7 +88,7 @@ func TestDockerImageCommands(t *testing.T) {
 	if !strings.Contains(out, "removed "+firstTag+" ") || strings.Contains(out, secondTag) || strings.Contains(out, "space freed: 0B") {
 		t.Fatalf("image prune:\n%s\nwant %s (unused) removed with the space it took, and %s (used) kept", out, firstTag, secondTag)
 	}
-	if rows := imageRows(t, home, testenv.TestImage); len(rows) != 1 {
+	if rows := imageRows(t, home, testenv.ListedTestImage()); len(rows) != 1 {
 		t.Fatalf("prune removed %s", testenv.TestImage)
 	}
 	mustCorral(t, home, "sandbox", "delete", "fromoci")
@@ -105,6 +105,7 @@ func TestDockerImageCommands(t *testing.T) {
 // a pull that fails aborts the create before any sandbox is recorded.
 func TestDockerImagePullFromRegistry(t *testing.T) {
 	testenv.RequireDocker(t)
+	testenv.SkipOnPodman(t, testenv.PodmanRegistryTLS)
 	home, label := t.TempDir(), newLabel(t)
 	dockerGateway(t, home, label, "--image-pull-policy", "if_not_present")
 	img := testenv.UniqueTestImage(t, testenv.SavedTestImage(t), 4<<20)

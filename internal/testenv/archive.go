@@ -22,14 +22,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-	"github.com/moby/moby/client"
 )
 
 // SavedTestImage is `docker save` of TestImage, in a file of the test's.
 func SavedTestImage(t testing.TB) string {
 	t.Helper()
 	RequireDocker(t)
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := DockerClient()
 	if err != nil {
 		t.Fatal(err)
 	}

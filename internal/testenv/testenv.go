@@ -1,19 +1,25 @@
 // Package testenv is what tests share to find the environment they need:
-// a Docker engine with the test image, root, and a freshly built corral.
+// a Docker engine (or another with Docker's API: DockerHostEnv) with the
+// test image, root, and a freshly built corral.
 // A test that lacks what it needs skips with the reason, except when
 // CORRAL_REQUIRE_DOCKER=1 / CORRAL_REQUIRE_ROOT=1 say it must run.
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 
 	"github.com/corral-sandbox/corral/internal/testbug"
@@ -22,6 +28,82 @@ import (
 // TestImage is the image Docker tests run: Debian's busybox-static,
 // imported with `docker import` by .ci/run (no image can be pulled here).
 const TestImage = "corral-test/busybox:latest"
+
+// DockerHostEnv names the variable that points the Docker tests at another
+// engine with Docker's API, such as Podman's service
+// (unix:///run/podman/podman.sock). Unset, they use DOCKER_HOST or Docker's
+// default socket.
+const DockerHostEnv = "CORRAL_TEST_DOCKER_HOST"
+
+// DockerHost is the engine address the tests give drivers and gateways:
+// $CORRAL_TEST_DOCKER_HOST, or "" for DOCKER_HOST or Docker's default.
+func DockerHost() string { return os.Getenv(DockerHostEnv) }
+
+// DockerSocket is the path of the tests' engine socket, for relays.
+func DockerSocket() string {
+	host := cmp.Or(DockerHost(), os.Getenv("DOCKER_HOST"))
+	if path, ok := strings.CutPrefix(host, "unix://"); ok {
+		return path
+	}
+	return "/var/run/docker.sock"
+}
+
+// DockerClient is a client of the tests' engine.
+func DockerClient() (*client.Client, error) {
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if host := DockerHost(); host != "" {
+		opts = append(opts, client.WithHost(host))
+	}
+	return client.New(opts...)
+}
+
+// DockerCommand is the docker CLI with args, against the tests' engine.
+func DockerCommand(args ...string) *exec.Cmd {
+	if host := DockerHost(); host != "" {
+		args = append([]string{"--host", host}, args...)
+	}
+	return exec.Command("docker", args...)
+}
+
+// Podman tells whether the tests' engine is Podman's Docker-compatible
+// service (its version names a "Podman Engine" component).
+var Podman = sync.OnceValue(func() bool {
+	api, err := DockerClient()
+	if err != nil {
+		return false
+	}
+	defer api.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := api.ServerVersion(ctx, client.ServerVersionOptions{})
+	return err == nil && slices.ContainsFunc(v.Components, func(c system.ComponentVersion) bool { return c.Name == "Podman Engine" })
+})
+
+// ListedTestImage is the name the tests' engine lists TestImage under:
+// Podman names an image imported without a registry localhost/<name>
+// (and finds it by its short name too), Docker lists the name as given.
+func ListedTestImage() string {
+	if Podman() {
+		return "localhost/" + TestImage
+	}
+	return TestImage
+}
+
+// PodmanRegistryTLS is why the tests' loopback registry cannot serve
+// Podman: Podman pulls over TLS from every registry that its
+// registries.conf does not mark insecure (Docker takes 127.0.0.0/8 as
+// insecure), its Docker API has no way to ask otherwise, and the test
+// registry speaks plain HTTP on a port of its own each time.
+const PodmanRegistryTLS = "Podman pulls only over TLS from a registry registries.conf does not mark insecure, and the test registry is plain HTTP on a random loopback port"
+
+// SkipOnPodman skips the test when the tests' engine is Podman, saying
+// which difference of Podman's the test cannot hold against.
+func SkipOnPodman(t testing.TB, difference string) {
+	t.Helper()
+	if Podman() {
+		t.Skipf("not on Podman: %s", difference)
+	}
+}
 
 // RequireDocker skips (or, under CORRAL_REQUIRE_DOCKER=1, fails) the test
 // unless a Docker engine answers and has TestImage.
@@ -36,7 +118,7 @@ func RequireDocker(t testing.TB) {
 }
 
 func dockerReady() error {
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := DockerClient()
 	if err != nil {
 		return err
 	}
@@ -44,7 +126,7 @@ func dockerReady() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := api.Ping(ctx, client.PingOptions{}); err != nil {
-		return fmt.Errorf("no Docker engine answers: %w", err)
+		return fmt.Errorf("no Docker engine answers (%s=%q): %w", DockerHostEnv, DockerHost(), err)
 	}
 	if _, err := api.ImageInspect(ctx, TestImage); err != nil {
 		return fmt.Errorf("the engine lacks the test image %s (.ci/run imports it from busybox-static): %w", TestImage, err)

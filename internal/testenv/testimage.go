@@ -23,7 +23,7 @@ func EnsureTestImage(ctx context.Context) error { return EnsureBusyboxImage(ctx,
 // `docker import`ed with CMD ["sh"]. It fails at once, saying what is
 // missing, when no engine answers or the host has no static busybox.
 func EnsureBusyboxImage(ctx context.Context, ref string) error {
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := DockerClient()
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 func TestEnsureBusyboxImage(t *testing.T) {
 	RequireDocker(t)
 	ref := fmt.Sprintf("corral-test/ensure-%d:1", os.Getpid())
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := DockerClient()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,8 +63,14 @@ func (d *Driver) workdirMount(ctx context.Context, spec driver.Spec, pol policy.
 	if hasDisk {
 		return mount.Mount{Type: mount.TypeBind, Source: mnt, Target: workdir}, nil
 	}
-	return mount.Mount{Type: mount.TypeVolume, Source: d.volumeName(spec.ID), Target: workdir,
-		VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{d.cfg.Label: "true", driver.LabelSandboxID: spec.ID}}}, nil
+	// The volume is made here, not by the mount: Podman drops a mount's
+	// volume labels. A create of a volume that exists returns it.
+	name := d.volumeName(spec.ID)
+	if _, err := d.api.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name,
+		Labels: map[string]string{d.cfg.Label: "true", driver.LabelSandboxID: spec.ID}}); err != nil {
+		return mount.Mount{}, d.wrap(err, "create volume "+name)
+	}
+	return mount.Mount{Type: mount.TypeVolume, Source: name, Target: workdir}, nil
 }
 
 // mountDisk makes (or grows, when size > 0) the disk image and mounts it

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 func newTestDriver(t *testing.T, label string) *Driver {
 	t.Helper()
 	testenv.RequireDocker(t)
-	d, err := New(driver.Config{Label: label, StateDir: t.TempDir()}, Options{PullPolicy: "never", Supervisor: corralBin})
+	d, err := New(driver.Config{Label: label, StateDir: t.TempDir()}, Options{Host: testenv.DockerHost(), PullPolicy: "never", Supervisor: corralBin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,5 +133,39 @@ func TestLandlockUnavailable(t *testing.T) {
 	err = d.Start(c, driver.Ref{ID: hard, Generation: 1})
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "hard_requirement") {
 		t.Errorf("hard_requirement without Landlock: start = %v; want it refused, naming the requirement", err)
+	}
+}
+
+// A main process that exits is reported by Watch (the engine's die
+// event; Podman's event filter never matched it).
+func TestWatchReportsExit(t *testing.T) {
+	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
+	id := sandbox.NewID()
+	t.Cleanup(func() { _ = d.Delete(context.Background(), id) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spec := driver.Spec{ID: id, Name: "exits", Generation: 1, Image: testenv.TestImage, Command: []string{"sh", "-c", "sleep 3; exit 3"},
+		Policy: drivertest.MustPolicy(t, "version: 1\n")}
+	if err := d.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, driver.Ref{ID: id, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{}, 1)
+	go func() {
+		_ = d.Watch(ctx, func(changed string) {
+			if obj, err := d.Inspect(ctx, id); changed == id && err == nil && obj.State == driver.StateStopped {
+				select {
+				case exited <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}()
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Watch did not report the exit of the main process")
 	}
 }

@@ -15,12 +15,16 @@ import (
 // dieSettle is how long after a die event the container is looked at again.
 const dieSettle = 200 * time.Millisecond
 
+// watched are the container events that can change a sandbox's state:
+// Docker's, and "remove", Podman's name for "destroy". They are picked
+// here rather than by an event filter of the engine's: Podman applies
+// that to its own names, and so never matches the "die" it sends
+// ("died" to it).
+var watched = map[string]bool{"start": true, "die": true, "stop": true, "kill": true, "oom": true, "destroy": true, "remove": true, "create": true}
+
 // Watch implements driver.Watcher with the engine's event stream.
 func (d *Driver) Watch(ctx context.Context, changed func(id string)) error {
 	f := client.Filters{}.Add("type", "container").Add("label", d.cfg.Label+"=true")
-	for _, e := range []string{"start", "die", "stop", "kill", "oom", "destroy", "create"} {
-		f = f.Add("event", e)
-	}
 	res := d.api.Events(ctx, client.EventsListOptions{Filters: f})
 	for {
 		select {
@@ -30,7 +34,7 @@ func (d *Driver) Watch(ctx context.Context, changed func(id string)) error {
 			return d.wrap(err, "events")
 		case msg := <-res.Messages:
 			id := msg.Actor.Attributes[driver.LabelSandboxID]
-			if id == "" {
+			if id == "" || !watched[string(msg.Action)] {
 				continue
 			}
 			changed(id)

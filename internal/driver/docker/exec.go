@@ -2,9 +2,11 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -82,7 +84,11 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	case err := <-copied:
-		if err != nil {
+		// Podman resets the connection when it ends an exec that left
+		// some of its stdin unread (a copy into a full disk): what the
+		// exec wrote came before the reset, so it ends the output as EOF
+		// would, and the exit code says how the exec ended.
+		if err != nil && !errors.Is(err, syscall.ECONNRESET) {
 			return 0, fmt.Errorf("exec output: %w", err)
 		}
 	}

@@ -100,8 +100,8 @@ func TestFileImagesRunListAndPrune(t *testing.T) {
 	}
 	if got := findImage(list, tag); got == nil || got.Sandboxes != 1 || got.Size <= 0 {
 		t.Fatalf("list: %s is %+v; want it with one sandbox", tag, got)
-	} else if base := findImage(list, testenv.TestImage); base == nil {
-		t.Fatalf("list lacks %s: %+v", testenv.TestImage, list)
+	} else if base := findImage(list, testenv.ListedTestImage()); base == nil {
+		t.Fatalf("list lacks %s: %+v", testenv.ListedTestImage(), list)
 	}
 	_, err = d.RemoveImage(ctx, archivePrefix+archive)
 	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), archive) {
@@ -121,7 +121,7 @@ func TestFileImagesRunListAndPrune(t *testing.T) {
 	if got := findImage(pruned, tag); got == nil || got.Size <= 0 || hasImage(t, d, tag) {
 		t.Fatalf("prune once unused = %+v; want %s removed, with its size", pruned, tag)
 	}
-	if findImage(pruned, testenv.TestImage) != nil || !hasImage(t, d, testenv.TestImage) {
+	if findImage(pruned, testenv.ListedTestImage()) != nil || !hasImage(t, d, testenv.TestImage) {
 		t.Fatalf("prune removed %s, which corral did not load", testenv.TestImage)
 	}
 
@@ -165,7 +165,7 @@ func TestPullFileImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.ID != base.ID || !slices.Contains(info.Refs, tag) || !slices.Contains(info.Refs, testenv.TestImage) || info.Created.IsZero() {
+	if info.ID != base.ID || !slices.Contains(info.Refs, tag) || !slices.Contains(info.Refs, testenv.ListedTestImage()) || info.Created.IsZero() {
 		t.Fatalf("pull = %+v; want the test image (%s), tagged %s too", info, base.ID, tag)
 	}
 	if steps[0] != "resolving" || steps[len(steps)-1] != "done" {
@@ -223,6 +223,7 @@ func TestFileImagesAreValidated(t *testing.T) {
 // plain HTTP) reports the engine's progress by layer and brings the image.
 func TestPullFromRegistry(t *testing.T) {
 	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
+	testenv.SkipOnPodman(t, testenv.PodmanRegistryTLS)
 	ctx := context.Background()
 	img := testenv.UniqueTestImage(t, testenv.SavedTestImage(t), 256<<10)
 	ref := testenv.ServeImage(t, "corral-test/pulled:"+sandbox.ShortID(sandbox.NewID()), img)
