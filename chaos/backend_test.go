@@ -39,7 +39,7 @@ func (b *fakeBackend) lifetime() time.Duration   { return 300 * time.Millisecond
 func (b *dockerBackend) lifetime() time.Duration { return 2 * time.Second }
 
 // The fake driver and images run what they are given by default.
-func (b *fakeBackend) spec() *corralv1.SandboxSpec   { return nil }
+func (b *fakeBackend) spec() *corralv1.SandboxSpec { return nil }
 func (b *dockerBackend) spec() *corralv1.SandboxSpec {
 	if b.isolation == "" {
 		return nil

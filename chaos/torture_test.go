@@ -25,9 +25,9 @@ import (
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
 	"github.com/corral-sandbox/corral/internal/testbug"
-	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
