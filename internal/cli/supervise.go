@@ -13,20 +13,24 @@ import (
 )
 
 func newSuperviseCmd() *cobra.Command {
-	var readyFile string
+	var main supervisor.Config
 	cmd := &cobra.Command{
-		Use:    "supervise [--ready-file PATH] -- CMD [ARGS...]",
+		Use:    "supervise [--ready-file PATH] [--pids-dir DIR --pids N] [--drop-caps] -- CMD [ARGS...]",
 		Short:  "Run as a sandbox's PID 1 (used inside sandboxes, not by people)",
 		Hidden: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			code, err := supervisor.Run(supervisor.Config{Command: args, ReadyFile: readyFile})
+			main.Command = args
+			code, err := supervisor.Run(main)
 			if err != nil {
 				return err
 			}
 			return &exitError{code: code}
 		},
 	}
-	cmd.Flags().StringVar(&readyFile, "ready-file", "", "file written once the main process runs")
+	cmd.Flags().StringVar(&main.ReadyFile, "ready-file", "", "file written once the main process runs")
+	cmd.Flags().StringVar(&main.PidsDir, "pids-dir", "", "mount a pids cgroup here to limit the processes started (gVisor)")
+	cmd.Flags().Int64Var(&main.Pids, "pids", 0, "the processes the pids cgroup of --pids-dir allows")
+	cmd.Flags().BoolVar(&main.DropCaps, "drop-caps", false, "keep only the capabilities of a native sandbox in the processes started")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "sandbox BUNDLE",
 		Short: "Run as PID 1 of a native sandbox, started by the native driver in new namespaces",

@@ -11,6 +11,15 @@ func MainArgv(bin, readyFile string) []string {
 	return []string{bin, "supervise", "--ready-file", readyFile, "--"}
 }
 
+// GVisorInitArgv is the init of a native sandbox on gVisor: MainArgv,
+// with the processes it starts limited to pids by a pids cgroup of
+// gVisor's kernel mounted at pidsDir, and only the capabilities of a native
+// sandbox.
+func GVisorInitArgv(bin, readyFile, pidsDir string, pids int64) []string {
+	argv := MainArgv(bin, readyFile)
+	return append(argv[:len(argv)-1], "--pids-dir", pidsDir, "--pids", strconv.FormatInt(pids, 10), "--drop-caps", "--")
+}
+
 // ExecStage is how a command is started through the exec stage.
 type ExecStage struct {
 	// WaitFD, when > 0, is a descriptor whose end the stage waits for.

@@ -48,6 +48,15 @@ var probes = map[string]func() string{
 		_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 0, 0, 0)
 		return errnoResult(e)
 	},
+	// Ask for the Landlock ABI: its version where the kernel has
+	// Landlock, ENOSYS where it has no such system call (gVisor's).
+	"landlock": func() string {
+		v, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+		if e != 0 {
+			return errnoResult(e)
+		}
+		return fmt.Sprint(v)
+	},
 	// Turn off address space randomization, then back: "ok" where it
 	// is allowed.
 	"personality": func() string {

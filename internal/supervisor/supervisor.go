@@ -38,6 +38,15 @@ type Config struct {
 	// ReadyFile, when set, is written (atomically, with the main process's
 	// pid) once the main process runs.
 	ReadyFile string
+	// PidsDir and Pids, when set, limit the processes it starts to Pids
+	// through a pids cgroup of the kernel it runs on, mounted at PidsDir
+	// and detached before the main process starts (gVisor's: the host's
+	// pids limit counts gVisor's own threads too).
+	PidsDir string
+	Pids    int64
+	// DropCaps keeps only the capabilities of a native sandbox in the
+	// processes it starts.
+	DropCaps bool
 }
 
 // forwarded are the signals passed on to the main process.
@@ -68,7 +77,15 @@ func Run(cfg Config) (int, error) {
 		_ = os.Chown(Workdir, *pol.Process.RunAsUser, *pol.Process.RunAsUser)
 		_ = os.Chmod("/tmp", 0o777|os.ModeSticky)
 	}
-	var c Children
+	c := Children{DropCaps: cfg.DropCaps}
+	if cfg.PidsDir != "" {
+		procs, err := limitPids(cfg.PidsDir, cfg.Pids)
+		if err != nil {
+			return 0, fmt.Errorf("supervise: %w", err)
+		}
+		defer procs.Close()
+		c.Procs = procs
+	}
 	AwaitEgress(os.Environ())
 	main, done, applied, failed, err := c.Start(cfg.Command, os.Environ(), []*os.File{os.Stdin, os.Stdout, os.Stderr}, false)
 	if err != nil {
