@@ -46,6 +46,9 @@ type Options struct {
 	PrintCommand []string
 	// InvalidImage, when set, is an image Validate must refuse.
 	InvalidImage string
+	// Isolation is the tier (policy isolation) of the suite's objects;
+	// "" is the policy's default.
+	Isolation string
 }
 
 // The defaults of Options.
@@ -162,8 +165,15 @@ func (d *tdriver) spec(generation int64) driver.Spec {
 		Image:      d.s.opts.Image,
 		Command:    slices.Clone(d.s.opts.Command),
 		Labels:     map[string]string{"corral.test.purpose": "conformance"},
-		Policy:     policy.Default(),
+		Policy:     d.s.policy(),
 	}
+}
+
+// policy is the policy of the suite's objects.
+func (s *suite) policy() policy.Policy {
+	p := policy.Default()
+	p.Isolation = s.opts.Isolation
+	return p
 }
 
 func (d *tdriver) create(spec driver.Spec) {

@@ -56,6 +56,10 @@ type SandboxConfig struct {
 	// process of the sandbox runs in: uid and gid 0 inside are IDs.Base
 	// outside.
 	IDs *supervisor.IDRange `json:"ids,omitempty"`
+	// Runsc, when set, is the runsc binary the sandbox's processes run
+	// under (the gVisor tier); IDs is then unset: gVisor's kernel keeps
+	// the sandbox's ids apart from the host's.
+	Runsc string `json:"runsc,omitempty"`
 	// LogMaxBytes caps what is kept of the main process's output, both
 	// streams together.
 	LogMaxBytes int64 `json:"log_max_bytes"`

@@ -60,11 +60,21 @@ var etcMasked = []string{
 }
 
 // enterRoot builds the sandbox's root file system on newRoot and pivots the
-// mount namespace into it: the source root read-only (cfg.Layers as one
-// overlay, cfg.RootFS, or the host's HostOSDirs), fresh /proc, /dev and
-// /tmp, and the workdir at /sandbox. The directories of cfg.Hide are covered by empty ones wherever
-// they fall inside the source root.
+// mount namespace into it.
 func enterRoot(cfg SandboxConfig, newRoot string) error {
+	if err := buildRoot(cfg, newRoot); err != nil {
+		return err
+	}
+	return pivot(newRoot)
+}
+
+// buildRoot builds the sandbox's root file system on newRoot: the source
+// root read-only (cfg.Layers as one overlay, cfg.RootFS, or the host's
+// HostOSDirs), fresh /proc, /dev and /tmp (on gVisor, cfg.Runsc, its own
+// /proc, /dev and /sys are mounted later, by runsc), and the workdir at
+// /sandbox. The directories of cfg.Hide are covered by empty ones
+// wherever they fall inside the source root.
+func buildRoot(cfg SandboxConfig, newRoot string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -118,13 +128,7 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 			}
 		}
 	}
-	if err := mountProc(filepath.Join(newRoot, "proc")); err != nil {
-		return err
-	}
-	if err := mountDev(filepath.Join(newRoot, "dev")); err != nil {
-		return err
-	}
-	if err := mountSys(filepath.Join(newRoot, "sys")); err != nil {
+	if err := kernelFS(cfg, newRoot); err != nil {
 		return err
 	}
 	tmp := fmt.Sprintf("mode=1777,size=%d", cfg.Limits.Tmp())
@@ -140,7 +144,22 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("make the root read-only: %w", err)
 	}
-	return pivot(newRoot)
+	return nil
+}
+
+// kernelFS mounts the kernel's file systems (/proc, /dev, /sys) in the
+// root being built, or, on gVisor, the points its own are mounted on.
+func kernelFS(cfg SandboxConfig, newRoot string) error {
+	if cfg.Runsc != "" {
+		return gvisorMountPoints(newRoot)
+	}
+	if err := mountProc(filepath.Join(newRoot, "proc")); err != nil {
+		return err
+	}
+	if err := mountDev(filepath.Join(newRoot, "dev")); err != nil {
+		return err
+	}
+	return mountSys(filepath.Join(newRoot, "sys"))
 }
 
 // mountTrust mounts the egress certificates of the sandbox (none when trust
