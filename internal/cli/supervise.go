@@ -51,15 +51,12 @@ func newSuperviseCmd() *cobra.Command {
 			return err
 		},
 	})
-	var (
-		waitFD, reportFD int
-		dropCaps         bool
-	)
+	var stage supervisor.ExecStage
 	execCmd := &cobra.Command{
-		Use:   "exec [--wait-fd N] [--report-fd N] [--drop-caps] -- CMD [ARGS...]",
+		Use:   "exec [--wait-fd N] [--report-fd N] [--drop-caps] [--cgroup PROCS] -- CMD [ARGS...]",
 		Short: "Apply the sandbox's protections and exec CMD",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			err := supervisor.Exec(args, waitFD, reportFD, dropCaps)
+			err := supervisor.Exec(args, stage)
 			if errors.Is(err, os.ErrNotExist) || isNotFound(err) {
 				fmt.Fprintf(os.Stderr, "corral: exec %s: %v\n", args[0], err)
 				return &exitError{code: 127}
@@ -68,9 +65,10 @@ func newSuperviseCmd() *cobra.Command {
 			return &exitError{code: 126}
 		},
 	}
-	execCmd.Flags().IntVar(&waitFD, "wait-fd", 0, "wait for the end of this descriptor before anything else")
-	execCmd.Flags().IntVar(&reportFD, "report-fd", 0, "write why the command cannot run to this descriptor")
-	execCmd.Flags().BoolVar(&dropCaps, "drop-caps", false, "keep only the capabilities of a native sandbox")
+	execCmd.Flags().IntVar(&stage.WaitFD, "wait-fd", 0, "wait for the end of this descriptor before anything else")
+	execCmd.Flags().IntVar(&stage.ReportFD, "report-fd", 0, "write why the command cannot run to this descriptor")
+	execCmd.Flags().BoolVar(&stage.DropCaps, "drop-caps", false, "keep only the capabilities of a native sandbox")
+	execCmd.Flags().StringVar(&stage.Cgroup, "cgroup", "", "join the cgroup of this cgroup.procs file first")
 	cmd.AddCommand(execCmd)
 	return cmd
 }

@@ -28,6 +28,9 @@ type ExecStage struct {
 	ReportFD int
 	// DropCaps keeps only the capabilities of a native sandbox.
 	DropCaps bool
+	// Cgroup, when set, is the cgroup.procs file of a group the stage
+	// joins first (gVisor's pids cgroup, for an exec).
+	Cgroup string
 }
 
 // ExecArgv runs command through bin's exec stage.
@@ -41,6 +44,9 @@ func ExecArgv(bin string, stage ExecStage, command []string) []string {
 	}
 	if stage.DropCaps {
 		argv = append(argv, "--drop-caps")
+	}
+	if stage.Cgroup != "" {
+		argv = append(argv, "--cgroup", stage.Cgroup)
 	}
 	return append(append(argv, "--"), command...)
 }

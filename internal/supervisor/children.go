@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"errors"
 	"io"
 	"os"
@@ -20,8 +21,11 @@ type Children struct {
 	DropCaps bool          // they keep only keptCapabilities
 	IDs      *IDRange      // their user namespace's host ids, if they get one
 	Procs    cgroups.Procs // the sandbox's cgroup, when it has one
-	mu       sync.Mutex
-	waiters  map[int]chan int
+	// Bin is the corral binary whose exec stage starts them; "" is the
+	// caller's own, through /proc.
+	Bin     string
+	mu      sync.Mutex
+	waiters map[int]chan int
 }
 
 // Start runs command through the exec stage in its own session. The exec
@@ -76,7 +80,7 @@ func (c *Children) Start(command, env []string, stdio []*os.File, tty bool) (pid
 func (c *Children) startLocked(argv []string, attr *os.ProcAttr) (int, <-chan int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock() // held until registered: the reaper waits for it
-	p, err := os.StartProcess("/proc/self/exe", argv, attr)
+	p, err := os.StartProcess(cmp.Or(c.Bin, "/proc/self/exe"), argv, attr)
 	if err != nil {
 		return 0, nil, err
 	}

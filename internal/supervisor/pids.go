@@ -12,15 +12,14 @@ import (
 )
 
 // limitPids mounts a pids cgroup hierarchy of the kernel this runs on at
-// dir, makes a group in it that allows max processes and returns its
-// cgroup.procs, open; the hierarchy is detached at once, so that the
-// sandbox's processes see nothing of it and cannot leave the group.
+// dir, makes the group PidsGroup in it that allows max processes and
+// returns its cgroup.procs, open. The hierarchy stays mounted, for the
+// execs to join (ExecStage.Cgroup); its files are root's.
 func limitPids(dir string, max int64) (cgroups.Procs, error) {
 	if err := unix.Mount("corral-pids", dir, "cgroup", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "pids"); err != nil {
 		return nil, fmt.Errorf("mount a pids cgroup on %s: %w", dir, err)
 	}
-	defer unix.Unmount(dir, unix.MNT_DETACH)
-	group := filepath.Join(dir, "sandbox")
+	group := filepath.Join(dir, PidsGroup)
 	if err := os.Mkdir(group, 0o755); err != nil {
 		return nil, fmt.Errorf("pids cgroup: %w", err)
 	}
@@ -33,3 +32,6 @@ func limitPids(dir string, max int64) (cgroups.Procs, error) {
 	}
 	return cgroups.Procs{procs}, nil
 }
+
+// PidsGroup is the group limitPids makes.
+const PidsGroup = "sandbox"

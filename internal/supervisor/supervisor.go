@@ -40,8 +40,7 @@ type Config struct {
 	ReadyFile string
 	// PidsDir and Pids, when set, limit the processes it starts to Pids
 	// through a pids cgroup of the kernel it runs on, mounted at PidsDir
-	// and detached before the main process starts (gVisor's: the host's
-	// pids limit counts gVisor's own threads too).
+	// (gVisor's: the host's pids limit counts gVisor's own threads too).
 	PidsDir string
 	Pids    int64
 	// DropCaps keeps only the capabilities of a native sandbox in the
@@ -77,7 +76,9 @@ func Run(cfg Config) (int, error) {
 		_ = os.Chown(Workdir, *pol.Process.RunAsUser, *pol.Process.RunAsUser)
 		_ = os.Chmod("/tmp", 0o777|os.ModeSticky)
 	}
-	c := Children{DropCaps: cfg.DropCaps}
+	// By the path it was started with: a gVisor sandbox whose file lists
+	// leave out /proc has none.
+	c := Children{DropCaps: cfg.DropCaps, Bin: os.Args[0]}
 	if cfg.PidsDir != "" {
 		procs, err := limitPids(cfg.PidsDir, cfg.Pids)
 		if err != nil {
@@ -120,26 +121,32 @@ func Run(cfg Config) (int, error) {
 
 // Exec is the exec stage: it runs in the process that becomes the main
 // process (or an exec'd one), applies the sandbox's protections to itself
-// and replaces itself with the command. With waitFD > 0 it first waits for
-// the end of that descriptor (its supervisor's go-ahead). With reportFD >
-// 0 it writes there "applied: " and what it applied, or "error: " and why
-// it failed; the descriptor closes on a successful exec. With dropCaps it
-// keeps only keptCapabilities; the policy comes from PolicyEnv. It returns
-// only on failure.
-func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
+// and replaces itself with the command. With stage.WaitFD > 0 it first
+// waits for the end of that descriptor (its supervisor's go-ahead). With
+// stage.Cgroup it first joins that group (its cgroup.procs file). With
+// stage.ReportFD > 0 it writes there "applied: " and what it applied, or
+// "error: " and why it failed; the descriptor closes on a successful exec.
+// With stage.DropCaps it keeps only keptCapabilities; the policy comes
+// from PolicyEnv. It returns only on failure.
+func Exec(command []string, stage ExecStage) (err error) {
 	var report *os.File
-	if reportFD > 0 {
-		unix.CloseOnExec(reportFD)
-		report = os.NewFile(uintptr(reportFD), "report")
+	if stage.ReportFD > 0 {
+		unix.CloseOnExec(stage.ReportFD)
+		report = os.NewFile(uintptr(stage.ReportFD), "report")
 		defer func() { fmt.Fprintf(report, "error: %v\n", err) }()
 	}
 	if len(command) == 0 {
 		return errors.New("no command to run")
 	}
-	if waitFD > 0 {
-		gate := os.NewFile(uintptr(waitFD), "gate")
+	if stage.WaitFD > 0 {
+		gate := os.NewFile(uintptr(stage.WaitFD), "gate")
 		_, _ = io.Copy(io.Discard, gate)
 		gate.Close()
+	}
+	if stage.Cgroup != "" {
+		if err := os.WriteFile(stage.Cgroup, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			return fmt.Errorf("join the sandbox's cgroup: %w", err)
+		}
 	}
 	pol, hasPolicy, err := PolicyFromEnv()
 	if err != nil {
@@ -147,13 +154,13 @@ func Exec(command []string, waitFD, reportFD int, dropCaps bool) (err error) {
 	}
 	os.Unsetenv(PolicyEnv)
 	if command[0] == files.Command {
-		return runFiles(command[1:], pol, hasPolicy, dropCaps, report)
+		return runFiles(command[1:], pol, hasPolicy, stage.DropCaps, report)
 	}
 	path, err := exec.LookPath(command[0])
 	if err != nil {
 		return err
 	}
-	if err := applyStage(pol, hasPolicy, dropCaps, report); err != nil {
+	if err := applyStage(pol, hasPolicy, stage.DropCaps, report); err != nil {
 		return err
 	}
 	return syscall.Exec(path, command, os.Environ())

@@ -35,7 +35,7 @@ func (d *Driver) checkGVisor(p policy.Policy) error {
 	}
 	if p.Filesystem.Set && p.Landlock.Compatibility == policy.HardRequirement {
 		return errdefs.InvalidArgument("isolation: gvisor with landlock compatibility hard_requirement: gVisor's kernel has no Landlock " +
-			"(use best_effort: the file lists then go unenforced inside; the root stays read-only and only /sandbox and /tmp are writable)")
+			"(with best_effort the sandbox's mounts enforce the file lists instead: only the listed paths are there, read-only but for /tmp and /sandbox)")
 	}
 	return nil
 }

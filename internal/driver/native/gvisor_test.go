@@ -3,6 +3,7 @@ package native
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -80,4 +81,60 @@ func TestGVisorRefusals(t *testing.T) {
 			t.Errorf("Create(%q) with runsc %s = %v; want it refused", tc.policy, tc.runsc, err)
 		}
 	}
+}
+
+// TestGVisorPolicyCases: the policy cases on the gVisor tier, whose file
+// lists the sandbox's mounts enforce.
+func TestGVisorPolicyCases(t *testing.T) {
+	testenv.RequireRunsc(t)
+	d := newTestDriver(t, "corral.test")
+	probes, outside := visibleDir(t, corral, "corral"), visibleDir(t, "/bin/true", "true")
+	s := startSandboxOf(t, d, "/", "policy", drivertest.GVisorPolicy(probes))
+	drivertest.RunPolicyCases(t, drivertest.PolicySandbox{
+		Exec: func(t *testing.T, command ...string) (int, string, string) {
+			t.Helper()
+			return s.exec(command...)
+		},
+		Probe:   filepath.Join(probes, "corral"),
+		Outside: filepath.Join(outside, "true"),
+		Protections: func(t *testing.T) string {
+			obj, err := d.Inspect(ctx(t), s.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return obj.Protections
+		},
+		FileListsByMounts: true,
+		MemoryEndsSandbox: true,
+	})
+}
+
+// TestGVisorMemory: past its memory limit a gVisor sandbox ends (the limit
+// is the whole runsc sandbox's, gVisor's kernel included), and the host's
+// gateway starts it again.
+func TestGVisorMemory(t *testing.T) {
+	testenv.RequireRunsc(t)
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "memory", gvisorPolicy+"limits: {memory: 64Mi}\n")
+	s.mustExec("dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=1")
+	var out strings.Builder
+	code, err := d.Exec(ctx(t), s.id, driver.ExecOptions{Command: []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"}, Stdout: &out, Stderr: &out})
+	if err == nil && code == 0 {
+		t.Fatalf("allocating 256 MiB under a memory limit of 64 MiB succeeded: %q", out.String())
+	}
+	if !waitGone(ctx(t), d.bundle(s.id, 1), time.Now().Add(10*time.Second)) {
+		t.Fatal("the sandbox runs on past its memory limit")
+	}
+	if obj, err := d.Inspect(ctx(t), s.id); err != nil || obj.State != driver.StateStopped {
+		t.Errorf("after its memory ran out: %+v, %v; want stopped", obj, err)
+	}
+	spec := driver.Spec{ID: s.id, Name: "memory", Generation: 2, Image: HostImage, Command: []string{"sleep", "3600"},
+		Policy: drivertest.MustPolicy(t, gvisorPolicy+"limits: {memory: 64Mi}\n")}
+	if err := d.Create(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	s.mustExec("true")
 }

@@ -117,21 +117,31 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 	if ids != nil { // root inside is for those who ask for it
 		pol = pol.WithDefaultUser()
 	}
-	var runsc string
+	var (
+		runsc string
+		files *policy.Filesystem
+	)
 	if pol.GVisor() {
-		// gVisor's kernel keeps the sandbox's ids apart from the host's.
+		// gVisor's kernel keeps the sandbox's ids apart from the host's,
+		// and has no Landlock: the root's mounts enforce the file lists.
 		var err error
 		if runsc, err = d.runsc(); err != nil {
 			return errdefs.InvalidArgument("isolation: gvisor: %v", err)
 		}
 		ids = nil
+		if pol.Filesystem.Set {
+			lists := pol.Filesystem
+			files = &lists
+			pol.Process.NoNewPrivileges = true // as the exec stage sets it under file lists
+		}
+		pol.Filesystem = policy.Filesystem{}
 	}
 	cfg := shim.SandboxConfig{
 		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
 		Env:    sandboxEnv(o, pol),
 		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide, Dir: o.Dir,
 		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
-		Limits: pol.Limits, IDs: ids, Runsc: runsc, LogMaxBytes: d.cfg.LogMax(),
+		Limits: pol.Limits, IDs: ids, Runsc: runsc, Files: files, LogMaxBytes: d.cfg.LogMax(),
 	}
 	if o.ImageID != "" {
 		cfg.Layers = d.layerPaths(o)

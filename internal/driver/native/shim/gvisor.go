@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
@@ -41,7 +44,7 @@ const (
 	// gvisorReady is the init's ready file in gvisorRun.
 	gvisorReady = "ready"
 	// gvisorPids is the mount point of gVisor's pids cgroup, which the
-	// init mounts, limits and detaches before the command runs.
+	// init mounts and limits before the command runs, and execs join.
 	gvisorPids = "/.corral/pids"
 )
 
@@ -156,18 +159,41 @@ func (g *gvisor) writeSpec(cfg SandboxConfig, root string) error {
 		Root:     ociRoot{Path: root, Readonly: true},
 		Hostname: cfg.Hostname,
 		Mounts: []ociMount{
-			{Destination: "/proc", Type: "proc", Source: "proc"},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs"},
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts"},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm"},
-			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"ro"}},
-			bind(filepath.Join(root, "tmp"), "/tmp", "rw"),
-			bind(filepath.Join(root, "sandbox"), "/sandbox", "rw"),
 			bind(exe, gvisorBin, "ro"),
 			bind(run, gvisorRun, "rw"),
 		},
 	}
+	for _, m := range []ociMount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"ro"}},
+		bind(filepath.Join(root, "tmp"), "/tmp", "rw"),
+		bind(filepath.Join(root, "sandbox"), "/sandbox", "rw"),
+	} {
+		if cfg.Files != nil && !listed(cfg.Files, m.Destination) {
+			// runsc mounts its /proc and /sys where the bundle does not:
+			// an empty directory instead.
+			m = ociMount{Destination: m.Destination, Type: "tmpfs", Source: "none", Options: []string{"ro", "size=0"}}
+		}
+		spec.Mounts = append(spec.Mounts, m)
+	}
 	return writeJSON(filepath.Join(g.dir, "oci", "config.json"), spec)
+}
+
+// listed reports whether the file lists name dir, a path in it, or (for
+// /sandbox) include the workdir.
+func listed(files *policy.Filesystem, dir string) bool {
+	if dir == supervisor.Workdir && files.IncludeWorkdir {
+		return true
+	}
+	for _, p := range append(slices.Clone(files.ReadOnly), files.ReadWrite...) {
+		if _, ok := Within(dir, p); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func bind(source, destination, mode string) ociMount {
@@ -231,7 +257,7 @@ func (g *gvisor) startExec(s *sandboxSupervisor, req Request, env []string, file
 	}
 	n := strconv.FormatInt(g.execs.Add(1), 10)
 	process, pidFile := filepath.Join(g.dir, "oci", "exec-"+n+".json"), filepath.Join(g.dir, "oci", "exec-"+n+".pid")
-	args := supervisor.ExecArgv(gvisorBin, supervisor.ExecStage{}, req.Command)
+	args := supervisor.ExecArgv(gvisorBin, supervisor.ExecStage{Cgroup: path.Join(gvisorPids, supervisor.PidsGroup, "cgroup.procs")}, req.Command)
 	if err := writeJSON(process, g.process(s.cfg, args, env, req.TTY, false)); err != nil {
 		return 0, nil, nil, nil, err
 	}
@@ -317,3 +343,8 @@ func (g *gvisor) run(s *sandboxSupervisor, sub ...string) {
 const Protections = "gVisor (runsc, ptrace platform): the sandbox's system calls go to gVisor's kernel, not the host's; " +
 	"network: the host's stack in the sandbox's loopback-only network namespace; " +
 	"pids: gVisor's pids cgroup; uids: gVisor's, files in /sandbox get them as host ids"
+
+// FileListMounts is what enforces a policy's file lists on gVisor, which
+// has no Landlock.
+const FileListMounts = "file lists: by mounts (gVisor has no Landlock): only the listed paths exist, read-only, " +
+	"/tmp and /sandbox writable where listed, /proc and /sys only where listed, gVisor's own /dev always"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/diskimage"
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 // These run inside the new namespaces the native driver starts a
@@ -91,30 +92,12 @@ func buildRoot(cfg SandboxConfig, newRoot string) error {
 	case hostOS:
 		src = "/"
 	}
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		return fmt.Errorf("read root %s: %w", src, err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if provided[name] || (hostOS && !slices.Contains(HostOSDirs, name)) {
-			continue
+	if cfg.Files != nil {
+		if err := bindListed(src, newRoot, cfg.Files); err != nil {
+			return err
 		}
-		from, to := filepath.Join(src, name), filepath.Join(newRoot, name)
-		switch {
-		case e.Type()&os.ModeSymlink != 0:
-			link, err := os.Readlink(from)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(link, to); err != nil {
-				return err
-			}
-		case e.IsDir():
-			if err := bindReadOnly(from, to); err != nil {
-				return err
-			}
-		}
+	} else if err := bindTop(src, newRoot, hostOS); err != nil {
+		return err
 	}
 	if hostOS {
 		if err := maskAll(filepath.Join(newRoot, "etc"), etcMasked); err != nil {
@@ -160,6 +143,89 @@ func kernelFS(cfg SandboxConfig, newRoot string) error {
 		return err
 	}
 	return mountSys(filepath.Join(newRoot, "sys"))
+}
+
+// bindTop binds the top-level entries of the source root src into
+// newRoot, read-only; of the host's root (hostOS), only HostOSDirs.
+func bindTop(src, newRoot string, hostOS bool) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return fmt.Errorf("read root %s: %w", src, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if provided[name] || (hostOS && !slices.Contains(HostOSDirs, name)) {
+			continue
+		}
+		if err := bindEntry(filepath.Join(src, name), filepath.Join(newRoot, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindListed binds the paths of the file lists that exist in the source
+// root src into newRoot, read-only, and nothing else of it: what no list
+// names is absent. The sandbox's own directories are left to the caller.
+func bindListed(src, newRoot string, files *policy.Filesystem) error {
+	paths := append(slices.Clone(files.ReadOnly), files.ReadWrite...)
+	slices.SortFunc(paths, func(a, b string) int { return len(a) - len(b) }) // a directory before what is in it
+	for _, p := range paths {
+		rel := strings.TrimPrefix(filepath.Clean("/"+p), "/")
+		if rel == "" {
+			return bindTop(src, newRoot, false)
+		}
+		if provided[strings.Split(rel, "/")[0]] {
+			continue
+		}
+		from, to := filepath.Join(src, rel), filepath.Join(newRoot, rel)
+		fi, err := os.Lstat(from)
+		if err != nil {
+			continue // a path the root lacks, as Landlock ignores it
+		}
+		if _, err := os.Lstat(to); err == nil {
+			continue // listed twice, or inside a path bound already
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		if !fi.IsDir() && fi.Mode()&os.ModeSymlink == 0 {
+			if err := os.WriteFile(to, nil, 0o644); err != nil {
+				return err
+			}
+			if err := mount(from, to, "", unix.MS_BIND, ""); err != nil {
+				return err
+			}
+			if err := readOnly(to); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := bindEntry(from, to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindEntry puts the directory or symlink from at to: a directory bound
+// read-only, a symlink copied.
+func bindEntry(from, to string) error {
+	fi, err := os.Lstat(from)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		link, err := os.Readlink(from)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(link, to)
+	case fi.IsDir():
+		return bindReadOnly(from, to)
+	}
+	return nil
 }
 
 // mountTrust mounts the egress certificates of the sandbox (none when trust

@@ -194,11 +194,11 @@ func (s *sandboxSupervisor) startMain(root string, stdio []*os.File) (int, <-cha
 		}
 		return pid, done, applied, nil
 	}
-	// runsc reads its own state through /proc by the pids it sees.
-	if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := buildRoot(s.cfg, root); err != nil {
 		return 0, nil, "", err
 	}
-	if err := buildRoot(s.cfg, root); err != nil {
+	// runsc reads its own state through /proc by the pids it sees.
+	if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return 0, nil, "", err
 	}
 	if err := s.gvisor.writeSpec(s.cfg, root); err != nil {
@@ -216,10 +216,14 @@ func (s *sandboxSupervisor) startMain(root string, stdio []*os.File) (int, <-cha
 	if err != nil {
 		return 0, nil, "", err
 	}
+	protections := []string{Protections}
 	if applied != "" {
-		applied += "; "
+		protections = append([]string{applied}, protections...)
 	}
-	return pid, done, applied + Protections, nil
+	if s.cfg.Files != nil {
+		protections = append(protections, FileListMounts)
+	}
+	return pid, done, strings.Join(protections, "; "), nil
 }
 
 // signalMain sends the main process sig: on gVisor, through runsc to the
