@@ -138,3 +138,11 @@ func TestGVisorMemory(t *testing.T) {
 	}
 	s.mustExec("true")
 }
+
+// TestGVisorExecTerminal: the terminal of an exec on gVisor is one of the
+// host's, which runsc gives gVisor's kernel as the process's terminal:
+// it works as one, but has no name in the sandbox's /dev.
+func TestGVisorExecTerminal(t *testing.T) {
+	testenv.RequireRunsc(t)
+	testExecTerminal(t, gvisorPolicy, "not a tty")
+}

@@ -422,8 +422,14 @@ func BenchmarkCreateStart(b *testing.B) {
 }
 
 func TestExecTerminal(t *testing.T) {
+	testExecTerminal(t, "", "/dev/pts/0")
+}
+
+// testExecTerminal runs commands on a terminal in a sandbox of policy,
+// where tty(1) says ttyName of it.
+func testExecTerminal(t *testing.T, policy, ttyName string) {
 	d := newTestDriver(t, "corral.test")
-	s := startSandbox(t, d, "tty", "")
+	s := startSandbox(t, d, "tty", policy)
 	var out bytes.Buffer
 	code, err := d.Exec(ctx(t), s.id, driver.ExecOptions{Command: []string{"sh", "-c", "tty; stty size; echo $TERM; exit 5"},
 		TTY: true, Size: driver.TerminalSize{Rows: 30, Cols: 100}, Stdout: &out})
@@ -431,7 +437,7 @@ func TestExecTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	// the terminal is the sandbox's own, of its size
-	if want := "/dev/pts/0\r\n30 100\r\nxterm\r\n"; code != 5 || out.String() != want {
+	if want := ttyName + "\r\n30 100\r\nxterm\r\n"; code != 5 || out.String() != want {
 		t.Errorf("exec on a terminal: exit %d, %q; want exit 5, %q", code, out.String(), want)
 	}
 	// stdin reaches the command through the terminal

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
@@ -245,59 +243,32 @@ func (g *gvisor) awaitInit(children *supervisor.Children, done <-chan int) (stri
 	return "", fmt.Errorf("gVisor's init did not start the main process within %v", reportWait)
 }
 
-// consoleWait bounds how long runsc takes to send an exec's terminal.
-const consoleWait = 10 * time.Second
-
 // startExec starts an exec's command as a `runsc exec` of the exec stage
-// in the container (an execStart): on the caller's files, or on a
-// terminal of gVisor's whose master runsc sends to a console socket.
+// in the container (an execStart), on the caller's files or on a terminal
+// of the sandbox, which runsc hands to gVisor's kernel as the process's
+// terminal.
 func (g *gvisor) startExec(s *sandboxSupervisor, req Request, env []string, files []*os.File) (int, <-chan int, []*os.File, func(), error) {
-	if len(req.Command) == 0 {
-		return 0, nil, nil, nil, errors.New("exec needs a command")
+	stdio, master, err := execStdio(req, files)
+	if err != nil {
+		return 0, nil, nil, nil, err
 	}
+	defer CloseFiles(stdio)
 	n := strconv.FormatInt(g.execs.Add(1), 10)
 	process, pidFile := filepath.Join(g.dir, "oci", "exec-"+n+".json"), filepath.Join(g.dir, "oci", "exec-"+n+".pid")
 	args := supervisor.ExecArgv(gvisorBin, supervisor.ExecStage{Cgroup: path.Join(gvisorPids, supervisor.PidsGroup, "cgroup.procs")}, req.Command)
 	if err := writeJSON(process, g.process(s.cfg, args, env, req.TTY, false)); err != nil {
+		CloseFiles(master)
 		return 0, nil, nil, nil, err
 	}
-	sub := []string{"exec", "--process", process, "--internal-pid-file", pidFile}
-	stdio := files
-	var console *net.UnixListener
-	if req.TTY {
-		dir, err := os.MkdirTemp("", "corral-console-") // short enough for a socket address
-		if err != nil {
-			return 0, nil, nil, nil, err
-		}
-		defer os.RemoveAll(dir)
-		if console, err = net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "socket"), Net: "unix"}); err != nil {
-			return 0, nil, nil, nil, fmt.Errorf("console socket: %w", err)
-		}
-		defer console.Close()
-		sub = append(sub, "--console-socket", filepath.Join(dir, "socket"))
-		stdio = []*os.File{os.Stdin, os.Stderr, os.Stderr}
-	} else if len(files) != 3 {
-		return 0, nil, nil, nil, errors.New("exec needs its stdin, stdout and stderr")
-	}
-	pid, done, _, failed, err := s.children.Start(g.command(append(sub, g.id)...), hostEnv, stdio, false)
+	argv := g.command("exec", "--process", process, "--internal-pid-file", pidFile, g.id)
+	pid, done, _, failed, err := s.children.Start(argv, hostEnv, stdio, req.TTY)
 	if err == nil && failed != nil {
 		err = failed
 	}
 	if err != nil {
+		CloseFiles(master)
+		os.Remove(process)
 		return 0, nil, nil, nil, fmt.Errorf("runsc exec: %w", err)
-	}
-	kill := func() {
-		if data, err := os.ReadFile(pidFile); err == nil {
-			g.run(s, "kill", "--pid", strings.TrimSpace(string(data)), g.id, "KILL")
-		}
-		_ = unix.Kill(-pid, unix.SIGKILL)
-	}
-	var master []*os.File
-	if console != nil {
-		if master, err = receiveConsole(console, req); err != nil {
-			kill()
-			return 0, nil, nil, nil, err
-		}
 	}
 	ended := make(chan int, 1)
 	go func() {
@@ -306,30 +277,13 @@ func (g *gvisor) startExec(s *sandboxSupervisor, req Request, env []string, file
 		os.Remove(pidFile)
 		ended <- code
 	}()
+	kill := func() {
+		if data, err := os.ReadFile(pidFile); err == nil { // the process in gVisor, which runsc's end leaves running
+			g.run(s, "kill", "--pid", strings.TrimSpace(string(data)), g.id, "KILL")
+		}
+		_ = unix.Kill(-pid, unix.SIGKILL)
+	}
 	return pid, ended, master, kill, nil
-}
-
-// receiveConsole returns the terminal master that runsc sends to console,
-// set to the request's size.
-func receiveConsole(console *net.UnixListener, req Request) ([]*os.File, error) {
-	_ = console.SetDeadline(time.Now().Add(consoleWait))
-	c, err := console.AcceptUnix()
-	if err != nil {
-		return nil, fmt.Errorf("runsc sent no terminal: %w", err)
-	}
-	defer c.Close()
-	_, master, err := readMsg(c, make([]byte, 256))
-	if err == nil && len(master) != 1 {
-		CloseFiles(master)
-		err = errors.New("not one descriptor")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("runsc's terminal: %w", err)
-	}
-	if req.Rows > 0 && req.Cols > 0 {
-		_ = pty.Setsize(master[0], &pty.Winsize{Rows: req.Rows, Cols: req.Cols})
-	}
-	return master, nil
 }
 
 // run starts a runsc subcommand on the container and leaves it to the
