@@ -1,9 +1,16 @@
 package native
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +18,8 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/drivertest"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/files"
+	"github.com/corral-sandbox/corral/internal/netns"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/supervisor"
@@ -145,4 +154,91 @@ func TestGVisorMemory(t *testing.T) {
 func TestGVisorExecTerminal(t *testing.T) {
 	testenv.RequireRunsc(t)
 	testExecTerminal(t, gvisorPolicy, "not a tty")
+}
+
+// TestGVisorNetwork: a gVisor sandbox uses the host's network stack in its
+// own loopback-only namespace, so what the gateway serves there (the
+// egress proxy at driver.ProxyAddr) is what it reaches, and what it serves
+// on its loopback the gateway reaches (port-forward), as on the namespaces
+// tier; nothing of the host's network is there.
+func TestGVisorNetwork(t *testing.T) {
+	testenv.RequireRunsc(t)
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("needs /bin/busybox (Debian's busybox-static) for nc")
+	}
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "net", gvisorPolicy)
+	ns, err := d.NetNS(ctx(t), driver.Ref{ID: s.id, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the gateway's side: a listener in the sandbox's namespace
+	ln, err := netns.Listen(ns, driver.ProxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(c, "from the gateway")
+			c.Close()
+		}
+	}()
+	if out := s.mustExec("/bin/busybox", "nc", "127.0.0.1", strings.TrimPrefix(driver.ProxyAddr, "127.0.0.1:")); out != "from the gateway\n" {
+		t.Errorf("the sandbox reads %q from %s, want what the gateway serves there", out, driver.ProxyAddr)
+	}
+	if out := s.mustExec("cat", "/proc/net/dev"); strings.Count(out, ":") != 1 || !strings.Contains(out, "lo:") {
+		t.Errorf("interfaces in the sandbox: %q, want lo only", out)
+	}
+	host := testenv.ServeLoopback(t, func(c net.Conn) { c.Close() })
+	if code, _, _ := s.exec("/bin/busybox", "nc", "-w", "2", "127.0.0.1", strconv.Itoa(host)); code == 0 {
+		t.Errorf("the sandbox reaches the host's 127.0.0.1:%d", host)
+	}
+	// the sandbox's side: a listener the gateway dials, as port-forward does
+	s.mustExec("sh", "-c", "echo from the sandbox | /bin/busybox nc -l -p 8080 >/dev/null 2>&1 &")
+	testenv.Eventually(t, 10*time.Second, func() error {
+		c, err := netns.Dial(ctx(t), ns, "tcp", "127.0.0.1:8080")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		data, err := io.ReadAll(c)
+		if string(data) != "from the sandbox\n" {
+			return fmt.Errorf("read %q, %v from the sandbox's 127.0.0.1:8080", data, err)
+		}
+		return nil
+	})
+}
+
+// TestGVisorFiles: the files API's operations (the exec stage's
+// corral-files) run in a gVisor sandbox as on the namespaces tier.
+func TestGVisorFiles(t *testing.T) {
+	testenv.RequireRunsc(t)
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "files", gvisorPolicy)
+	run := func(req files.Request, stdin string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		code, err := d.Exec(ctx(t), s.id, driver.ExecOptions{Command: files.Argv(req), Stdin: strings.NewReader(stdin), Stdout: &stdout, Stderr: &stderr})
+		if err != nil || code != 0 {
+			t.Fatalf("%s %s: exit %d, %v, %q", req.Op, req.Path, code, err, stderr.String())
+		}
+		return stdout.String()
+	}
+	run(files.Request{Op: files.OpWrite, Path: "/sandbox/f"}, "written in\n")
+	if got := s.mustExec("cat", "/sandbox/f"); got != "written in\n" {
+		t.Errorf("the file written through corral-files holds %q", got)
+	}
+	var stat files.Result
+	if err := json.Unmarshal([]byte(run(files.Request{Op: files.OpStat, Path: "/sandbox/f"}, "")), &stat); err != nil || stat.Info == nil || stat.Info.UID != 1000 {
+		t.Errorf("stat of the file written: %+v, %v; want it the sandbox's user's, 1000", stat.Info, err)
+	}
+	s.mustExec("sh", "-c", "echo from inside > /sandbox/g")
+	if got := run(files.Request{Op: files.OpRead, Path: "/sandbox/g"}, ""); got != "from inside\n" {
+		t.Errorf("corral-files read %q", got)
+	}
 }
