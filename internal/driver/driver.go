@@ -168,6 +168,13 @@ type Validator interface {
 	Validate(spec Spec) error
 }
 
+// GVisorer is a driver that runs sandboxes on the gVisor tier (policy
+// isolation: gvisor) where its host has what that takes.
+type GVisorer interface {
+	// GVisor returns why the gVisor tier is not available, or nil.
+	GVisor() error
+}
+
 // LogReader is a driver that keeps what a sandbox's main process printed.
 type LogReader interface {
 	// Logs copies the output, following new output until ctx ends when

@@ -28,6 +28,12 @@ func (m *Manager) Doctor(ctx context.Context) ([]Finding, error) {
 		out = append(out, Finding{"-", fmt.Sprintf("the %s driver does not answer: %v", m.cfg.Driver.Name(), listErr),
 			"sandboxes wait for it with backoff; nothing is lost meanwhile"})
 	}
+	if g, ok := m.cfg.Driver.(driver.GVisorer); ok {
+		if err := g.GVisor(); err != nil {
+			out = append(out, Finding{"-", "the gVisor tier (isolation: gvisor) is not available: " + err.Error(),
+				"sandboxes that ask for it are refused at create"})
+		}
+	}
 	records, err := m.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
 		return nil, err

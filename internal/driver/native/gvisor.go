@@ -17,8 +17,7 @@ func (d *Driver) runsc() (string, error) {
 	return path, nil
 }
 
-// GVisor reports why this driver cannot run sandboxes on the gVisor tier
-// (isolation: gvisor), or nil.
+// GVisor implements driver.GVisorer: the gVisor tier needs runsc.
 func (d *Driver) GVisor() error {
 	_, err := d.runsc()
 	return err

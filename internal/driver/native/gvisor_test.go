@@ -35,6 +35,18 @@ func TestGVisorConformance(t *testing.T) {
 		drivertest.Options{Image: HostImage, InvalidImage: "relative/root", Isolation: policy.IsolationGVisor})
 }
 
+// TestGVisorConformanceOCIImage runs the suite on gVisor with an OCI
+// image's root.
+func TestGVisorConformanceOCIImage(t *testing.T) {
+	testenv.RequireRunsc(t)
+	img, err := testenv.TestOCIImage(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drivertest.RunWith(t, func(t *testing.T, label string) driver.Driver { return newImageDriver(t, label) },
+		drivertest.Options{Image: "docker-archive:" + img.DockerArchive, InvalidImage: "oci:/does/not/exist", Isolation: policy.IsolationGVisor})
+}
+
 // TestGVisorKernel: a sandbox of the gVisor tier runs on gVisor's kernel,
 // and a system call the host's kernel has but gVisor's lacks fails with
 // ENOSYS while the sandbox runs on.
