@@ -36,8 +36,9 @@ import (
 const (
 	// gvisorBin is where the corral binary is mounted, read-only.
 	gvisorBin = "/.corral/bin/corral"
-	// gvisorRun is where the init reports (supervisor.ReadyFile and
-	// friends), a directory of the bundle.
+	// gvisorRun is where the init reports (gvisorReady, and the
+	// supervisor's ProtectionsFile or FailedFile), a directory of the
+	// bundle.
 	gvisorRun = "/.corral/run"
 	// gvisorReady is the init's ready file in gvisorRun.
 	gvisorReady = "ready"
@@ -51,8 +52,8 @@ const (
 // and the run directory.
 const GVisorDir = "gvisor"
 
-// RunscLog is runsc's own log in GVisorDir.
-const RunscLog = "runsc.log"
+// runscLog is runsc's own log in GVisorDir.
+const runscLog = "runsc.log"
 
 // pidsHeadroom is added to the host's pids limit of a gVisor sandbox:
 // runsc's own processes and threads count there (a gofer that cannot make
@@ -73,7 +74,7 @@ func newGVisor(cfg SandboxConfig, bundle string) *gvisor {
 
 // command is runsc's command line for a subcommand.
 func (g *gvisor) command(sub ...string) []string {
-	argv := []string{g.runsc, "--root", filepath.Join(g.dir, "state"), "--log", filepath.Join(g.dir, RunscLog),
+	argv := []string{g.runsc, "--root", filepath.Join(g.dir, "state"), "--log", filepath.Join(g.dir, runscLog),
 		"--network=host", "--ignore-cgroups"}
 	return append(argv, sub...)
 }
@@ -170,28 +171,41 @@ func (g *gvisor) writeSpec(cfg SandboxConfig, root string) error {
 		bind(filepath.Join(root, "tmp"), "/tmp", "rw"),
 		bind(filepath.Join(root, "sandbox"), "/sandbox", "rw"),
 	} {
-		if cfg.Files != nil && !listed(cfg.Files, m.Destination) {
-			// runsc mounts its /proc and /sys where the bundle does not:
-			// an empty directory instead.
-			m = ociMount{Destination: m.Destination, Type: "tmpfs", Source: "none", Options: []string{"ro", "size=0"}}
+		if cfg.Files != nil {
+			switch listed(cfg.Files, m.Destination) {
+			case notListed:
+				// runsc mounts its /proc and /sys where the bundle does
+				// not: an empty directory instead.
+				m = ociMount{Destination: m.Destination, Type: "tmpfs", Source: "none", Options: []string{"ro", "size=0"}}
+			case listedReadOnly:
+				m.Options = []string{"rbind", "ro"}
+			}
 		}
 		spec.Mounts = append(spec.Mounts, m)
 	}
 	return writeJSON(filepath.Join(g.dir, "oci", "config.json"), spec)
 }
 
-// listed reports whether the file lists name dir, a path in it, or (for
-// /sandbox) include the workdir.
-func listed(files *policy.Filesystem, dir string) bool {
-	if dir == supervisor.Workdir && files.IncludeWorkdir {
-		return true
+// How the file lists name a directory.
+const (
+	notListed = iota
+	listedReadOnly
+	listedReadWrite
+)
+
+// listed says how the file lists name dir (or a path in it; the
+// workdir, /sandbox, with IncludeWorkdir): not, read-only or read-write.
+func listed(files *policy.Filesystem, dir string) int {
+	within := func(paths []string) bool {
+		return slices.ContainsFunc(paths, func(p string) bool { _, ok := Within(dir, p); return ok })
 	}
-	for _, p := range append(slices.Clone(files.ReadOnly), files.ReadWrite...) {
-		if _, ok := Within(dir, p); ok {
-			return true
-		}
+	switch {
+	case within(files.ReadWrite) || (dir == supervisor.Workdir && files.IncludeWorkdir):
+		return listedReadWrite
+	case within(files.ReadOnly):
+		return listedReadOnly
 	}
-	return false
+	return notListed
 }
 
 func bind(source, destination, mode string) ociMount {
@@ -236,7 +250,7 @@ func (g *gvisor) awaitInit(children *supervisor.Children, done <-chan int) (stri
 		children.Reap() // the run loop, which reaps, has not started yet
 		select {
 		case code := <-done:
-			return "", fmt.Errorf("runsc exited with %d before the main process ran%s", code, LastLine(filepath.Join(g.dir, RunscLog)))
+			return "", fmt.Errorf("runsc exited with %d before the main process ran%s", code, LastLine(filepath.Join(g.dir, runscLog)))
 		default:
 		}
 	}
@@ -300,5 +314,5 @@ const Protections = "gVisor (runsc, ptrace platform): the sandbox's system calls
 
 // FileListMounts is what enforces a policy's file lists on gVisor, which
 // has no Landlock.
-const FileListMounts = "file lists: by mounts (gVisor has no Landlock): only the listed paths exist, read-only, " +
-	"/tmp and /sandbox writable where listed, /proc and /sys only where listed, gVisor's own /dev always"
+const FileListMounts = "file lists: by mounts (gVisor has no Landlock): only the listed paths exist, read-only; " +
+	"/tmp and /sandbox (the workdir) whole, as listed; /proc and /sys only where listed; gVisor's own /dev always"
