@@ -129,7 +129,7 @@ var policyCases = []policyCase{
 	{name: "seccomp filter", command: probe("seccomp"), ok: true, output: []string{"seccomp: 2"}},
 	{name: "run_as_user", command: probe("uid"), ok: true, output: []string{fmt.Sprintf("uid: %d", PolicyUser)}},
 	{name: "allocation past the memory limit", command: sh("dd if=/dev/zero of=/dev/null bs=256M count=1"), code: 137, memory: true},
-	{name: "fork bomb past the pids limit", command: sh("for i in $(seq 64); do sleep 1 >/dev/null 2>&1 & done; wait"), output: []string{"fork", "Resource temporarily unavailable"}},
+	{name: "fork bomb past the pids limit", command: sh("for i in $(seq 64); do sleep 5 >/dev/null 2>&1 & done; wait"), output: []string{"fork", "Resource temporarily unavailable"}},
 }
 
 // RunPolicyCases checks, in a sandbox made with Policy, that each of the

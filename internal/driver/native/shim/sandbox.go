@@ -302,7 +302,7 @@ func (s *sandboxSupervisor) cgroups() error {
 	l := s.cfg.Limits
 	pids := l.PidsMax()
 	if s.gvisor != nil {
-		pids += pidsHeadroom
+		pids = taskLimit(l)*hostPidsPerTask + hostPidsBase
 	}
 	err := joinCgroup(s.cfg.Cgroup + "/supervisor")
 	if err == nil {
