@@ -10,8 +10,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -253,4 +255,61 @@ func TestGVisorFiles(t *testing.T) {
 	if got := run(files.Request{Op: files.OpRead, Path: "/sandbox/g"}, ""); got != "from inside\n" {
 		t.Errorf("corral-files read %q", got)
 	}
+}
+
+// TestGVisorFailures: a main command that does not exist fails the start
+// saying so, the incarnation staying created; a SIGKILLed supervisor
+// takes runsc and the sandbox with it, and the next incarnation starts.
+func TestGVisorFailures(t *testing.T) {
+	testenv.RequireRunsc(t)
+	d := newTestDriver(t, "corral.test")
+	id := sandbox.NewID()
+	t.Cleanup(func() { _ = d.Delete(context.Background(), id) })
+	spec := driver.Spec{ID: id, Name: "nocmd", Generation: 1, Image: HostImage, Command: []string{"/no/such/command"},
+		Policy: drivertest.MustPolicy(t, gvisorPolicy)}
+	if err := d.Create(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	err := d.Start(ctx(t), driver.Ref{ID: id, Generation: 1})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "/no/such/command") {
+		t.Errorf("start of a missing command = %v; want an invalid argument that names it", err)
+	}
+	if obj, _ := d.Inspect(ctx(t), id); obj.State != driver.StateCreated {
+		t.Errorf("after a failed start: %+v, want created", obj)
+	}
+
+	s := startSandbox(t, d, "killed", gvisorPolicy)
+	pid, err := readPID(d.bundle(s.id, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runsc := func(args []string) bool {
+		return strings.HasPrefix(filepath.Base(args[0]), "runsc") && slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, s.id) })
+	}
+	if procs, err := testenv.Processes(runsc); err != nil || len(procs) == 0 {
+		t.Fatalf("runsc's processes of the live sandbox: %v, %v; want them found", procs, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !waitGone(ctx(t), d.bundle(s.id, 1), time.Now().Add(10*time.Second)) {
+		t.Fatal("the killed supervisor still holds its lock")
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if procs, err := testenv.Processes(runsc); err != nil || len(procs) > 0 {
+			return fmt.Errorf("runsc processes of the killed sandbox live on: %v, %v", procs, err)
+		}
+		return nil
+	})
+	if obj, err := d.Inspect(ctx(t), s.id); err != nil || obj.State != driver.StateFailed {
+		t.Errorf("after SIGKILL of the supervisor: %+v, %v; want failed", obj, err)
+	}
+	if err := d.Create(ctx(t), driver.Spec{ID: s.id, Name: "killed", Generation: 2, Image: HostImage, Command: []string{"sleep", "3600"},
+		Policy: drivertest.MustPolicy(t, gvisorPolicy)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	s.mustExec("true")
 }
