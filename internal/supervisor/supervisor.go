@@ -76,9 +76,12 @@ func Run(cfg Config) (int, error) {
 		_ = os.Chown(Workdir, *pol.Process.RunAsUser, *pol.Process.RunAsUser)
 		_ = os.Chmod("/tmp", 0o777|os.ModeSticky)
 	}
-	// By the path it was started with: a gVisor sandbox whose file lists
-	// leave out /proc has none.
-	c := Children{DropCaps: cfg.DropCaps, Bin: os.Args[0]}
+	c := Children{DropCaps: cfg.DropCaps}
+	if filepath.IsAbs(os.Args[0]) {
+		// By the path it was started with: a gVisor sandbox whose file
+		// lists leave out /proc has no /proc/self/exe.
+		c.Bin = os.Args[0]
+	}
 	if cfg.PidsDir != "" {
 		procs, err := limitPids(cfg.PidsDir, cfg.Pids)
 		if err != nil {
