@@ -13,8 +13,9 @@ import (
 // The native driver's gVisor tier through the gateway and the CLI: the
 // sandbox runs on gVisor's kernel, its egress goes through the gateway's
 // proxy (allowed and refused by the rules), files are copied in and out,
-// stop and start make a new incarnation on gVisor again, and the restart
-// policy applies to a main process that exits.
+// stop and start make a new incarnation on gVisor again, the restart
+// policy applies to a main process that exits, and port-forward reaches a
+// server inside.
 func TestNativeGVisorThroughCLI(t *testing.T) {
 	testenv.RequireRunsc(t)
 	srv := startEgressServers(t)
@@ -73,5 +74,12 @@ func TestNativeGVisorThroughCLI(t *testing.T) {
 	if v := getJSON(t, home, "retry"); v["exit_code"] != 1.0 || v["restarts"] != 2.0 {
 		t.Errorf("after the restart limit: %v", v)
 	}
+
+	// port-forward reaches a server in a gVisor sandbox as on the
+	// namespaces tier
+	createWeb(t, func(args ...string) string { return mustCorral(t, home, args...) }, "web", "--policy", gvisor)
+	f := portForward(t, nil, 1, "--home", home, "sandbox", "port-forward", "web", "8080")
+	waitServed(t, f.addrs[0], "hello from web\n")
+	getConcurrently(t, f.addrs[0], 20, "hello from web\n")
 	mustCorral(t, home, "sandbox", "delete", "--all")
 }
