@@ -313,3 +313,11 @@ func TestGVisorFailures(t *testing.T) {
 	}
 	s.mustExec("true")
 }
+
+// BenchmarkGVisorCreateStart is BenchmarkCreateStart on the gVisor tier.
+func BenchmarkGVisorCreateStart(b *testing.B) {
+	testenv.RequireRunsc(b)
+	pol := policy.Default()
+	pol.Isolation = policy.IsolationGVisor
+	benchmarkCreateStart(b, pol)
+}

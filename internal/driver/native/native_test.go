@@ -399,6 +399,11 @@ func TestControlSocketPathTooLongForSockaddr(t *testing.T) {
 // BenchmarkCreateStart times the driver's create and start to a running
 // main process, without the gateway.
 func BenchmarkCreateStart(b *testing.B) {
+	benchmarkCreateStart(b, policy.Default())
+}
+
+// benchmarkCreateStart times create and start of sandboxes of pol.
+func benchmarkCreateStart(b *testing.B, pol policy.Policy) {
 	testenv.RequireRoot(b)
 	d, err := New(driver.Config{Label: "corral.bench", StateDir: b.TempDir()}, Options{Supervisor: corral})
 	if err != nil {
@@ -407,7 +412,7 @@ func BenchmarkCreateStart(b *testing.B) {
 	c := context.Background()
 	for b.Loop() {
 		id := sandbox.NewID()
-		if err := d.Create(c, driver.Spec{ID: id, Name: "bench", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"}, Policy: policy.Default()}); err != nil {
+		if err := d.Create(c, driver.Spec{ID: id, Name: "bench", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"}, Policy: pol}); err != nil {
 			b.Fatal(err)
 		}
 		if err := d.Start(c, driver.Ref{ID: id, Generation: 1}); err != nil {
