@@ -321,3 +321,21 @@ func BenchmarkGVisorCreateStart(b *testing.B) {
 	pol.Isolation = policy.IsolationGVisor
 	benchmarkCreateStart(b, pol)
 }
+
+// TestGVisorDiskLimits: /sandbox on its own disk (limits.disk) and /tmp
+// of limits.tmp fill up with ENOSPC on gVisor too, and the sandbox runs on.
+func TestGVisorDiskLimits(t *testing.T) {
+	testenv.RequireRunsc(t)
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "disk", gvisorPolicy+"limits: {disk: 16Mi, tmp: 8Mi}\n")
+	for _, path := range []string{"/sandbox/fill", "/tmp/fill"} {
+		code, _, errOut := s.exec("dd", "if=/dev/zero", "of="+path, "bs=1M", "count=32")
+		if code == 0 || !strings.Contains(errOut, "No space left on device") {
+			t.Errorf("32 MiB into %s: exit %d, %q; want ENOSPC", path, code, errOut)
+		}
+	}
+	if entries, _ := os.ReadDir(d.workdir(s.id)); len(entries) != 0 {
+		t.Errorf("the sandbox wrote into its host directory, not its disk: %v", entries)
+	}
+	s.mustExec("true")
+}
