@@ -339,3 +339,32 @@ func TestGVisorDiskLimits(t *testing.T) {
 	}
 	s.mustExec("true")
 }
+
+// TestGVisorFileListsStayInTheRoot: a listed path is looked up inside the
+// sandbox's root: one through a symlink that leads out of it (to the
+// host's /etc) is absent, never the host's file; on the host's operating
+// system a listed path outside its HostOSDirs is absent too.
+func TestGVisorFileListsStayInTheRoot(t *testing.T) {
+	testenv.RequireRunsc(t)
+	if _, err := os.Stat("/bin/busybox"); err != nil {
+		t.Skip("needs /bin/busybox (Debian's busybox-static)")
+	}
+	root := visibleDir(t, "/bin/busybox", "busybox")
+	if err := os.Symlink("/etc", filepath.Join(root, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	d := newTestDriver(t, "corral.test")
+	s := startSandboxOf(t, d, root, "escape", gvisorPolicy+
+		"filesystem_policy: {read_only: [/busybox, /etc/hostname]}\nlandlock: {compatibility: best_effort}\n", "/busybox", "sleep", "3600")
+	if code, out, _ := s.exec("/busybox", "cat", "/etc/hostname"); code == 0 {
+		t.Errorf("the sandbox reads the host's /etc/hostname through its root's symlink: %q", out)
+	}
+	s.mustExec("/busybox", "true")
+
+	// on the host's operating system, only its HostOSDirs, listed or not
+	host := startSandbox(t, d, "host", gvisorPolicy+
+		"filesystem_policy: {read_only: [/bin, /usr, /lib, /lib64, /root]}\nlandlock: {compatibility: best_effort}\n")
+	if code, _, _ := host.exec("sh", "-c", "test -e /root"); code == 0 {
+		t.Errorf("a sandbox on the host's operating system sees the host's /root, listed")
+	}
+}

@@ -93,7 +93,7 @@ func buildRoot(cfg SandboxConfig, newRoot string) error {
 		src = "/"
 	}
 	if cfg.Files != nil {
-		if err := bindListed(src, newRoot, cfg.Files); err != nil {
+		if err := bindListed(src, newRoot, cfg.Files, hostOS); err != nil {
 			return err
 		}
 	} else if err := bindTop(src, newRoot, hostOS); err != nil {
@@ -166,23 +166,32 @@ func bindTop(src, newRoot string, hostOS bool) error {
 
 // bindListed binds the paths of the file lists that exist in the source
 // root src into newRoot, read-only, and nothing else of it: what no list
-// names is absent. The sandbox's own directories are left to the caller.
-func bindListed(src, newRoot string, files *policy.Filesystem) error {
+// names is absent. Of the host's root (hostOS), only what lies in
+// HostOSDirs. A path is looked up inside src, never through a symlink
+// that leads out of it. The sandbox's own directories are left to the
+// caller.
+func bindListed(src, newRoot string, files *policy.Filesystem, hostOS bool) error {
+	root, err := os.OpenRoot(src)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	paths := append(slices.Clone(files.ReadOnly), files.ReadWrite...)
 	slices.SortFunc(paths, func(a, b string) int { return len(a) - len(b) }) // a directory before what is in it
 	for _, p := range paths {
 		rel := strings.TrimPrefix(filepath.Clean("/"+p), "/")
 		if rel == "" {
-			return bindTop(src, newRoot, false)
+			return bindTop(src, newRoot, hostOS)
 		}
-		if provided[strings.Split(rel, "/")[0]] {
+		top := strings.Split(rel, "/")[0]
+		if provided[top] || (hostOS && !slices.Contains(HostOSDirs, top)) {
 			continue
 		}
-		from, to := filepath.Join(src, rel), filepath.Join(newRoot, rel)
-		fi, err := os.Lstat(from)
+		fi, err := root.Lstat(rel)
 		if err != nil {
-			continue // a path the root lacks, as Landlock ignores it
+			continue // a path the root lacks (as Landlock ignores it), or one that leads out of it
 		}
+		from, to := filepath.Join(src, rel), filepath.Join(newRoot, rel)
 		if _, err := os.Lstat(to); err == nil {
 			continue // listed twice, or inside a path bound already
 		}
