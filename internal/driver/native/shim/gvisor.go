@@ -164,7 +164,9 @@ func (g *gvisor) writeSpec(cfg SandboxConfig, root string) error {
 	if err := os.MkdirAll(filepath.Join(g.dir, "oci"), 0o700); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(run, 0o755); err != nil {
+	// Small and of memory: what the sandbox writes there (its init is
+	// root) takes nothing of the host's disk.
+	if err := mkdirMount("tmpfs", run, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=64k,mode=755"); err != nil {
 		return err
 	}
 	init := supervisor.GVisorInitArgv(gvisorBin, gvisorRun+"/"+gvisorReady, gvisorPids, taskLimit(cfg.Limits))
