@@ -368,3 +368,22 @@ func TestGVisorFileListsStayInTheRoot(t *testing.T) {
 		t.Errorf("a sandbox on the host's operating system sees the host's /root, listed")
 	}
 }
+
+// TestGVisorExecCallerGone: an exec whose caller goes away is killed
+// inside gVisor, not only its runsc exec on the host.
+func TestGVisorExecCallerGone(t *testing.T) {
+	testenv.RequireRunsc(t)
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "gone", gvisorPolicy)
+	c, cancel := context.WithTimeout(ctx(t), 2*time.Second)
+	defer cancel()
+	if _, err := d.Exec(c, s.id, driver.ExecOptions{Command: []string{"sleep", "301"}, Stdout: io.Discard, Stderr: io.Discard}); err == nil {
+		t.Fatal("an exec of sleep 301 whose caller gave up after 2s returned no error")
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if out := s.mustExec("ps", "-e", "-o", "args="); strings.Contains(out, "sleep 301") {
+			return fmt.Errorf("the abandoned exec lives on in the sandbox: %q", out)
+		}
+		return nil
+	})
+}
