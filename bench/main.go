@@ -15,13 +15,16 @@
 //   - tti: time to interactive, from the create call to the first exec
 //     echo returning, on both drivers, sequential, staggered and burst,
 //     beside docker run -d + docker exec and bwrap running the echo;
+//   - gvisor: create→ready and time to interactive on Docker's gVisor
+//     tier, beside docker run --runtime=runsc, the namespaces tier and
+//     docker run; the ratio to the namespaces tier is gVisor's overhead;
 //   - files: corral sandbox cp of a 1 GiB file and of 10,000 small files
 //     in and out, on both drivers, against docker cp of the same data, with
 //     the gateway's RSS growth during each copy.
 //
 // Peer and corral runs are interleaved; warm-up runs are discarded.
 //
-//	go run ./bench [-driver docker|native|images|files|core|egress|tti|all] [-n 20] [-warmup 2]
+//	go run ./bench [-driver docker|native|images|gvisor|files|core|egress|tti|all] [-n 20] [-warmup 2]
 package main
 
 import (
@@ -46,7 +49,7 @@ import (
 )
 
 func main() {
-	which := flag.String("driver", "all", "which benchmarks: docker, native, images, files, core, egress, tti or all")
+	which := flag.String("driver", "all", "which benchmarks: docker, native, images, gvisor, files, core, egress, tti or all")
 	n := flag.Int("n", 20, "measured runs per operation")
 	warmup := flag.Int("warmup", 2, "runs discarded before measuring")
 	quick := flag.Bool("quick", false, "a short run of everything (CI): 5 runs each, 1,000 records, 1 s of load")
@@ -83,6 +86,7 @@ type report struct {
 	Core    []*figure `json:"core,omitempty"`
 	Egress  []*figure `json:"egress,omitempty"`
 	TTI     []*figure `json:"tti,omitempty"`
+	GVisor  []*figure `json:"gvisor,omitempty"`
 	Files   []*figure `json:"files,omitempty"`
 }
 
@@ -94,7 +98,7 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 			return nil, err
 		}
 	}
-	if which == "all" || which == "docker" || which == "tti" {
+	if which == "all" || which == "docker" || which == "tti" || which == "gvisor" {
 		// at once, rather than after minutes of retries: an engine, and its test image (made here when missing)
 		if err := testenv.EnsureTestImage(context.Background()); err != nil {
 			return nil, fmt.Errorf("docker: %w", err)
@@ -118,6 +122,20 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 			return nil, err
 		}
 		r.Tables = append(r.Tables, t)
+	}
+	if which == "all" || which == "gvisor" {
+		t, err := benchGVisor(bin, filepath.Join(dir, "gvisor"), n, warmup)
+		if err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+		fmt.Printf("\n%s\n", t.Title)
+		if err := t.print(); err != nil {
+			return nil, err
+		}
+		r.Tables, r.GVisor = append(r.Tables, t), gvisorOverhead(t)
+		if err := printFigures(gvisorTitle, r.GVisor); err != nil {
+			return nil, err
+		}
 	}
 	if which == "all" || which == "files" {
 		fn, fw := n, warmup
@@ -202,6 +220,7 @@ const (
 	scalingTitle = "scaling: create→ready and create throughput by sandboxes already running"
 	coreTitle    = "gateway core: fake driver, real SQLite store, every operation journaled"
 	ttiTitle     = "time to interactive: min, p99 and success rate"
+	gvisorTitle  = "the gVisor tier's overhead: p50 ratios"
 	filesTitle   = "files: throughput of corral sandbox cp beside docker cp, and the gateway's memory"
 )
 

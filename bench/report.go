@@ -41,7 +41,7 @@ func (r *report) write(dir string) error {
 	for _, section := range []struct {
 		title string
 		figs  []*figure
-	}{{scalingTitle, r.Scaling}, {coreTitle, r.Core}, {egressTitle, r.Egress}, {ttiTitle, r.TTI}, {filesTitle, r.Files}} {
+	}{{scalingTitle, r.Scaling}, {coreTitle, r.Core}, {egressTitle, r.Egress}, {ttiTitle, r.TTI}, {filesTitle, r.Files}, {gvisorTitle, r.GVisor}} {
 		if len(section.figs) == 0 {
 			continue
 		}

@@ -156,18 +156,21 @@ func ttiFigures(subject, mode string, times []time.Duration, ok, n int) []*figur
 // interactive creates a sandbox, waits until it is ready, as `corral
 // sandbox create` does, and runs `echo x` in it.
 func (g *gateway) interactive(i int) (time.Duration, error) {
-	name := fmt.Sprintf("tti-%d", i)
+	_, d, err := g.readyEcho(fmt.Sprintf("tti-%d", i), "")
+	return d, err
+}
+
+// readyEcho creates a sandbox of the policy, and returns how long until it
+// was ready and until `echo x` in it answered.
+func (g *gateway) readyEcho(name, policy string) (ready, interactive time.Duration, err error) {
 	t0 := time.Now()
-	if _, err := g.api.CreateSandbox(context.Background(), &corralv1.CreateSandboxRequest{Name: name, Spec: &corralv1.SandboxSpec{Command: ttiCommand}}); err != nil {
-		return 0, err
-	}
-	if err := g.waitPhase(name, "ready"); err != nil {
-		return 0, err
+	if ready, err = g.create(name, &corralv1.SandboxSpec{Command: ttiCommand, Policy: policy}); err != nil {
+		return 0, 0, err
 	}
 	if err := g.echo(name); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return time.Since(t0), nil
+	return ready, time.Since(t0), nil
 }
 
 // echo runs `echo x` in a sandbox through the API and checks what it says.
@@ -220,33 +223,42 @@ const ttiLabel = "corral.bench.tti"
 // dockerInteractive is `docker run -d` then `docker exec echo x` through
 // the Engine API.
 func dockerInteractive(api *client.Client, i int) (time.Duration, error) {
+	_, d, err := dockerRunExec(api, fmt.Sprintf("corral-bench-tti-%d", i), "")
+	return d, err
+}
+
+// dockerRunExec is `docker run -d [--runtime RUNTIME]` then `docker exec
+// echo x` through the Engine API: it returns how long until the container
+// ran, and until the echo answered.
+func dockerRunExec(api *client.Client, name, runtime string) (ran, interactive time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	res, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: fmt.Sprintf("corral-bench-tti-%d", i),
+	res, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name,
 		Config:     &container.Config{Image: testenv.TestImage, Cmd: ttiCommand, Labels: map[string]string{ttiLabel: "true"}},
-		HostConfig: &container.HostConfig{NetworkMode: "none"}})
+		HostConfig: &container.HostConfig{NetworkMode: "none", Runtime: runtime}})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if _, err := api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	ran = time.Since(t0)
 	ex, err := api.ExecCreate(ctx, res.ID, client.ExecCreateOptions{Cmd: []string{"echo", "x"}, AttachStdout: true, AttachStderr: true})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	att, err := api.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	out, err := io.ReadAll(att.Reader)
 	att.Close()
-	d := time.Since(t0)
+	interactive = time.Since(t0)
 	if err != nil || !strings.HasSuffix(string(out), "x\n") { // behind the stream's 8-byte frame header
-		return 0, errors.Join(err, fmt.Errorf("docker exec echo: %q", out))
+		return 0, 0, errors.Join(err, fmt.Errorf("docker exec echo: %q", out))
 	}
-	return d, nil
+	return ran, interactive, nil
 }
 
 // removeTTIContainers removes what dockerInteractive made.

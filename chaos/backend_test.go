@@ -40,7 +40,12 @@ func (b *dockerBackend) lifetime() time.Duration { return 2 * time.Second }
 
 // The fake driver and images run what they are given by default.
 func (b *fakeBackend) spec() *corralv1.SandboxSpec   { return nil }
-func (b *dockerBackend) spec() *corralv1.SandboxSpec { return nil }
+func (b *dockerBackend) spec() *corralv1.SandboxSpec {
+	if b.isolation == "" {
+		return nil
+	}
+	return &corralv1.SandboxSpec{Policy: "version: 1\nisolation: " + b.isolation + "\n"}
+}
 
 // fakeBackend injects faults through the fake driver's rules file.
 type fakeBackend struct {
@@ -102,18 +107,19 @@ func objectsOf(t *testing.T, d driver.Driver, err error) map[string]driver.Objec
 // dockerBackend drives a real engine through a relay that holds chosen
 // Engine API requests or goes away altogether.
 type dockerBackend struct {
-	t     *testing.T
-	label string
-	relay *testenv.Relay
-	api   *client.Client
+	t         *testing.T
+	label     string
+	relay     *testenv.Relay
+	api       *client.Client
+	isolation string // the sandboxes' policy's isolation tier; "" is the default
 }
 
-func newDockerBackend(t *testing.T, label string) *dockerBackend {
+func newDockerBackend(t *testing.T, label, isolation string) *dockerBackend {
 	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &dockerBackend{t: t, label: label, relay: testenv.NewRelay(t, "/var/run/docker.sock"), api: api}
+	b := &dockerBackend{t: t, label: label, relay: testenv.NewRelay(t, "/var/run/docker.sock"), api: api, isolation: isolation}
 	t.Cleanup(func() { b.removeAll(); api.Close() })
 	return b
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
 	"github.com/corral-sandbox/corral/internal/testbug"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -35,6 +36,7 @@ var (
 	seedsFlag  = flag.Int("seeds", 3, "how many seeds to run (from 1)")
 	driverFlag = flag.String("driver", "fake", "the driver to torture: fake, docker or native")
 	killsFlag  = flag.Int("kills", 12, "kill points per seed")
+	isolation  = flag.String("isolation", "", "the isolation tier of the sandboxes (docker): namespaces or gvisor")
 )
 
 var bin string
@@ -62,7 +64,7 @@ func TestTorture(t *testing.T) {
 			case "native":
 				testenv.RequireRoot(t)
 			}
-			r := newRunOn(t, seed, *driverFlag)
+			r := newRunOn(t, seed, *driverFlag, *isolation)
 			r.torture(*killsFlag)
 			total += r.kills
 			violations := r.check()
@@ -91,7 +93,7 @@ func TestTortureNativeSmoke(t *testing.T) {
 	testenv.RequireRoot(t)
 	created := 0
 	for seed := int64(1); seed <= 2; seed++ {
-		r := newRunOn(t, seed, "native")
+		r := newRunOn(t, seed, "native", "")
 		r.torture(8)
 		for _, v := range r.check() {
 			t.Errorf("seed %d: invariant violated: %s (replay: go test ./chaos -run 'TestTorture$' -driver native -seed %d -v)", seed, v, seed)
@@ -99,6 +101,26 @@ func TestTortureNativeSmoke(t *testing.T) {
 		created += len(r.created)
 	}
 	if created == 0 {
+		t.Error("no create was acknowledged: the run tested nothing")
+	}
+}
+
+// TestTortureDockerGVisorSmoke is the bounded run on Docker's gVisor tier
+// of every `go test` (issue 18; the full one is TestTorture with -driver
+// docker -isolation gvisor).
+func TestTortureDockerGVisorSmoke(t *testing.T) {
+	if *driverFlag != "fake" || *seedFlag >= 0 {
+		t.Skip("TestTorture runs the chosen driver")
+	}
+	testenv.RequireDocker(t)
+	r := newRunOn(t, 1, "docker", policy.IsolationGVisor)
+	r.torture(8)
+	violations := r.check()
+	t.Logf("%d kill points, %d sandboxes created, %d at the final check", r.kills, len(r.created), r.checked)
+	for _, v := range violations {
+		t.Errorf("invariant violated: %s (replay: go test ./chaos -run 'TestTorture$' -driver docker -isolation gvisor -seed 1 -v)", v)
+	}
+	if len(r.created) == 0 {
 		t.Error("no create was acknowledged: the run tested nothing")
 	}
 }
@@ -175,16 +197,16 @@ func refusal(err error, format string, args ...any) violation {
 }
 
 func newRun(t *testing.T, seed int64) *run {
-	return newRunOn(t, seed, "fake")
+	return newRunOn(t, seed, "fake", "")
 }
 
-func newRunOn(t *testing.T, seed int64, driverName string) *run {
+func newRunOn(t *testing.T, seed int64, driverName, isolation string) *run {
 	r := &run{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 42)), home: t.TempDir(),
 		created: map[string]bool{}, deleteAsked: map[string]bool{}}
 	r.label = fmt.Sprintf("corral.chaos.%d.%d", seed, time.Now().UnixNano())
 	switch driverName {
 	case "docker":
-		r.backend = newDockerBackend(t, r.label)
+		r.backend = newDockerBackend(t, r.label, isolation)
 	case "native":
 		r.backend = &nativeBackend{t: t, dir: filepath.Join(r.home, "native"), label: r.label}
 	default:

@@ -1702,8 +1702,11 @@ func (x *DoctorFinding) GetAction() string {
 }
 
 type DoctorReport struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Findings      []*DoctorFinding       `protobuf:"bytes,1,rep,name=findings,proto3" json:"findings,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Findings []*DoctorFinding       `protobuf:"bytes,1,rep,name=findings,proto3" json:"findings,omitempty"`
+	// tiers are the isolation tiers a policy can ask for (its isolation key)
+	// and whether the driver can run each.
+	Tiers         []*IsolationTier `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1745,6 +1748,76 @@ func (x *DoctorReport) GetFindings() []*DoctorFinding {
 	return nil
 }
 
+func (x *DoctorReport) GetTiers() []*IsolationTier {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+// IsolationTier is one isolation tier of the driver.
+type IsolationTier struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the policy's value: "namespaces", "gvisor".
+	Name      string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Available bool   `protobuf:"varint,2,opt,name=available,proto3" json:"available,omitempty"`
+	// detail says what runs the tier, or why it is not available.
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IsolationTier) Reset() {
+	*x = IsolationTier{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IsolationTier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IsolationTier) ProtoMessage() {}
+
+func (x *IsolationTier) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IsolationTier.ProtoReflect.Descriptor instead.
+func (*IsolationTier) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *IsolationTier) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *IsolationTier) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+func (x *IsolationTier) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // Image is an image of the driver's store.
 type Image struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1763,7 +1836,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1848,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1861,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Image) GetId() string {
@@ -1840,7 +1913,7 @@ type PullImageRequest struct {
 
 func (x *PullImageRequest) Reset() {
 	*x = PullImageRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1925,7 @@ func (x *PullImageRequest) String() string {
 func (*PullImageRequest) ProtoMessage() {}
 
 func (x *PullImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1938,7 @@ func (x *PullImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullImageRequest.ProtoReflect.Descriptor instead.
 func (*PullImageRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PullImageRequest) GetImage() string {
@@ -1902,7 +1975,7 @@ type PullImageProgress struct {
 
 func (x *PullImageProgress) Reset() {
 	*x = PullImageProgress{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +1987,7 @@ func (x *PullImageProgress) String() string {
 func (*PullImageProgress) ProtoMessage() {}
 
 func (x *PullImageProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2000,7 @@ func (x *PullImageProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullImageProgress.ProtoReflect.Descriptor instead.
 func (*PullImageProgress) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PullImageProgress) GetLayer() string {
@@ -1973,7 +2046,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2058,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2071,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 type ListImagesResponse struct {
@@ -2010,7 +2083,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2095,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2108,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -2055,7 +2128,7 @@ type RemoveImageRequest struct {
 
 func (x *RemoveImageRequest) Reset() {
 	*x = RemoveImageRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2140,7 @@ func (x *RemoveImageRequest) String() string {
 func (*RemoveImageRequest) ProtoMessage() {}
 
 func (x *RemoveImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2153,7 @@ func (x *RemoveImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveImageRequest.ProtoReflect.Descriptor instead.
 func (*RemoveImageRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoveImageRequest) GetImage() string {
@@ -2098,7 +2171,7 @@ type PruneImagesRequest struct {
 
 func (x *PruneImagesRequest) Reset() {
 	*x = PruneImagesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2183,7 @@ func (x *PruneImagesRequest) String() string {
 func (*PruneImagesRequest) ProtoMessage() {}
 
 func (x *PruneImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2196,7 @@ func (x *PruneImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneImagesRequest.ProtoReflect.Descriptor instead.
 func (*PruneImagesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 type PruneImagesResponse struct {
@@ -2137,7 +2210,7 @@ type PruneImagesResponse struct {
 
 func (x *PruneImagesResponse) Reset() {
 	*x = PruneImagesResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2222,7 @@ func (x *PruneImagesResponse) String() string {
 func (*PruneImagesResponse) ProtoMessage() {}
 
 func (x *PruneImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2235,7 @@ func (x *PruneImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneImagesResponse.ProtoReflect.Descriptor instead.
 func (*PruneImagesResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PruneImagesResponse) GetRemoved() []*Image {
@@ -2189,7 +2262,7 @@ type SandboxDenialsRequest struct {
 
 func (x *SandboxDenialsRequest) Reset() {
 	*x = SandboxDenialsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2274,7 @@ func (x *SandboxDenialsRequest) String() string {
 func (*SandboxDenialsRequest) ProtoMessage() {}
 
 func (x *SandboxDenialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2287,7 @@ func (x *SandboxDenialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxDenialsRequest.ProtoReflect.Descriptor instead.
 func (*SandboxDenialsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SandboxDenialsRequest) GetName() string {
@@ -2253,7 +2326,7 @@ type Denial struct {
 
 func (x *Denial) Reset() {
 	*x = Denial{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2338,7 @@ func (x *Denial) String() string {
 func (*Denial) ProtoMessage() {}
 
 func (x *Denial) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2351,7 @@ func (x *Denial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Denial.ProtoReflect.Descriptor instead.
 func (*Denial) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Denial) GetTime() *timestamppb.Timestamp {
@@ -2360,7 +2433,7 @@ type PortForwardFrame struct {
 
 func (x *PortForwardFrame) Reset() {
 	*x = PortForwardFrame{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2445,7 @@ func (x *PortForwardFrame) String() string {
 func (*PortForwardFrame) ProtoMessage() {}
 
 func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2458,7 @@ func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortForwardFrame.ProtoReflect.Descriptor instead.
 func (*PortForwardFrame) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PortForwardFrame) GetName() string {
@@ -2429,7 +2502,7 @@ type ExposePortRequest struct {
 
 func (x *ExposePortRequest) Reset() {
 	*x = ExposePortRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2514,7 @@ func (x *ExposePortRequest) String() string {
 func (*ExposePortRequest) ProtoMessage() {}
 
 func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2527,7 @@ func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposePortRequest.ProtoReflect.Descriptor instead.
 func (*ExposePortRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExposePortRequest) GetName() string {
@@ -2496,7 +2569,7 @@ type ExposedPort struct {
 
 func (x *ExposedPort) Reset() {
 	*x = ExposedPort{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2581,7 @@ func (x *ExposedPort) String() string {
 func (*ExposedPort) ProtoMessage() {}
 
 func (x *ExposedPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2594,7 @@ func (x *ExposedPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposedPort.ProtoReflect.Descriptor instead.
 func (*ExposedPort) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExposedPort) GetSandboxId() string {
@@ -2569,7 +2642,7 @@ type UnexposePortRequest struct {
 
 func (x *UnexposePortRequest) Reset() {
 	*x = UnexposePortRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2654,7 @@ func (x *UnexposePortRequest) String() string {
 func (*UnexposePortRequest) ProtoMessage() {}
 
 func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2667,7 @@ func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnexposePortRequest.ProtoReflect.Descriptor instead.
 func (*UnexposePortRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UnexposePortRequest) GetName() string {
@@ -2621,7 +2694,7 @@ type ListExposedPortsRequest struct {
 
 func (x *ListExposedPortsRequest) Reset() {
 	*x = ListExposedPortsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2706,7 @@ func (x *ListExposedPortsRequest) String() string {
 func (*ListExposedPortsRequest) ProtoMessage() {}
 
 func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2719,7 @@ func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposedPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListExposedPortsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListExposedPortsRequest) GetName() string {
@@ -2665,7 +2738,7 @@ type ListExposedPortsResponse struct {
 
 func (x *ListExposedPortsResponse) Reset() {
 	*x = ListExposedPortsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2750,7 @@ func (x *ListExposedPortsResponse) String() string {
 func (*ListExposedPortsResponse) ProtoMessage() {}
 
 func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2763,7 @@ func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposedPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListExposedPortsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListExposedPortsResponse) GetPorts() []*ExposedPort {
@@ -2712,7 +2785,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2797,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +2810,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PoolSpec) GetImage() string {
@@ -2779,7 +2852,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2864,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2877,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Pool) GetName() string {
@@ -2863,7 +2936,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +2948,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +2961,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -2920,7 +2993,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3005,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3018,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 type ListPoolsResponse struct {
@@ -2957,7 +3030,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3042,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3055,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -3002,7 +3075,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3014,7 +3087,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3027,7 +3100,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeletePoolRequest) GetName() string {
@@ -3171,9 +3244,14 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\rDoctorFinding\x12\x18\n" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x18\n" +
 	"\aproblem\x18\x02 \x01(\tR\aproblem\x12\x16\n" +
-	"\x06action\x18\x03 \x01(\tR\x06action\"D\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\"t\n" +
 	"\fDoctorReport\x124\n" +
-	"\bfindings\x18\x01 \x03(\v2\x18.corral.v1.DoctorFindingR\bfindings\"\x93\x01\n" +
+	"\bfindings\x18\x01 \x03(\v2\x18.corral.v1.DoctorFindingR\bfindings\x12.\n" +
+	"\x05tiers\x18\x02 \x03(\v2\x18.corral.v1.IsolationTierR\x05tiers\"Y\n" +
+	"\rIsolationTier\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tavailable\x18\x02 \x01(\bR\tavailable\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x93\x01\n" +
 	"\x05Image\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04refs\x18\x02 \x03(\tR\x04refs\x12\x12\n" +
@@ -3300,7 +3378,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),              // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                  // 1: corral.v1.Sandbox
@@ -3328,41 +3406,42 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*DoctorRequest)(nil),            // 23: corral.v1.DoctorRequest
 	(*DoctorFinding)(nil),            // 24: corral.v1.DoctorFinding
 	(*DoctorReport)(nil),             // 25: corral.v1.DoctorReport
-	(*Image)(nil),                    // 26: corral.v1.Image
-	(*PullImageRequest)(nil),         // 27: corral.v1.PullImageRequest
-	(*PullImageProgress)(nil),        // 28: corral.v1.PullImageProgress
-	(*ListImagesRequest)(nil),        // 29: corral.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),       // 30: corral.v1.ListImagesResponse
-	(*RemoveImageRequest)(nil),       // 31: corral.v1.RemoveImageRequest
-	(*PruneImagesRequest)(nil),       // 32: corral.v1.PruneImagesRequest
-	(*PruneImagesResponse)(nil),      // 33: corral.v1.PruneImagesResponse
-	(*SandboxDenialsRequest)(nil),    // 34: corral.v1.SandboxDenialsRequest
-	(*Denial)(nil),                   // 35: corral.v1.Denial
-	(*PortForwardFrame)(nil),         // 36: corral.v1.PortForwardFrame
-	(*ExposePortRequest)(nil),        // 37: corral.v1.ExposePortRequest
-	(*ExposedPort)(nil),              // 38: corral.v1.ExposedPort
-	(*UnexposePortRequest)(nil),      // 39: corral.v1.UnexposePortRequest
-	(*ListExposedPortsRequest)(nil),  // 40: corral.v1.ListExposedPortsRequest
-	(*ListExposedPortsResponse)(nil), // 41: corral.v1.ListExposedPortsResponse
-	(*PoolSpec)(nil),                 // 42: corral.v1.PoolSpec
-	(*Pool)(nil),                     // 43: corral.v1.Pool
-	(*CreatePoolRequest)(nil),        // 44: corral.v1.CreatePoolRequest
-	(*ListPoolsRequest)(nil),         // 45: corral.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),        // 46: corral.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),        // 47: corral.v1.DeletePoolRequest
-	nil,                              // 48: corral.v1.SandboxSpec.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 49: google.protobuf.Timestamp
+	(*IsolationTier)(nil),            // 26: corral.v1.IsolationTier
+	(*Image)(nil),                    // 27: corral.v1.Image
+	(*PullImageRequest)(nil),         // 28: corral.v1.PullImageRequest
+	(*PullImageProgress)(nil),        // 29: corral.v1.PullImageProgress
+	(*ListImagesRequest)(nil),        // 30: corral.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),       // 31: corral.v1.ListImagesResponse
+	(*RemoveImageRequest)(nil),       // 32: corral.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),       // 33: corral.v1.PruneImagesRequest
+	(*PruneImagesResponse)(nil),      // 34: corral.v1.PruneImagesResponse
+	(*SandboxDenialsRequest)(nil),    // 35: corral.v1.SandboxDenialsRequest
+	(*Denial)(nil),                   // 36: corral.v1.Denial
+	(*PortForwardFrame)(nil),         // 37: corral.v1.PortForwardFrame
+	(*ExposePortRequest)(nil),        // 38: corral.v1.ExposePortRequest
+	(*ExposedPort)(nil),              // 39: corral.v1.ExposedPort
+	(*UnexposePortRequest)(nil),      // 40: corral.v1.UnexposePortRequest
+	(*ListExposedPortsRequest)(nil),  // 41: corral.v1.ListExposedPortsRequest
+	(*ListExposedPortsResponse)(nil), // 42: corral.v1.ListExposedPortsResponse
+	(*PoolSpec)(nil),                 // 43: corral.v1.PoolSpec
+	(*Pool)(nil),                     // 44: corral.v1.Pool
+	(*CreatePoolRequest)(nil),        // 45: corral.v1.CreatePoolRequest
+	(*ListPoolsRequest)(nil),         // 46: corral.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),        // 47: corral.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),        // 48: corral.v1.DeletePoolRequest
+	nil,                              // 49: corral.v1.SandboxSpec.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 50: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	48, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	49, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	49, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	49, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	49, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	50, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	50, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	50, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	49, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	49, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	49, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	50, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	50, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	50, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 11: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
@@ -3373,69 +3452,70 @@ var file_corral_v1_sandbox_proto_depIdxs = []int32{
 	18, // 16: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
 	17, // 17: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
 	24, // 18: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
-	49, // 19: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
-	26, // 20: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
-	26, // 21: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
-	26, // 22: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
-	49, // 23: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
-	38, // 24: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
-	42, // 25: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
-	49, // 26: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
-	42, // 27: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
-	43, // 28: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
-	3,  // 29: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
-	5,  // 30: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
-	6,  // 31: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
-	8,  // 32: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
-	9,  // 33: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 34: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	11, // 35: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
-	13, // 36: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	15, // 37: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	19, // 38: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	21, // 39: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	23, // 40: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	27, // 41: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
-	29, // 42: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
-	31, // 43: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
-	32, // 44: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
-	34, // 45: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
-	36, // 46: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
-	37, // 47: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
-	39, // 48: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
-	40, // 49: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
-	44, // 50: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
-	45, // 51: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
-	47, // 52: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
-	4,  // 53: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 54: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 55: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 56: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 57: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	12, // 58: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	1,  // 59: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
-	14, // 60: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	16, // 61: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	20, // 62: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	22, // 63: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	25, // 64: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	28, // 65: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
-	30, // 66: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
-	26, // 67: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
-	33, // 68: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
-	35, // 69: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
-	36, // 70: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
-	38, // 71: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
-	38, // 72: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
-	41, // 73: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
-	43, // 74: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
-	46, // 75: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
-	43, // 76: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
-	53, // [53:77] is the sub-list for method output_type
-	29, // [29:53] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	26, // 19: corral.v1.DoctorReport.tiers:type_name -> corral.v1.IsolationTier
+	50, // 20: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
+	27, // 21: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
+	27, // 22: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
+	27, // 23: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
+	50, // 24: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
+	39, // 25: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
+	43, // 26: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
+	50, // 27: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
+	43, // 28: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
+	44, // 29: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
+	3,  // 30: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
+	5,  // 31: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
+	6,  // 32: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
+	8,  // 33: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
+	9,  // 34: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
+	10, // 35: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	11, // 36: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
+	13, // 37: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	15, // 38: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	19, // 39: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	21, // 40: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	23, // 41: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	28, // 42: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
+	30, // 43: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
+	32, // 44: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
+	33, // 45: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
+	35, // 46: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
+	37, // 47: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
+	38, // 48: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
+	40, // 49: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
+	41, // 50: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
+	45, // 51: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
+	46, // 52: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
+	48, // 53: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
+	4,  // 54: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 55: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 56: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 57: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 58: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	12, // 59: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 60: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	14, // 61: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	16, // 62: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	20, // 63: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	22, // 64: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	25, // 65: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	29, // 66: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
+	31, // 67: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
+	27, // 68: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
+	34, // 69: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
+	36, // 70: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
+	37, // 71: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
+	39, // 72: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
+	39, // 73: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
+	42, // 74: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
+	44, // 75: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
+	47, // 76: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
+	44, // 77: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
+	54, // [54:78] is the sub-list for method output_type
+	30, // [30:54] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_sandbox_proto_init() }
@@ -3461,7 +3541,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -138,7 +139,7 @@ func TestEgressOnNative(t *testing.T) {
 	home := t.TempDir()
 	metrics := freePort(t)
 	nativeGateway(t, home, "--metrics-listen", metrics)
-	egressChecks(t, home, srv, metrics[strings.LastIndex(metrics, ":")+1:])
+	egressChecks(t, home, srv, metrics[strings.LastIndex(metrics, ":")+1:], "")
 }
 
 func TestEgressOnDocker(t *testing.T) {
@@ -148,17 +149,46 @@ func TestEgressOnDocker(t *testing.T) {
 	home := t.TempDir()
 	metrics := freePort(t)
 	dockerGateway(t, home, newLabel(t), "--metrics-listen", metrics)
-	egressChecks(t, home, srv, metrics[strings.LastIndex(metrics, ":")+1:])
+	egressChecks(t, home, srv, metrics[strings.LastIndex(metrics, ":")+1:], "")
 }
 
-func egressChecks(t *testing.T, home string, srv egressServers, metricsPort string) {
+// Issue 18: egress on the gVisor tier, as on the namespaces tier.
+func TestEgressOnDockerGVisor(t *testing.T) {
+	testenv.RequireDocker(t)
+	testenv.RequireRoot(t)
+	srv := startEgressServers(t)
+	home := t.TempDir()
+	metrics := freePort(t)
+	dockerGateway(t, home, newLabel(t), "--metrics-listen", metrics)
+	egressChecks(t, home, srv, metrics[strings.LastIndex(metrics, ":")+1:], "gvisor")
+}
+
+// onTier adds isolation: tier to the policy file at path, unless tier is
+// empty.
+func onTier(t *testing.T, path, tier string) string {
+	t.Helper()
+	if tier == "" {
+		return path
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = fmt.Fprintf(f, "isolation: %s\n", tier)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func egressChecks(t *testing.T, home string, srv egressServers, metricsPort, tier string) {
 	probeBin := buildProbe(t)
 	ports := srv.httpPort + ", " + srv.httpsPort
-	pol := egressPolicy(t, "allowed.test", ports, fmt.Sprintf(`  metrics:
+	pol := onTier(t, egressPolicy(t, "allowed.test", ports, fmt.Sprintf(`  metrics:
     endpoints:
       - host: metrics.test
         port: %s
-`, metricsPort))
+`, metricsPort)), tier)
 	mustCorral(t, home, "sandbox", "create", "--name", "eg", "--policy", pol,
 		"--add-host", "allowed.test:127.0.0.1", "--add-host", "denied.test:127.0.0.1", "--add-host", "metrics.test:127.0.0.1",
 		"--", "sleep", "1d")
@@ -233,7 +263,7 @@ func egressChecks(t *testing.T, home string, srv egressServers, metricsPort stri
 		return nil
 	})
 	before := getJSON(t, home, "eg")["generation"]
-	mustCorral(t, home, "sandbox", "policy", "set", "eg", "--file", egressPolicy(t, "denied.test", ports, ""))
+	mustCorral(t, home, "sandbox", "policy", "set", "eg", "--file", onTier(t, egressPolicy(t, "denied.test", ports, ""), tier))
 	set := time.Now()
 	held := make(chan error, 1)
 	go func() { held <- hold.Wait() }()

@@ -24,11 +24,18 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return c.explain(err)
 			}
-			if len(report.Findings) == 0 {
-				fmt.Fprintln(g.stdout, "no inconsistencies found")
-				return nil
-			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			if len(report.Tiers) > 0 {
+				fmt.Fprintln(tw, "ISOLATION\tAVAILABLE\tDETAIL")
+				for _, t := range report.Tiers {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, yesNo(t.Available), oneLine(t.Detail))
+				}
+				fmt.Fprintln(tw)
+			}
+			if len(report.Findings) == 0 {
+				fmt.Fprintln(tw, "no inconsistencies found")
+				return tw.Flush()
+			}
 			fmt.Fprintln(tw, "SANDBOX\tPROBLEM\tACTION")
 			for _, f := range report.Findings {
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Sandbox, oneLine(f.Problem), f.Action)
@@ -36,4 +43,11 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

@@ -103,6 +103,9 @@ func setPolicy(g *globals, cmd *cobra.Command, name, flag, file string) error {
 // summary is a one-line account of what a policy enforces.
 func summary(p policy.Policy) string {
 	var parts []string
+	if p.GVisor() {
+		parts = append(parts, "isolation gvisor (gVisor's kernel; no Landlock there)")
+	}
 	if fs := p.Filesystem; fs.Set {
 		s := fmt.Sprintf("files: %d read-only, %d read-write", len(fs.ReadOnly), len(fs.ReadWrite))
 		if fs.IncludeWorkdir {

@@ -53,10 +53,18 @@ func newSuperviseCmd() *cobra.Command {
 	})
 	var stage supervisor.ExecStage
 	execCmd := &cobra.Command{
-		Use:   "exec [--wait-fd N] [--report-fd N] [--drop-caps] [--cgroup PROCS] -- CMD [ARGS...]",
-		Short: "Apply the sandbox's protections and exec CMD",
+		Use:   "exec [--wait-fd N] [--report-fd N] [--drop-caps] [--cgroup PROCS] [--spare-fd N] -- CMD [ARGS...]",
+		Short: "Apply the sandbox's protections and exec CMD (with --spare-fd, the CMD it is handed on that socket)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			err := supervisor.Exec(args, stage)
+			var err error
+			if stage.SpareFD > 0 {
+				args, err = supervisor.ExecSpare(stage.SpareFD, stage.DropCaps)
+			} else {
+				err = supervisor.Exec(args, stage)
+			}
+			if len(args) == 0 {
+				args = []string{"(none)"}
+			}
 			if errors.Is(err, os.ErrNotExist) || isNotFound(err) {
 				fmt.Fprintf(os.Stderr, "corral: exec %s: %v\n", args[0], err)
 				return &exitError{code: 127}
@@ -69,6 +77,7 @@ func newSuperviseCmd() *cobra.Command {
 	execCmd.Flags().IntVar(&stage.ReportFD, "report-fd", 0, "write why the command cannot run to this descriptor")
 	execCmd.Flags().BoolVar(&stage.DropCaps, "drop-caps", false, "keep only the capabilities of a native sandbox")
 	execCmd.Flags().StringVar(&stage.Cgroup, "cgroup", "", "join the cgroup of this cgroup.procs file first")
+	execCmd.Flags().IntVar(&stage.SpareFD, "spare-fd", 0, "wait on this socket for the command, its environment and descriptors")
 	cmd.AddCommand(execCmd)
 	return cmd
 }

@@ -71,6 +71,9 @@ type Drivers struct {
 // DockerConfig is the [drivers.docker] table.
 type DockerConfig struct {
 	SocketPath string `toml:"socket_path"`
+	// GVisorRuntime is the engine's name of its runsc runtime, which
+	// sandboxes with isolation: gvisor run under; default "runsc".
+	GVisorRuntime string `toml:"gvisor_runtime"`
 }
 
 // FakeConfig is the [drivers.fake] table.

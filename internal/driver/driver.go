@@ -168,13 +168,6 @@ type Validator interface {
 	Validate(spec Spec) error
 }
 
-// GVisorer is a driver that runs sandboxes on the gVisor tier (policy
-// isolation: gvisor) where its host has what that takes.
-type GVisorer interface {
-	// GVisor returns why the gVisor tier is not available, or nil.
-	GVisor() error
-}
-
 // LogReader is a driver that keeps what a sandbox's main process printed.
 type LogReader interface {
 	// Logs copies the output, following new output until ctx ends when
@@ -243,4 +236,20 @@ type Workdirs interface {
 	// errdefs.ErrFailedPrecondition saying why it cannot be reached while
 	// the sandbox is stopped, or errdefs.ErrNotFound.
 	Workdir(ctx context.Context, id string) (string, error)
+}
+
+// Tier is an isolation tier (a policy's isolation value) and whether a
+// driver can run sandboxes on it.
+type Tier struct {
+	Name      string
+	Available bool
+	// Detail says what runs the tier, or why it is not available.
+	Detail string
+}
+
+// Tierer is a driver that can run sandboxes on tiers beyond
+// policy.IsolationNamespaces (which every driver runs).
+type Tierer interface {
+	// Tiers says, for each tier, whether the driver can run it now.
+	Tiers(ctx context.Context) []Tier
 }

@@ -150,7 +150,8 @@ func newDocker(env registry.Env) (*docker.Driver, error) {
 		return nil, err
 	}
 	return docker.New(driverConfig(env, "docker", dir),
-		docker.Options{Host: dockerHost(cfg), PullPolicy: cfg.ImagePullPolicy, Supervisor: bin})
+		docker.Options{Host: dockerHost(cfg), PullPolicy: cfg.ImagePullPolicy, Supervisor: bin,
+			GVisorRuntime: cfg.Drivers.Docker.GVisorRuntime})
 }
 
 // dockerHost is the configured Docker engine's address ("": DOCKER_HOST or

@@ -8,6 +8,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
 )
@@ -27,12 +28,6 @@ func (m *Manager) Doctor(ctx context.Context) ([]Finding, error) {
 	if listErr != nil {
 		out = append(out, Finding{"-", fmt.Sprintf("the %s driver does not answer: %v", m.cfg.Driver.Name(), listErr),
 			"sandboxes wait for it with backoff; nothing is lost meanwhile"})
-	}
-	if g, ok := m.cfg.Driver.(driver.GVisorer); ok {
-		if err := g.GVisor(); err != nil {
-			out = append(out, Finding{"-", "the gVisor tier (isolation: gvisor) is not available: " + err.Error(),
-				"sandboxes that ask for it are refused at create"})
-		}
 	}
 	records, err := m.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
@@ -111,4 +106,18 @@ func (m *Manager) AssumeGone(ctx context.Context, nameOrID, who, why string) (*s
 	m.log.Warn("record removed without driver confirmation", "sandbox", sb.Name, "by", who, "reason", why)
 	m.events.publish(Event{Type: EventDeleted, Sandbox: sb})
 	return sb, nil
+}
+
+// Tiers says which isolation tiers the driver can run: those of a
+// driver.Tierer, else the namespaces tier only.
+func (m *Manager) Tiers(ctx context.Context) []driver.Tier {
+	if t, ok := m.cfg.Driver.(driver.Tierer); ok {
+		ctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+		defer cancel()
+		return t.Tiers(ctx)
+	}
+	return []driver.Tier{
+		{Name: policy.IsolationNamespaces, Available: true},
+		{Name: policy.IsolationGVisor, Detail: "the " + m.cfg.Driver.Name() + " driver has no gVisor tier"},
+	}
 }

@@ -43,6 +43,7 @@ type Lifecycle interface {
 	Network(ctx context.Context, sb *sandbox.Sandbox) string
 	Denials(ctx context.Context, nameOrID string, follow bool) ([]egress.Decision, <-chan egress.Decision, func(), error)
 	Doctor(ctx context.Context) ([]lifecycle.Finding, error)
+	Tiers(ctx context.Context) []driver.Tier
 	Watch() (<-chan lifecycle.Event, func())
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
@@ -180,6 +181,9 @@ func (s *service) Doctor(ctx context.Context, _ *corralv1.DoctorRequest) (*corra
 	report := &corralv1.DoctorReport{}
 	for _, f := range findings {
 		report.Findings = append(report.Findings, &corralv1.DoctorFinding{Sandbox: f.Sandbox, Problem: f.Problem, Action: f.Action})
+	}
+	for _, t := range s.m.Tiers(ctx) {
+		report.Tiers = append(report.Tiers, &corralv1.IsolationTier{Name: t.Name, Available: t.Available, Detail: t.Detail})
 	}
 	return report, nil
 }

@@ -31,6 +31,9 @@ type ExecStage struct {
 	// Cgroup, when set, is the cgroup.procs file of a group the stage
 	// joins first (gVisor's pids cgroup, for an exec).
 	Cgroup string
+	// SpareFD, when > 0, makes the stage a spare waiting on that socket
+	// for its command (ExecSpare); it is then started without one.
+	SpareFD int
 }
 
 // ExecArgv runs command through bin's exec stage.
@@ -47,6 +50,9 @@ func ExecArgv(bin string, stage ExecStage, command []string) []string {
 	}
 	if stage.Cgroup != "" {
 		argv = append(argv, "--cgroup", stage.Cgroup)
+	}
+	if stage.SpareFD > 0 {
+		argv = append(argv, "--spare-fd", strconv.Itoa(stage.SpareFD))
 	}
 	return append(append(argv, "--"), command...)
 }

@@ -23,9 +23,13 @@ type Children struct {
 	Procs    cgroups.Procs // the sandbox's cgroup, when it has one
 	// Bin is the corral binary whose exec stage starts them; "" is the
 	// caller's own, through /proc.
-	Bin     string
+	Bin string
+	// Spare keeps an exec stage started ahead (spare.go): each Start
+	// hands its command to it, and starts the next one.
+	Spare   bool
 	mu      sync.Mutex
 	waiters map[int]chan int
+	spare   *spare // the next Start's, when Spare
 }
 
 // Start runs command through the exec stage in its own session. The exec
@@ -34,21 +38,127 @@ type Children struct {
 // exec stage applied of the policy, failed why it could not run the
 // command (the process then exits 126 or 127).
 func (c *Children) Start(command, env []string, stdio []*os.File, tty bool) (pid int, done <-chan int, applied string, failed, err error) {
+	pid, done, msg := c.startOnSpare(command, env, stdio, tty)
+	if done == nil {
+		if pid, done, msg, err = c.startCold(command, env, stdio, tty); err != nil {
+			return 0, nil, "", nil, err
+		}
+	}
+	for _, line := range strings.Split(msg, "\n") {
+		if v, ok := strings.CutPrefix(line, "applied: "); ok {
+			applied = v
+		}
+		if v, ok := strings.CutPrefix(line, "error: "); ok {
+			failed = errors.New(v)
+		}
+	}
+	if c.Spare {
+		c.startSpare()
+	}
+	return pid, done, applied, failed, nil
+}
+
+// startOnSpare runs command on the spare, if there is one, and returns
+// its report. done is nil when there was none, or when it died before it
+// applied anything (killed, say): then nothing ran, and the caller starts
+// cold.
+func (c *Children) startOnSpare(command, env []string, stdio []*os.File, tty bool) (int, <-chan int, string) {
+	sp := c.takeSpare()
+	if sp == nil {
+		return 0, nil, ""
+	}
+	report, reported, err := os.Pipe()
+	if err == nil {
+		defer report.Close()
+		err = sp.ask(spareRequest{Command: command, Env: env, TTY: tty, Stdio: len(stdio)}, append(stdio[:len(stdio):len(stdio)], reported))
+		reported.Close()
+	}
+	var msg []byte
+	if err == nil {
+		msg, _ = io.ReadAll(report) // ends when the command runs, or the exec stage gives up
+	}
+	if len(msg) == 0 { // it says what it applied before it runs anything
+		_ = unix.Kill(sp.pid, unix.SIGKILL)
+		return 0, nil, ""
+	}
+	return sp.pid, sp.done, string(msg)
+}
+
+// startCold starts the exec stage for command and returns its report.
+func (c *Children) startCold(command, env []string, stdio []*os.File, tty bool) (int, <-chan int, string, error) {
 	gate, release, err := os.Pipe()
 	if err != nil {
-		return 0, nil, "", nil, err
+		return 0, nil, "", err
 	}
 	defer gate.Close()
 	defer release.Close()
 	report, reported, err := os.Pipe()
 	if err != nil {
-		return 0, nil, "", nil, err
+		return 0, nil, "", err
 	}
 	defer report.Close()
 	defer reported.Close()
 	n := len(stdio)
 	argv := ExecArgv("corral", ExecStage{WaitFD: n, ReportFD: n + 1, DropCaps: c.DropCaps}, command)
-	attr := &os.ProcAttr{Dir: c.Dir, Env: env, Files: append(stdio[:n:n], gate, reported),
+	pid, done, err := c.startLocked(argv, c.procAttr(env, append(stdio[:n:n], gate, reported), tty))
+	if err != nil {
+		return 0, nil, "", err
+	}
+	release.Close() // go ahead
+	reported.Close()
+	msg, _ := io.ReadAll(report) // ends when the command runs, or the exec stage gives up
+	return pid, done, string(msg), nil
+}
+
+// startSpare starts the next Start's spare; without one, that Start
+// starts cold.
+func (c *Children) startSpare() {
+	c.mu.Lock()
+	have := c.spare != nil
+	c.mu.Unlock()
+	if have {
+		return
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	ours, theirs := os.NewFile(uintptr(pair[0]), "spare"), os.NewFile(uintptr(pair[1]), "spare")
+	defer theirs.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		ours.Close()
+		return
+	}
+	defer null.Close()
+	argv := ExecArgv("corral", ExecStage{SpareFD: 3, DropCaps: c.DropCaps}, nil)
+	pid, done, err := c.startLocked(argv, c.procAttr([]string{}, []*os.File{null, null, null, theirs}, false))
+	if err != nil {
+		ours.Close()
+		return
+	}
+	c.mu.Lock()
+	old := c.spare
+	c.spare = &spare{pid: pid, done: done, ctl: ours}
+	c.mu.Unlock()
+	if old != nil { // Starts raced: one spare is enough
+		old.ctl.Close()
+	}
+}
+
+// takeSpare returns the spare, if any, for one Start.
+func (c *Children) takeSpare() *spare {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sp := c.spare
+	c.spare = nil
+	return sp
+}
+
+// procAttr is how an exec stage (cold or spare) is started: in its own
+// session, in the sandbox's working directory and user namespace.
+func (c *Children) procAttr(env []string, files []*os.File, tty bool) *os.ProcAttr {
+	attr := &os.ProcAttr{Dir: c.Dir, Env: env, Files: files,
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: tty, Ctty: 0}}
 	if r := c.IDs; r != nil {
 		// Its own user namespace, mapped to the sandbox's host ids: root
@@ -60,21 +170,7 @@ func (c *Children) Start(command, env []string, stdio []*os.File, tty bool) (pid
 		attr.Sys.GidMappingsEnableSetgroups = true
 		attr.Sys.Credential = &syscall.Credential{Uid: 0, Gid: 0} // become that root before the exec
 	}
-	if pid, done, err = c.startLocked(argv, attr); err != nil {
-		return 0, nil, "", nil, err
-	}
-	release.Close() // go ahead
-	reported.Close()
-	msg, _ := io.ReadAll(report) // ends when the command runs, or the exec stage gives up
-	for _, line := range strings.Split(string(msg), "\n") {
-		if v, ok := strings.CutPrefix(line, "applied: "); ok {
-			applied = v
-		}
-		if v, ok := strings.CutPrefix(line, "error: "); ok {
-			failed = errors.New(v)
-		}
-	}
-	return pid, done, applied, failed, nil
+	return attr
 }
 
 func (c *Children) startLocked(argv []string, attr *os.ProcAttr) (int, <-chan int, error) {

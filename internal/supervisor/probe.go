@@ -42,20 +42,20 @@ var probes = map[string]func() string{
 		return valueResult(v, err)
 	},
 	"uid": func() string { return fmt.Sprint(os.Getuid()) },
-	// No entries and no parameters: EINVAL or EFAULT where io_uring is
-	// allowed at all, and no ring is made.
-	"io_uring": func() string {
-		_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 0, 0, 0)
-		return errnoResult(e)
-	},
-	// Ask for the Landlock ABI: its version where the kernel has
-	// Landlock, ENOSYS where it has no such system call (gVisor's).
+	// Landlock's ABI version: a number, or ENOSYS on a kernel without
+	// Landlock (gVisor's among them); no ruleset is made.
 	"landlock": func() string {
 		v, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 		if e != 0 {
 			return errnoResult(e)
 		}
-		return fmt.Sprint(v)
+		return fmt.Sprintf("ABI %d", v)
+	},
+	// No entries and no parameters: EINVAL or EFAULT where io_uring is
+	// allowed at all, and no ring is made.
+	"io_uring": func() string {
+		_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 0, 0, 0)
+		return errnoResult(e)
 	},
 	// Turn off address space randomization, then back: "ok" where it
 	// is allowed.

@@ -111,6 +111,17 @@ func protect(p policy.Policy) ([]string, error) {
 		}
 		applied = append(applied, "no_new_privs")
 	}
+	if p.GVisor() {
+		// gVisor's processes are not the host's: the host's pids limit counts
+		// gVisor's own threads and kills the whole sandbox at its cap. This
+		// one fails a fork cleanly, inside, per user; raising it back needs
+		// CAP_SYS_RESOURCE, which no sandbox keeps.
+		n := uint64(p.Limits.PidsMax())
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+			return nil, fmt.Errorf("limits.pids: %w", err)
+		}
+		applied = append(applied, fmt.Sprintf("pids %d (RLIMIT_NPROC, per user)", n))
+	}
 	if uid := p.Process.RunAsUser; uid != nil {
 		if err := switchUser(*uid); err != nil {
 			return nil, err

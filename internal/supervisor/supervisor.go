@@ -126,20 +126,16 @@ func Run(cfg Config) (int, error) {
 // process (or an exec'd one), applies the sandbox's protections to itself
 // and replaces itself with the command. With stage.WaitFD > 0 it first
 // waits for the end of that descriptor (its supervisor's go-ahead). With
-// stage.Cgroup it first joins that group (its cgroup.procs file). With
+// stage.Cgroup it then joins that group (its cgroup.procs file). With
 // stage.ReportFD > 0 it writes there "applied: " and what it applied, or
 // "error: " and why it failed; the descriptor closes on a successful exec.
 // With stage.DropCaps it keeps only keptCapabilities; the policy comes
 // from PolicyEnv. It returns only on failure.
-func Exec(command []string, stage ExecStage) (err error) {
+func Exec(command []string, stage ExecStage) error {
 	var report *os.File
 	if stage.ReportFD > 0 {
 		unix.CloseOnExec(stage.ReportFD)
 		report = os.NewFile(uintptr(stage.ReportFD), "report")
-		defer func() { fmt.Fprintf(report, "error: %v\n", err) }()
-	}
-	if len(command) == 0 {
-		return errors.New("no command to run")
 	}
 	if stage.WaitFD > 0 {
 		gate := os.NewFile(uintptr(stage.WaitFD), "gate")
@@ -148,8 +144,24 @@ func Exec(command []string, stage ExecStage) (err error) {
 	}
 	if stage.Cgroup != "" {
 		if err := os.WriteFile(stage.Cgroup, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-			return fmt.Errorf("join the sandbox's cgroup: %w", err)
+			err = fmt.Errorf("join the sandbox's cgroup: %w", err)
+			if report != nil {
+				fmt.Fprintf(report, "error: %v\n", err)
+			}
+			return err
 		}
+	}
+	return runStage(command, report, stage.DropCaps)
+}
+
+// runStage is the exec stage once its process is where the command is to
+// run, with its descriptors and environment: Exec's, or a spare's.
+func runStage(command []string, report *os.File, dropCaps bool) (err error) {
+	if report != nil {
+		defer func() { fmt.Fprintf(report, "error: %v\n", err) }()
+	}
+	if len(command) == 0 {
+		return errors.New("no command to run")
 	}
 	pol, hasPolicy, err := PolicyFromEnv()
 	if err != nil {
@@ -157,13 +169,13 @@ func Exec(command []string, stage ExecStage) (err error) {
 	}
 	os.Unsetenv(PolicyEnv)
 	if command[0] == files.Command {
-		return runFiles(command[1:], pol, hasPolicy, stage.DropCaps, report)
+		return runFiles(command[1:], pol, hasPolicy, dropCaps, report)
 	}
 	path, err := exec.LookPath(command[0])
 	if err != nil {
 		return err
 	}
-	if err := applyStage(pol, hasPolicy, stage.DropCaps, report); err != nil {
+	if err := applyStage(pol, hasPolicy, dropCaps, report); err != nil {
 		return err
 	}
 	return syscall.Exec(path, command, os.Environ())

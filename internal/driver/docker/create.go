@@ -81,7 +81,18 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			work,
 		},
 	}
-	if d.cfg.Egress != nil {
+	egress := d.cfg.Egress != nil
+	if pol.GVisor() {
+		g, err := d.gvisorRuntime(ctx)
+		if err != nil {
+			return err
+		}
+		hc.Runtime = g.name
+		hc.PidsLimit = ptr(gvisorHostPids(l.PidsMax()))
+		labels[labelIsolation] = policy.IsolationGVisor
+		egress = egress && g.hostNetwork // else nothing inside could reach it
+	}
+	if egress {
 		trust, err := d.cfg.Egress.Prepare(spec.ID)
 		if err != nil {
 			return fmt.Errorf("docker create: egress: %w", err)

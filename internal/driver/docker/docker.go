@@ -24,6 +24,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 // Options configure the Docker driver.
@@ -35,6 +36,9 @@ type Options struct {
 	PullPolicy string
 	// Supervisor is the host path of the static corral binary to mount.
 	Supervisor string
+	// GVisorRuntime is the engine's name of its runsc runtime
+	// (default "runsc"): sandboxes with isolation: gvisor run under it.
+	GVisorRuntime string
 }
 
 // Paths inside every container.
@@ -56,6 +60,7 @@ type Driver struct {
 	mu          sync.Mutex
 	userns      bool // the engine remaps user ids (known once usernsKnown)
 	usernsKnown bool
+	gvisor      *gvisorRuntime // the engine's runsc runtime, once found
 }
 
 var (
@@ -78,6 +83,9 @@ func New(cfg driver.Config, opts Options) (*Driver, error) {
 	}
 	if opts.PullPolicy == "" {
 		opts.PullPolicy = "if_not_present"
+	}
+	if opts.GVisorRuntime == "" {
+		opts.GVisorRuntime = "runsc"
 	}
 	clientOpts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
 	host := opts.Host
@@ -207,7 +215,7 @@ func (d *Driver) Inspect(ctx context.Context, id string) (driver.Object, error) 
 	c := list[0]
 	obj := driver.Object{ID: id, Generation: generation(c.Labels), State: stateOf(c.State), Labels: c.Labels, Message: c.Status}
 	if obj.State == driver.StateRunning {
-		obj.Protections = d.protections(ctx, d.readyDir(id, obj.Generation))
+		obj.Protections = d.protections(ctx, d.readyDir(id, obj.Generation), c.Labels[labelIsolation] == policy.IsolationGVisor)
 	}
 	if obj.State == driver.StateStopped {
 		res, err := d.api.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})

@@ -46,7 +46,11 @@ func TestConformance(t *testing.T) {
 func startPolicySandbox(t *testing.T, d *Driver, name, pol string) string {
 	t.Helper()
 	id := sandbox.NewID()
-	t.Cleanup(func() { _ = d.Delete(context.Background(), id) })
+	t.Cleanup(func() {
+		if err := d.Delete(context.Background(), id); err != nil {
+			t.Errorf("cleanup: delete sandbox %s: %v", name, err)
+		}
+	})
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	spec := driver.Spec{ID: id, Name: name, Generation: 1, Image: testenv.TestImage, Command: []string{"sleep", "3600"}, Policy: drivertest.MustPolicy(t, pol)}
@@ -75,8 +79,14 @@ func execIn(t *testing.T, d *Driver, id string, command ...string) (int, string,
 // outcomes as on the native driver.
 func TestPolicyCases(t *testing.T) {
 	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
-	id := startPolicySandbox(t, d, "policy", drivertest.Policy("/.corral/bin"))
-	// an executable outside every list: the incarnation's run directory
+	drivertest.RunPolicyCases(t, policySandbox(t, d, drivertest.Policy("/.corral/bin")))
+}
+
+// policySandbox runs a sandbox of pol for the policy cases, with an
+// executable outside every list in the incarnation's run directory.
+func policySandbox(t *testing.T, d *Driver, pol string) drivertest.PolicySandbox {
+	t.Helper()
+	id := startPolicySandbox(t, d, "policy", pol)
 	data, err := os.ReadFile("/bin/busybox")
 	if err == nil {
 		err = os.WriteFile(filepath.Join(d.readyDir(id, 1), "busybox"), data, 0o755)
@@ -84,7 +94,7 @@ func TestPolicyCases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drivertest.RunPolicyCases(t, drivertest.PolicySandbox{
+	return drivertest.PolicySandbox{
 		Exec: func(t *testing.T, command ...string) (int, string, string) {
 			t.Helper()
 			return execIn(t, d, id, command...)
@@ -98,7 +108,7 @@ func TestPolicyCases(t *testing.T) {
 			}
 			return obj.Protections
 		},
-	})
+	}
 }
 
 // Must hold 2 of the policy issue, on Docker.

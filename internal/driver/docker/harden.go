@@ -27,7 +27,10 @@ func (d *Driver) Validate(spec driver.Spec) error {
 	if spec.Image == "" {
 		return errdefs.InvalidArgument("sandbox %s names no image and the gateway has no default_image", spec.Name)
 	}
-	return checkImage(spec.Image)
+	if err := checkImage(spec.Image); err != nil {
+		return err
+	}
+	return d.checkGVisor(spec)
 }
 
 // checkImage refuses an image that is not a reference Docker would take:
@@ -112,19 +115,23 @@ func (d *Driver) remapsUsers(ctx context.Context) (remaps, ok bool) {
 // protections is what a running incarnation reports it applied: the
 // supervisor's report (which a workload running as root can rewrite, so
 // only its printable text, capped by ReadReport) and what the engine adds.
-func (d *Driver) protections(ctx context.Context, dir string) string {
+// On the gVisor tier root in the container is gVisor's, not the host's.
+func (d *Driver) protections(ctx context.Context, dir string, gvisor bool) string {
 	data, err := supervisor.ReadReport(dir, supervisor.ProtectionsFile)
 	if err != nil {
 		return ""
 	}
 	text := printable(string(data))
-	if remaps, ok := d.remapsUsers(ctx); ok && !remaps {
-		if text != "" {
-			text += "; "
-		}
-		text += usernsNote
+	note := ""
+	if gvisor {
+		note = d.gvisorProtections(ctx)
+	} else if remaps, ok := d.remapsUsers(ctx); ok && !remaps {
+		note = usernsNote
 	}
-	return text
+	if text != "" && note != "" {
+		text += "; "
+	}
+	return text + note
 }
 
 // printable keeps a report's printable characters, so that what a sandbox

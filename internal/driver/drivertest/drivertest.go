@@ -46,8 +46,8 @@ type Options struct {
 	PrintCommand []string
 	// InvalidImage, when set, is an image Validate must refuse.
 	InvalidImage string
-	// Isolation is the tier (policy isolation) of the suite's objects;
-	// "" is the policy's default.
+	// Isolation is the policy's isolation tier of every object (default
+	// policy.IsolationNamespaces).
 	Isolation string
 }
 
@@ -101,6 +101,13 @@ func RunWith(t *testing.T, newDriver NewDriver, opts Options) {
 type suite struct {
 	newDriver NewDriver
 	opts      Options
+}
+
+// policy is the policy of the suite's objects.
+func (s *suite) policy() policy.Policy {
+	p := policy.Default()
+	p.Isolation = s.opts.Isolation
+	return p
 }
 
 // newLabel returns a label key no other run uses, so that objects left by
@@ -167,13 +174,6 @@ func (d *tdriver) spec(generation int64) driver.Spec {
 		Labels:     map[string]string{"corral.test.purpose": "conformance"},
 		Policy:     d.s.policy(),
 	}
-}
-
-// policy is the policy of the suite's objects.
-func (s *suite) policy() policy.Policy {
-	p := policy.Default()
-	p.Isolation = s.opts.Isolation
-	return p
 }
 
 func (d *tdriver) create(spec driver.Spec) {

@@ -1,9 +1,11 @@
 package native
 
 import (
+	"context"
 	"fmt"
 	"os/exec"
 
+	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
 )
@@ -17,10 +19,15 @@ func (d *Driver) runsc() (string, error) {
 	return path, nil
 }
 
-// GVisor implements driver.GVisorer: the gVisor tier needs runsc.
-func (d *Driver) GVisor() error {
-	_, err := d.runsc()
-	return err
+// Tiers implements driver.Tierer: the gVisor tier needs runsc.
+func (d *Driver) Tiers(context.Context) []driver.Tier {
+	tiers := []driver.Tier{{Name: policy.IsolationNamespaces, Available: true, Detail: "supervisors in new namespaces, on the host's kernel"}}
+	runsc, err := d.runsc()
+	if err != nil {
+		return append(tiers, driver.Tier{Name: policy.IsolationGVisor, Detail: err.Error()})
+	}
+	return append(tiers, driver.Tier{Name: policy.IsolationGVisor, Available: true,
+		Detail: runsc + "; network: the host's stack in the sandbox's loopback-only namespace"})
 }
 
 // checkGVisor refuses a policy that asks for the gVisor tier where the
@@ -29,7 +36,7 @@ func (d *Driver) checkGVisor(p policy.Policy) error {
 	if !p.GVisor() {
 		return nil
 	}
-	if err := d.GVisor(); err != nil {
+	if _, err := d.runsc(); err != nil {
 		return errdefs.InvalidArgument("isolation: gvisor: %v", err)
 	}
 	if p.Filesystem.Set && p.Landlock.Compatibility == policy.HardRequirement {

@@ -103,6 +103,10 @@ func TestGVisorRefusals(t *testing.T) {
 		if err := d.Create(context.Background(), spec); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("Create(%q) with runsc %s = %v; want it refused", tc.policy, tc.runsc, err)
 		}
+		tiers := d.Tiers(context.Background())
+		if gv := tiers[len(tiers)-1]; gv.Name != policy.IsolationGVisor || gv.Available != (tc.runsc == "runsc") || !strings.Contains(gv.Detail, "runsc") {
+			t.Errorf("with runsc %s, the driver's tiers are %+v", tc.runsc, tiers)
+		}
 	}
 }
 

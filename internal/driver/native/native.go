@@ -75,7 +75,7 @@ var (
 	_ driver.Execer    = (*Driver)(nil)
 	_ driver.LogReader = (*Driver)(nil)
 	_ driver.Validator = (*Driver)(nil)
-	_ driver.GVisorer  = (*Driver)(nil)
+	_ driver.Tierer    = (*Driver)(nil)
 )
 
 // HostImage is the image name of sandboxes on the host's operating system:

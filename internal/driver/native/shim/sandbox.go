@@ -112,6 +112,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 		s.gvisor = newGVisor(cfg, b.Dir)
 	} else {
 		s.children.Dir, s.children.DropCaps, s.children.IDs = cmp.Or(cfg.Dir, "/sandbox"), true, cfg.IDs
+		s.children.Spare = true // an exec needs no Go program start of its own
 	}
 	signal.Notify(s.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
 	s.lock = os.NewFile(LockFD, "lock")

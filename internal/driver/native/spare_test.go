@@ -1,0 +1,92 @@
+package native
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// An exec runs on the spare exec stage its supervisor started ahead (its
+// process becomes the command), the supervisor starts the next one, and a
+// spare killed from outside only makes the next exec start cold.
+func TestExecOnSpare(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "spare", "")
+	if code, _, errOut := s.exec("true"); code != 0 {
+		t.Fatalf("exec: exit %d, %s", code, errOut)
+	}
+	netns, err := d.NetNS(ctx(t), driver.Ref{ID: s.id, Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	supervisor, err := strconv.Atoi(strings.Split(netns, "/")[2]) // /proc/PID/ns/net
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare := waitSpare(t, supervisor, 0)
+	code, out, errOut := s.exec("sh", "-c", "echo $$")
+	if want := strconv.Itoa(spare.inner); code != 0 || strings.TrimSpace(out) != want {
+		t.Fatalf("exec printed its pid %q (exit %d, %s); want the spare's, %s", out, code, errOut, want)
+	}
+	next := waitSpare(t, supervisor, spare.host)
+	if err := syscallKill(next.host); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := s.exec("echo", "cold"); code != 0 || out != "cold\n" {
+		t.Fatalf("exec after its spare was killed: exit %d, %q, %s", code, out, errOut)
+	}
+	waitSpare(t, supervisor, next.host)
+}
+
+// spareProc is a spare exec stage: its pid on the host and in the sandbox.
+type spareProc struct{ host, inner int }
+
+// waitSpare waits for the one spare child of the supervisor other than
+// not.
+func waitSpare(t *testing.T, supervisor, not int) spareProc {
+	t.Helper()
+	var found spareProc
+	testenv.Eventually(t, 10*time.Second, func() error {
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		var spares []spareProc
+		for _, dir := range dirs {
+			cmdline, _ := os.ReadFile(dir + "/cmdline")
+			status, _ := os.ReadFile(dir + "/status")
+			if !strings.Contains(string(cmdline), "--spare-fd") || !strings.Contains(string(status), fmt.Sprintf("\nPPid:\t%d\n", supervisor)) {
+				continue
+			}
+			var p spareProc
+			for _, line := range strings.Split(string(status), "\n") {
+				if ids, ok := strings.CutPrefix(line, "NSpid:"); ok {
+					f := strings.Fields(ids)
+					p.host, _ = strconv.Atoi(f[0])
+					p.inner, _ = strconv.Atoi(f[len(f)-1])
+				}
+			}
+			if p.host != not {
+				spares = append(spares, p)
+			}
+		}
+		if len(spares) != 1 {
+			return fmt.Errorf("supervisor %d has spares %v, want one (other than %d)", supervisor, spares, not)
+		}
+		found = spares[0]
+		return nil
+	})
+	return found
+}
+
+func syscallKill(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
+}

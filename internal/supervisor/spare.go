@@ -1,0 +1,151 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A spare is an exec stage started before a command asks for it, so that
+// the start of this Go program (tens of milliseconds for this binary: the
+// inits of some 230 packages) is paid ahead of the exec, not in it. It
+// waits on a socket for the command, its environment and its descriptors,
+// takes them as its own and goes on as the exec stage does. It runs in the
+// sandbox already (its namespaces, its cgroup, its user namespace), as
+// root there, but applies nothing and runs nothing until asked: a
+// workload that kills it only makes its next exec start cold.
+
+// spareRequest is what a spare is asked to run. The descriptors come with
+// it: Stdio of them, then the report.
+type spareRequest struct {
+	Command []string `json:"command"`
+	Env     []string `json:"env"`
+	TTY     bool     `json:"tty"`
+	Stdio   int      `json:"stdio"`
+}
+
+// spare is a started spare, as its supervisor holds it.
+type spare struct {
+	pid  int
+	done <-chan int
+	ctl  *os.File // the supervisor's end of its socket
+}
+
+// spareName is a waiting spare's name in ps, NUL-terminated.
+var spareName = []byte("corral-spare\x00")
+
+// maxSpareRequest bounds a request: a command and an environment the API
+// admits (128 KiB of arguments, a 256 KiB policy) fit many times over.
+const maxSpareRequest = 4 << 20
+
+// ask hands the spare its command: the descriptors first, with one byte,
+// then the request, ended by closing the socket.
+func (s *spare) ask(req spareRequest, files []*os.File) error {
+	defer s.ctl.Close()
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	conn, err := s.ctl.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := conn.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), []byte{0}, unix.UnixRights(fds...), nil, 0)
+		return true
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("hand the spare its descriptors: %w", serr)
+	}
+	return json.NewEncoder(s.ctl).Encode(req)
+}
+
+// ExecSpare is a spare exec stage on descriptor spareFD: it waits for its
+// request, takes its descriptors (stdio as 0, 1, ...; the report kept
+// apart) and environment, and runs the command as Exec does. It returns
+// the command it was given and, like Exec, returns only on failure.
+func ExecSpare(spareFD int, dropCaps bool) ([]string, error) {
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&spareName[0])), 0, 0, 0) // what ps shows until the command runs
+	ctl := os.NewFile(uintptr(spareFD), "spare")
+	defer ctl.Close()
+	req, fds, err := receive(ctl)
+	if err != nil {
+		return nil, err
+	}
+	if req.Stdio < 0 || req.Stdio != len(fds)-1 {
+		return req.Command, fmt.Errorf("spare: %d descriptors for %d stdio and a report", len(fds), req.Stdio)
+	}
+	report := os.NewFile(uintptr(fds[req.Stdio]), "report")
+	unix.CloseOnExec(fds[req.Stdio])
+	for i := 0; i < req.Stdio; i++ {
+		if fds[i] == i {
+			continue
+		}
+		if err := unix.Dup3(fds[i], i, 0); err != nil {
+			return req.Command, fmt.Errorf("spare: descriptor %d: %w", i, err)
+		}
+		if fds[i] >= req.Stdio {
+			unix.Close(fds[i])
+		}
+	}
+	if req.TTY {
+		// It leads a session of its own, without a terminal yet.
+		if err := unix.IoctlSetInt(0, unix.TIOCSCTTY, 0); err != nil {
+			return req.Command, fmt.Errorf("spare: take the terminal: %w", err)
+		}
+	}
+	os.Clearenv()
+	for _, kv := range req.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
+	}
+	return req.Command, runStage(req.Command, report, dropCaps)
+}
+
+// receive reads a request and its descriptors from ctl.
+func receive(ctl *os.File) (spareRequest, []int, error) {
+	var req spareRequest
+	conn, err := ctl.SyscallConn()
+	if err != nil {
+		return req, nil, err
+	}
+	oob := make([]byte, unix.CmsgSpace(64*4))
+	var n, oobn int
+	var rerr error
+	if err := conn.Read(func(fd uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), make([]byte, 1), oob, unix.MSG_CMSG_CLOEXEC)
+		return rerr != unix.EAGAIN
+	}); err != nil {
+		return req, nil, err
+	}
+	if rerr != nil || n != 1 {
+		return req, nil, errors.Join(rerr, errors.New("spare: no request (its supervisor went away)"))
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	var fds []int
+	for _, m := range msgs {
+		rights, rerr := unix.ParseUnixRights(&m)
+		err = errors.Join(err, rerr)
+		fds = append(fds, rights...)
+	}
+	if err != nil {
+		return req, nil, fmt.Errorf("spare: descriptors: %w", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(ctl, maxSpareRequest))
+	if err == nil {
+		err = json.Unmarshal(data, &req)
+	}
+	if err != nil {
+		return req, nil, fmt.Errorf("spare: request: %w", err)
+	}
+	return req, fds, nil
+}
