@@ -10,8 +10,8 @@ import (
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
-// The native driver's gVisor tier through the gateway and the CLI: the
-// sandbox runs on gVisor's kernel, its egress goes through the gateway's
+// The native driver's gVisor tier through the gateway and the CLI: doctor
+// lists the tier as available, the sandbox runs on gVisor's kernel, its egress goes through the gateway's
 // proxy (allowed and refused by the rules), files are copied in and out,
 // stop and start make a new incarnation on gVisor again, the restart
 // policy applies to a main process that exits, and port-forward reaches a
@@ -21,6 +21,9 @@ func TestNativeGVisorThroughCLI(t *testing.T) {
 	srv := startEgressServers(t)
 	home := t.TempDir()
 	nativeGateway(t, home)
+	if out := mustCorral(t, home, "gateway", "doctor"); !strings.Contains(out, "gvisor") || !strings.Contains(strings.Fields(out[strings.Index(out, "gvisor"):])[1], "yes") {
+		t.Fatalf("doctor does not list the gVisor tier as available:\n%s", out)
+	}
 	pol := egressPolicy(t, "allowed.test", srv.httpPort, "isolation: gvisor\nprocess: {seccomp: unconfined}\n")
 	mustCorral(t, home, "sandbox", "create", "--name", "gv", "--policy", pol,
 		"--add-host", "allowed.test:127.0.0.1", "--add-host", "denied.test:127.0.0.1", "--", "sleep", "1d")
