@@ -53,7 +53,7 @@ func (c *Children) Start(command, env []string, stdio []*os.File, tty bool) (pid
 		}
 	}
 	if c.Spare {
-		c.startSpare()
+		go c.StartSpare() // off this exec's path
 	}
 	return pid, done, applied, failed, nil
 }
@@ -110,9 +110,10 @@ func (c *Children) startCold(command, env []string, stdio []*os.File, tty bool) 
 	return pid, done, string(msg), nil
 }
 
-// startSpare starts the next Start's spare; without one, that Start
-// starts cold.
-func (c *Children) startSpare() {
+// StartSpare starts the next Start's spare, unless there is one; without
+// one, that Start starts cold. Start calls it (after itself) when Spare is set; a
+// supervisor calls it ahead of its first Start, once its root is ready.
+func (c *Children) StartSpare() {
 	c.mu.Lock()
 	have := c.spare != nil
 	c.mu.Unlock()

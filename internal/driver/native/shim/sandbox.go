@@ -161,7 +161,6 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return s, err
 	}
-	supervisor.AwaitEgress(cfg.Env)
 	pid, done, applied, err := s.startMain(root, []*os.File{null, stdout, stderr})
 	if err != nil {
 		return s, err
@@ -178,14 +177,16 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 }
 
 // startMain builds the root file system at root and starts the main
-// process on stdio: through the exec stage after the pivot into the root,
-// or, on gVisor, as the init of a runsc container of that root. It
-// returns what the exec stage applied.
+// process on stdio once the egress proxy answers: through the exec stage
+// after the pivot into the root, or, on gVisor, as the init of a runsc
+// container of that root. It returns what the exec stage applied.
 func (s *sandboxSupervisor) startMain(root string, stdio []*os.File) (int, <-chan int, string, error) {
 	if s.gvisor == nil {
 		if err := enterRoot(s.cfg, root); err != nil {
 			return 0, nil, "", err
 		}
+		s.children.StartSpare() // its program starts while the egress proxy comes
+		supervisor.AwaitEgress(s.cfg.Env)
 		pid, done, applied, failed, err := s.children.Start(s.cfg.Command, s.cfg.Env, stdio, false)
 		if err != nil {
 			return 0, nil, "", fmt.Errorf("start %s: %w", s.cfg.Command[0], err)
@@ -205,6 +206,7 @@ func (s *sandboxSupervisor) startMain(root string, stdio []*os.File) (int, <-cha
 	if err := s.gvisor.writeSpec(s.cfg, root); err != nil {
 		return 0, nil, "", fmt.Errorf("write the OCI bundle: %w", err)
 	}
+	supervisor.AwaitEgress(s.cfg.Env)
 	g := s.gvisor
 	pid, done, _, failed, err := s.children.Start(g.command("run", "--bundle", filepath.Join(g.dir, "oci"), g.id), hostEnv, stdio, false)
 	if err == nil && failed != nil {
