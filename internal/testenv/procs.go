@@ -17,9 +17,28 @@ func Supervisors(stateDir string) (map[int]string, error) {
 	})
 	pids := map[int]string{}
 	for pid, args := range procs {
-		pids[pid] = args[3]
+		// A supervisor's child between its fork and its exec (a spare
+		// exec stage starting) still shows the supervisor's command line.
+		if _, forking := procs[parent(pid)]; !forking {
+			pids[pid] = args[3]
+		}
 	}
 	return pids, err
+}
+
+// parent returns the parent's pid of process pid, or 0.
+func parent(pid int) int {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
 }
 
 // Processes returns the live processes (not zombies) whose command line
