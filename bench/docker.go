@@ -16,15 +16,11 @@ var dockerCommand = []string{"sh", "-c", "trap 'exit 0' TERM; while :; do sleep 
 
 // benchDocker times the Docker driver against the Engine API.
 func benchDocker(bin, home string, n, warmup int) (*table, error) {
-	g, err := startGateway(bin, home, "--driver", "docker", "--image-pull-policy", "never", "--default-image", testenv.TestImage)
+	g, api, err := dockerPair(bin, home)
 	if err != nil {
 		return nil, err
 	}
 	defer g.close()
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return nil, err
-	}
 	defer api.Close()
 
 	t := newTable("corral Docker driver vs Docker Engine API", cycleOps, []string{"docker"})
@@ -54,31 +50,54 @@ func directCycle(api *client.Client, name string) ([]time.Duration, error) {
 	ctx := context.Background()
 	var out []time.Duration
 	t0 := time.Now()
-	res, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name,
-		Config:     &container.Config{Image: testenv.TestImage, Cmd: dockerCommand},
-		HostConfig: &container.HostConfig{NetworkMode: "none"}})
+	id, err := directRun(ctx, api, name)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
 		return nil, err
 	}
 	out = append(out, time.Since(t0))
 	secs := 10
 	t0 = time.Now()
-	if _, err := api.ContainerStop(ctx, res.ID, client.ContainerStopOptions{Timeout: &secs}); err != nil {
+	if _, err := api.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs}); err != nil {
 		return nil, err
 	}
 	out = append(out, time.Since(t0))
 	t0 = time.Now()
-	if _, err := api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+	if _, err := api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
 		return nil, err
 	}
 	out = append(out, time.Since(t0))
 	t0 = time.Now()
-	if _, err := api.ContainerRemove(ctx, res.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+	if _, err := api.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil {
 		return nil, err
 	}
 	out = append(out, time.Since(t0))
 	return out, nil
+}
+
+// directRun creates and starts a container of dockerCommand through the
+// Engine API, as the driver's create→ready does, and returns its id.
+func directRun(ctx context.Context, api *client.Client, name string) (string, error) {
+	res, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name,
+		Config:     &container.Config{Image: testenv.TestImage, Cmd: dockerCommand, Labels: map[string]string{ttiLabel: "true"}},
+		HostConfig: &container.HostConfig{NetworkMode: "none"}})
+	if err != nil {
+		return "", err
+	}
+	_, err = api.ContainerStart(ctx, res.ID, client.ContainerStartOptions{})
+	return res.ID, err
+}
+
+// dockerPair starts a Docker gateway on the test image and a client of
+// the same engine, for corral and its peer.
+func dockerPair(bin, home string) (*gateway, *client.Client, error) {
+	g, err := startGateway(bin, home, "--driver", "docker", "--image-pull-policy", "never", "--default-image", testenv.TestImage)
+	if err != nil {
+		return nil, nil, err
+	}
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		g.close()
+		return nil, nil, err
+	}
+	return g, api, nil
 }

@@ -3,10 +3,6 @@ package main
 import (
 	"fmt"
 	"time"
-
-	"github.com/moby/moby/client"
-
-	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 // The isolation tiers' bench: create→ready and time to interactive of a
@@ -29,15 +25,11 @@ const (
 const gvisorRuntime = "runsc"
 
 func benchGVisor(bin, home string, n, warmup int) (*table, error) {
-	g, err := startGateway(bin, home, "--driver", "docker", "--image-pull-policy", "never", "--default-image", testenv.TestImage)
+	g, api, err := dockerPair(bin, home)
 	if err != nil {
 		return nil, err
 	}
 	defer g.close()
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return nil, err
-	}
 	defer api.Close()
 	defer removeTTIContainers(api)
 

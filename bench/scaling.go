@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
@@ -55,8 +57,51 @@ func benchScaling(bin, dir string, drivers []string, runs int, quick bool) ([]*f
 		if err != nil {
 			return nil, err
 		}
+		if drv == "docker" {
+			rate, err := engineRate()
+			if err != nil {
+				return nil, fmt.Errorf("docker engine direct: %w", err)
+			}
+			figs = append(figs, &figure{Name: fmt.Sprintf("docker: engine API direct, creates to running per second (%d clients)", scalingClients), Value: rate, Unit: "/s"})
+		}
 	}
 	return figs, nil
+}
+
+// engineRate is the Docker peer of scalingAt's throughput: scalingClients×2
+// create+start calls to the Engine API, scalingClients at a time, with no
+// gateway between: what the engine itself allows here.
+func engineRate() (float64, error) {
+	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return 0, err
+	}
+	defer api.Close()
+	defer removeTTIContainers(api)
+	n := scalingClients * 2
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := directRun(context.Background(), api, fmt.Sprintf("corral-bench-rate-%d", i))
+			errs <- err
+		}()
+		if (i+1)%scalingClients == 0 {
+			wg.Wait()
+		}
+	}
+	wg.Wait()
+	rate := float64(n) / time.Since(t0).Seconds()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	return rate, nil
 }
 
 // scalingAt times runs creates one by one (p50 of create→ready), then

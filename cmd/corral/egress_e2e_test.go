@@ -142,25 +142,19 @@ func TestEgressOnNative(t *testing.T) {
 	egressChecks(t, home, srv, metrics[strings.LastIndex(metrics, ":")+1:], "")
 }
 
-func TestEgressOnDocker(t *testing.T) {
-	testenv.RequireDocker(t)
-	testenv.RequireRoot(t)
-	srv := startEgressServers(t)
-	home := t.TempDir()
-	metrics := freePort(t)
-	dockerGateway(t, home, newLabel(t), "--metrics-listen", metrics)
-	egressChecks(t, home, srv, metrics[strings.LastIndex(metrics, ":")+1:], "")
-}
+func TestEgressOnDocker(t *testing.T) { egressOnDocker(t, "") }
 
 // Issue 18: egress on the gVisor tier, as on the namespaces tier.
-func TestEgressOnDockerGVisor(t *testing.T) {
+func TestEgressOnDockerGVisor(t *testing.T) { egressOnDocker(t, "gvisor") }
+
+func egressOnDocker(t *testing.T, tier string) {
 	testenv.RequireDocker(t)
 	testenv.RequireRoot(t)
 	srv := startEgressServers(t)
 	home := t.TempDir()
 	metrics := freePort(t)
 	dockerGateway(t, home, newLabel(t), "--metrics-listen", metrics)
-	egressChecks(t, home, srv, metrics[strings.LastIndex(metrics, ":")+1:], "gvisor")
+	egressChecks(t, home, srv, metrics[strings.LastIndex(metrics, ":")+1:], tier)
 }
 
 // onTier adds isolation: tier to the policy file at path, unless tier is

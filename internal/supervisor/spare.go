@@ -74,6 +74,13 @@ func (s *spare) ask(req spareRequest, files []*os.File) error {
 // apart) and environment, and runs the command as Exec does. It returns
 // the command it was given and, like Exec, returns only on failure.
 func ExecSpare(spareFD int, dropCaps bool) ([]string, error) {
+	// Not dumpable while it waits: no process of the sandbox, root there
+	// included, may read or write its memory through /proc and so run
+	// code in it before the policy applies (exec makes the command
+	// dumpable again).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("spare: %w", err)
+	}
 	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&spareName[0])), 0, 0, 0) // what ps shows until the command runs
 	ctl := os.NewFile(uintptr(spareFD), "spare")
 	defer ctl.Close()

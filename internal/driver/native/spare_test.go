@@ -18,7 +18,7 @@ import (
 // spare killed from outside only makes the next exec start cold.
 func TestExecOnSpare(t *testing.T) {
 	d := newTestDriver(t, "corral.test")
-	s := startSandbox(t, d, "spare", "")
+	s := startSandbox(t, d, "spare", "version: 1\nprocess: {run_as_user: 0}\n")
 	if code, _, errOut := s.exec("true"); code != 0 {
 		t.Fatalf("exec: exit %d, %s", code, errOut)
 	}
@@ -34,6 +34,13 @@ func TestExecOnSpare(t *testing.T) {
 	code, out, errOut := s.exec("sh", "-c", "echo $$")
 	if want := strconv.Itoa(spare.inner); code != 0 || strings.TrimSpace(out) != want {
 		t.Fatalf("exec printed its pid %q (exit %d, %s); want the spare's, %s", out, code, errOut, want)
+	}
+	// root in the sandbox cannot reach into a waiting spare: the one
+	// started after this exec, once its program set itself up
+	script := `sleep 2; for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = corral-spare ] || continue; ` +
+		`echo found; head -c 1 $p/environ; head -c 1 $p/mem; done`
+	if code, out, errOut := s.exec("sh", "-c", script); !strings.Contains(out, "found") || strings.Count(errOut, "ermission denied") != 2 {
+		t.Errorf("root in the sandbox read a waiting spare's environ or mem: exit %d, %q %q; want both refused", code, out, errOut)
 	}
 	next := waitSpare(t, supervisor, spare.host)
 	if err := syscallKill(next.host); err != nil {
