@@ -13,20 +13,24 @@ import (
 )
 
 func newSuperviseCmd() *cobra.Command {
-	var readyFile string
+	var main supervisor.Config
 	cmd := &cobra.Command{
-		Use:    "supervise [--ready-file PATH] -- CMD [ARGS...]",
+		Use:    "supervise [--ready-file PATH] [--pids-dir DIR --pids N] [--drop-caps] -- CMD [ARGS...]",
 		Short:  "Run as a sandbox's PID 1 (used inside sandboxes, not by people)",
 		Hidden: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			code, err := supervisor.Run(supervisor.Config{Command: args, ReadyFile: readyFile})
+			main.Command = args
+			code, err := supervisor.Run(main)
 			if err != nil {
 				return err
 			}
 			return &exitError{code: code}
 		},
 	}
-	cmd.Flags().StringVar(&readyFile, "ready-file", "", "file written once the main process runs")
+	cmd.Flags().StringVar(&main.ReadyFile, "ready-file", "", "file written once the main process runs")
+	cmd.Flags().StringVar(&main.PidsDir, "pids-dir", "", "mount a pids cgroup here to limit the processes started (gVisor)")
+	cmd.Flags().Int64Var(&main.Pids, "pids", 0, "the processes the pids cgroup of --pids-dir allows")
+	cmd.Flags().BoolVar(&main.DropCaps, "drop-caps", false, "keep only the capabilities of a native sandbox in the processes started")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "sandbox BUNDLE",
 		Short: "Run as PID 1 of a native sandbox, started by the native driver in new namespaces",
@@ -47,19 +51,16 @@ func newSuperviseCmd() *cobra.Command {
 			return err
 		},
 	})
-	var (
-		waitFD, reportFD, spareFD int
-		dropCaps                  bool
-	)
+	var stage supervisor.ExecStage
 	execCmd := &cobra.Command{
-		Use:   "exec [--wait-fd N] [--report-fd N] [--drop-caps] [--spare-fd N] -- CMD [ARGS...]",
+		Use:   "exec [--wait-fd N] [--report-fd N] [--drop-caps] [--cgroup PROCS] [--spare-fd N] -- CMD [ARGS...]",
 		Short: "Apply the sandbox's protections and exec CMD (with --spare-fd, the CMD it is handed on that socket)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if spareFD > 0 {
-				args, err = supervisor.ExecSpare(spareFD, dropCaps)
+			if stage.SpareFD > 0 {
+				args, err = supervisor.ExecSpare(stage.SpareFD, stage.DropCaps)
 			} else {
-				err = supervisor.Exec(args, waitFD, reportFD, dropCaps)
+				err = supervisor.Exec(args, stage)
 			}
 			if len(args) == 0 {
 				args = []string{"(none)"}
@@ -72,10 +73,11 @@ func newSuperviseCmd() *cobra.Command {
 			return &exitError{code: 126}
 		},
 	}
-	execCmd.Flags().IntVar(&waitFD, "wait-fd", 0, "wait for the end of this descriptor before anything else")
-	execCmd.Flags().IntVar(&reportFD, "report-fd", 0, "write why the command cannot run to this descriptor")
-	execCmd.Flags().BoolVar(&dropCaps, "drop-caps", false, "keep only the capabilities of a native sandbox")
-	execCmd.Flags().IntVar(&spareFD, "spare-fd", 0, "wait on this socket for the command, its environment and descriptors")
+	execCmd.Flags().IntVar(&stage.WaitFD, "wait-fd", 0, "wait for the end of this descriptor before anything else")
+	execCmd.Flags().IntVar(&stage.ReportFD, "report-fd", 0, "write why the command cannot run to this descriptor")
+	execCmd.Flags().BoolVar(&stage.DropCaps, "drop-caps", false, "keep only the capabilities of a native sandbox")
+	execCmd.Flags().StringVar(&stage.Cgroup, "cgroup", "", "join the cgroup of this cgroup.procs file first")
+	execCmd.Flags().IntVar(&stage.SpareFD, "spare-fd", 0, "wait on this socket for the command, its environment and descriptors")
 	cmd.AddCommand(execCmd)
 	return cmd
 }

@@ -19,8 +19,9 @@ func TestSuperviseCommandLinesParse(t *testing.T) {
 		args []string
 	}{
 		{append(supervisor.MainArgv("/c", "/r/ready"), command...), "supervise", command},
+		{append(supervisor.GVisorInitArgv("/c", "/r/ready", "/p", 32), command...), "supervise", command},
 		{supervisor.ExecArgv("/c", supervisor.ExecStage{}, command), "exec", command},
-		{supervisor.ExecArgv("/c", supervisor.ExecStage{WaitFD: 3, ReportFD: 4, DropCaps: true}, command), "exec", command},
+		{supervisor.ExecArgv("/c", supervisor.ExecStage{WaitFD: 3, ReportFD: 4, DropCaps: true, Cgroup: "/g/cgroup.procs"}, command), "exec", command},
 		{supervisor.SandboxArgv("/bundle"), "sandbox", []string{"/bundle"}},
 		{supervisor.ProbeArgv("/c", "mount", "uid"), "probe", []string{"mount", "uid"}},
 	} {

@@ -11,6 +11,15 @@ func MainArgv(bin, readyFile string) []string {
 	return []string{bin, "supervise", "--ready-file", readyFile, "--"}
 }
 
+// GVisorInitArgv is the init of a native sandbox on gVisor: MainArgv,
+// with the processes it starts limited to pids by a pids cgroup of
+// gVisor's kernel mounted at pidsDir, and only the capabilities of a native
+// sandbox.
+func GVisorInitArgv(bin, readyFile, pidsDir string, pids int64) []string {
+	argv := MainArgv(bin, readyFile)
+	return append(argv[:len(argv)-1], "--pids-dir", pidsDir, "--pids", strconv.FormatInt(pids, 10), "--drop-caps", "--")
+}
+
 // ExecStage is how a command is started through the exec stage.
 type ExecStage struct {
 	// WaitFD, when > 0, is a descriptor whose end the stage waits for.
@@ -19,6 +28,9 @@ type ExecStage struct {
 	ReportFD int
 	// DropCaps keeps only the capabilities of a native sandbox.
 	DropCaps bool
+	// Cgroup, when set, is the cgroup.procs file of a group the stage
+	// joins first (gVisor's pids cgroup, for an exec).
+	Cgroup string
 	// SpareFD, when > 0, makes the stage a spare waiting on that socket
 	// for its command (ExecSpare); it is then started without one.
 	SpareFD int
@@ -35,6 +47,9 @@ func ExecArgv(bin string, stage ExecStage, command []string) []string {
 	}
 	if stage.DropCaps {
 		argv = append(argv, "--drop-caps")
+	}
+	if stage.Cgroup != "" {
+		argv = append(argv, "--cgroup", stage.Cgroup)
 	}
 	if stage.SpareFD > 0 {
 		argv = append(argv, "--spare-fd", strconv.Itoa(stage.SpareFD))

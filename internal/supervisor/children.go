@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"errors"
 	"io"
 	"os"
@@ -20,6 +21,9 @@ type Children struct {
 	DropCaps bool          // they keep only keptCapabilities
 	IDs      *IDRange      // their user namespace's host ids, if they get one
 	Procs    cgroups.Procs // the sandbox's cgroup, when it has one
+	// Bin is the corral binary whose exec stage starts them; "" is the
+	// caller's own, through /proc.
+	Bin string
 	// Spare keeps an exec stage started ahead (spare.go): each Start
 	// hands its command to it, and starts the next one.
 	Spare   bool
@@ -173,7 +177,7 @@ func (c *Children) procAttr(env []string, files []*os.File, tty bool) *os.ProcAt
 func (c *Children) startLocked(argv []string, attr *os.ProcAttr) (int, <-chan int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock() // held until registered: the reaper waits for it
-	p, err := os.StartProcess("/proc/self/exe", argv, attr)
+	p, err := os.StartProcess(cmp.Or(c.Bin, "/proc/self/exe"), argv, attr)
 	if err != nil {
 		return 0, nil, err
 	}

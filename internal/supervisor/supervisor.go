@@ -38,6 +38,14 @@ type Config struct {
 	// ReadyFile, when set, is written (atomically, with the main process's
 	// pid) once the main process runs.
 	ReadyFile string
+	// PidsDir and Pids, when set, limit the processes it starts to Pids
+	// through a pids cgroup of the kernel it runs on, mounted at PidsDir
+	// (gVisor's: the host's pids limit counts gVisor's own threads too).
+	PidsDir string
+	Pids    int64
+	// DropCaps keeps only the capabilities of a native sandbox in the
+	// processes it starts.
+	DropCaps bool
 }
 
 // forwarded are the signals passed on to the main process.
@@ -68,7 +76,20 @@ func Run(cfg Config) (int, error) {
 		_ = os.Chown(Workdir, *pol.Process.RunAsUser, *pol.Process.RunAsUser)
 		_ = os.Chmod("/tmp", 0o777|os.ModeSticky)
 	}
-	var c Children
+	c := Children{DropCaps: cfg.DropCaps}
+	if filepath.IsAbs(os.Args[0]) {
+		// By the path it was started with: a gVisor sandbox whose file
+		// lists leave out /proc has no /proc/self/exe.
+		c.Bin = os.Args[0]
+	}
+	if cfg.PidsDir != "" {
+		procs, err := limitPids(cfg.PidsDir, cfg.Pids)
+		if err != nil {
+			return 0, fmt.Errorf("supervise: %w", err)
+		}
+		defer procs.Close()
+		c.Procs = procs
+	}
 	AwaitEgress(os.Environ())
 	main, done, applied, failed, err := c.Start(cfg.Command, os.Environ(), []*os.File{os.Stdin, os.Stdout, os.Stderr}, false)
 	if err != nil {
@@ -103,24 +124,34 @@ func Run(cfg Config) (int, error) {
 
 // Exec is the exec stage: it runs in the process that becomes the main
 // process (or an exec'd one), applies the sandbox's protections to itself
-// and replaces itself with the command. With waitFD > 0 it first waits for
-// the end of that descriptor (its supervisor's go-ahead). With reportFD >
-// 0 it writes there "applied: " and what it applied, or "error: " and why
-// it failed; the descriptor closes on a successful exec. With dropCaps it
-// keeps only keptCapabilities; the policy comes from PolicyEnv. It returns
-// only on failure.
-func Exec(command []string, waitFD, reportFD int, dropCaps bool) error {
+// and replaces itself with the command. With stage.WaitFD > 0 it first
+// waits for the end of that descriptor (its supervisor's go-ahead). With
+// stage.Cgroup it then joins that group (its cgroup.procs file). With
+// stage.ReportFD > 0 it writes there "applied: " and what it applied, or
+// "error: " and why it failed; the descriptor closes on a successful exec.
+// With stage.DropCaps it keeps only keptCapabilities; the policy comes
+// from PolicyEnv. It returns only on failure.
+func Exec(command []string, stage ExecStage) error {
 	var report *os.File
-	if reportFD > 0 {
-		unix.CloseOnExec(reportFD)
-		report = os.NewFile(uintptr(reportFD), "report")
+	if stage.ReportFD > 0 {
+		unix.CloseOnExec(stage.ReportFD)
+		report = os.NewFile(uintptr(stage.ReportFD), "report")
 	}
-	if waitFD > 0 {
-		gate := os.NewFile(uintptr(waitFD), "gate")
+	if stage.WaitFD > 0 {
+		gate := os.NewFile(uintptr(stage.WaitFD), "gate")
 		_, _ = io.Copy(io.Discard, gate)
 		gate.Close()
 	}
-	return runStage(command, report, dropCaps)
+	if stage.Cgroup != "" {
+		if err := os.WriteFile(stage.Cgroup, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			err = fmt.Errorf("join the sandbox's cgroup: %w", err)
+			if report != nil {
+				fmt.Fprintf(report, "error: %v\n", err)
+			}
+			return err
+		}
+	}
+	return runStage(command, report, stage.DropCaps)
 }
 
 // runStage is the exec stage once its process is where the command is to

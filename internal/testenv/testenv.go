@@ -146,6 +146,19 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
+// RequireRunsc skips t (fails it under CORRAL_REQUIRE_ROOT=1) unless it
+// runs as root on a host with gVisor's runsc on PATH.
+func RequireRunsc(t testing.TB) {
+	t.Helper()
+	RequireRoot(t)
+	if _, err := exec.LookPath("runsc"); err != nil {
+		if os.Getenv("CORRAL_REQUIRE_ROOT") == "1" {
+			t.Fatalf("CORRAL_REQUIRE_ROOT=1 but gVisor's runsc is missing: %v", err)
+		}
+		t.Skipf("needs gVisor's runsc (Debian's package runsc): %v", err)
+	}
+}
+
 // TestTag is the build tag of the corral that tests run: it has the test
 // switches of internal/testbug (failures the torture harness re-introduces,
 // a simulated kernel without Landlock), which a release build lacks.

@@ -48,6 +48,10 @@ type Options struct {
 	// Images is the cache OCI images come from; nil: the driver runs only
 	// the host's operating system and root directories.
 	Images Images
+	// Runsc is gVisor's runsc, which runs the sandboxes of the gVisor
+	// tier (policy isolation: gvisor): a path, or a name looked up in
+	// PATH ("": "runsc").
+	Runsc string
 }
 
 // Driver is the native driver.
@@ -71,6 +75,7 @@ var (
 	_ driver.Execer    = (*Driver)(nil)
 	_ driver.LogReader = (*Driver)(nil)
 	_ driver.Validator = (*Driver)(nil)
+	_ driver.Tierer    = (*Driver)(nil)
 )
 
 // HostImage is the image name of sandboxes on the host's operating system:
@@ -104,6 +109,9 @@ type object struct {
 func New(cfg driver.Config, opts Options) (*Driver, error) {
 	if cfg.Label == "" {
 		return nil, errors.New("native driver: no sandbox label configured")
+	}
+	if opts.Runsc == "" {
+		opts.Runsc = "runsc"
 	}
 	if opts.Supervisor == "" {
 		exe, err := os.Executable()
@@ -251,7 +259,7 @@ func (d *Driver) observe(o *object) (driver.Object, error) {
 		if data, err := os.ReadFile(b.Path(supervisor.ProtectionsFile)); err == nil {
 			obj.Protections = string(data)
 		}
-		if r := o.ids(); r != nil {
+		if r := o.ids(); r != nil && !o.Policy.GVisor() {
 			obj.Protections += fmt.Sprintf("; user namespace (host ids %d-%d)", r.Base, r.Base+r.Size-1)
 		}
 		return obj, nil
@@ -263,22 +271,9 @@ func (d *Driver) observe(o *object) (driver.Object, error) {
 	if _, err := os.Stat(b.Path(shim.PIDFile)); err == nil {
 		obj.State = driver.StateFailed
 		obj.Message = fmt.Sprintf("the supervisor of generation %d ended without recording its main process's exit (killed?)%s",
-			o.Generation, lastLine(b.Path(shim.SupervisorLog)))
+			o.Generation, shim.LastLine(b.Path(shim.SupervisorLog)))
 	}
 	return obj, nil
-}
-
-// lastLine returns ": " and the last line of a log file, or nothing.
-func lastLine(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
-		return ": " + last
-	}
-	return ""
 }
 
 // Inspect implements driver.Driver.
@@ -334,6 +329,9 @@ func (d *Driver) check(spec driver.Spec) (string, policy.Policy, error) {
 	}
 	if len(spec.Command) == 0 && !ociImage(spec.Image) {
 		return "", policy.Policy{}, errdefs.InvalidArgument("sandbox %s has no command: the native driver needs one after -- (only OCI images bring their own)", spec.Name)
+	}
+	if err := d.checkGVisor(spec.Policy); err != nil {
+		return "", policy.Policy{}, err
 	}
 	return rootfs, spec.Policy, nil
 }

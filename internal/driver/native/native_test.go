@@ -401,6 +401,11 @@ func TestControlSocketPathTooLongForSockaddr(t *testing.T) {
 // BenchmarkCreateStart times the driver's create and start to a running
 // main process, without the gateway.
 func BenchmarkCreateStart(b *testing.B) {
+	benchmarkCreateStart(b, policy.Default())
+}
+
+// benchmarkCreateStart times create and start of sandboxes of pol.
+func benchmarkCreateStart(b *testing.B, pol policy.Policy) {
 	testenv.RequireRoot(b)
 	d, err := New(driver.Config{Label: "corral.bench", StateDir: b.TempDir()}, Options{Supervisor: corral})
 	if err != nil {
@@ -409,7 +414,7 @@ func BenchmarkCreateStart(b *testing.B) {
 	c := context.Background()
 	for b.Loop() {
 		id := sandbox.NewID()
-		if err := d.Create(c, driver.Spec{ID: id, Name: "bench", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"}, Policy: policy.Default()}); err != nil {
+		if err := d.Create(c, driver.Spec{ID: id, Name: "bench", Generation: 1, Image: HostImage, Command: []string{"sleep", "100"}, Policy: pol}); err != nil {
 			b.Fatal(err)
 		}
 		if err := d.Start(c, driver.Ref{ID: id, Generation: 1}); err != nil {
@@ -424,8 +429,14 @@ func BenchmarkCreateStart(b *testing.B) {
 }
 
 func TestExecTerminal(t *testing.T) {
+	testExecTerminal(t, "", "/dev/pts/0")
+}
+
+// testExecTerminal runs commands on a terminal in a sandbox of policy,
+// where tty(1) says ttyName of it.
+func testExecTerminal(t *testing.T, policy, ttyName string) {
 	d := newTestDriver(t, "corral.test")
-	s := startSandbox(t, d, "tty", "")
+	s := startSandbox(t, d, "tty", policy)
 	var out bytes.Buffer
 	code, err := d.Exec(ctx(t), s.id, driver.ExecOptions{Command: []string{"sh", "-c", "tty; stty size; echo $TERM; exit 5"},
 		TTY: true, Size: driver.TerminalSize{Rows: 30, Cols: 100}, Stdout: &out})
@@ -433,7 +444,7 @@ func TestExecTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	// the terminal is the sandbox's own, of its size
-	if want := "/dev/pts/0\r\n30 100\r\nxterm\r\n"; code != 5 || out.String() != want {
+	if want := ttyName + "\r\n30 100\r\nxterm\r\n"; code != 5 || out.String() != want {
 		t.Errorf("exec on a terminal: exit %d, %q; want exit 5, %q", code, out.String(), want)
 	}
 	// stdin reaches the command through the terminal

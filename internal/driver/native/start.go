@@ -102,8 +102,8 @@ func (d *Driver) status(id string, gen int64) (string, error) {
 // (its own session and namespaces), and waits for it to report readiness.
 func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 	for _, f := range []string{shim.ExitFile, shim.PIDFile, supervisor.ProtectionsFile, shim.StdoutFile, shim.StderrFile,
-		shim.StdoutFile + shim.RotatedSuffix, shim.StderrFile + shim.RotatedSuffix, shim.SupervisorLog} {
-		if err := os.Remove(b.Path(f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		shim.StdoutFile + shim.RotatedSuffix, shim.StderrFile + shim.RotatedSuffix, shim.SupervisorLog, shim.GVisorDir} {
+		if err := os.RemoveAll(b.Path(f)); err != nil {
 			return fmt.Errorf("native start: %w", err)
 		}
 	}
@@ -117,12 +117,31 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 	if ids != nil { // root inside is for those who ask for it
 		pol = pol.WithDefaultUser()
 	}
+	var (
+		runsc string
+		files *policy.Filesystem
+	)
+	if pol.GVisor() {
+		// gVisor's kernel keeps the sandbox's ids apart from the host's,
+		// and has no Landlock: the root's mounts enforce the file lists.
+		var err error
+		if runsc, err = d.runsc(); err != nil {
+			return errdefs.InvalidArgument("isolation: gvisor: %v", err)
+		}
+		ids = nil
+		if pol.Filesystem.Set {
+			lists := pol.Filesystem
+			files = &lists
+			pol.Process.NoNewPrivileges = true // as the exec stage sets it under file lists
+		}
+		pol.Filesystem = policy.Filesystem{}
+	}
 	cfg := shim.SandboxConfig{
 		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
 		Env:    sandboxEnv(o, pol),
 		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide, Dir: o.Dir,
 		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
-		Limits: pol.Limits, IDs: ids, LogMaxBytes: d.cfg.LogMax(),
+		Limits: pol.Limits, IDs: ids, Runsc: runsc, Files: files, LogMaxBytes: d.cfg.LogMax(),
 	}
 	if o.ImageID != "" {
 		cfg.Layers = d.layerPaths(o)
@@ -214,7 +233,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 		if reason, ok := strings.CutPrefix(line, shim.ReadyFailed); ok {
 			return fmt.Errorf("the sandbox did not start: %s", reason)
 		}
-		return fmt.Errorf("the supervisor exited before the main process started%s", lastLine(b.Path(shim.SupervisorLog)))
+		return fmt.Errorf("the supervisor exited before the main process started%s", shim.LastLine(b.Path(shim.SupervisorLog)))
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the main process to start: %w", ctx.Err())
 	}

@@ -56,6 +56,16 @@ type SandboxConfig struct {
 	// process of the sandbox runs in: uid and gid 0 inside are IDs.Base
 	// outside.
 	IDs *supervisor.IDRange `json:"ids,omitempty"`
+	// Files, when set (on gVisor, which has no Landlock), are the
+	// policy's file lists, enforced by the root's mounts instead: the
+	// root holds only the listed paths of the source root (read-only),
+	// /sandbox only with IncludeWorkdir, /tmp, /proc and /sys only when
+	// listed.
+	Files *policy.Filesystem `json:"files,omitempty"`
+	// Runsc, when set, is the runsc binary the sandbox's processes run
+	// under (the gVisor tier); IDs is then unset: gVisor's kernel keeps
+	// the sandbox's ids apart from the host's.
+	Runsc string `json:"runsc,omitempty"`
 	// LogMaxBytes caps what is kept of the main process's output, both
 	// streams together.
 	LogMaxBytes int64 `json:"log_max_bytes"`

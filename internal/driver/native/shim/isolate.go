@@ -12,6 +12,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/diskimage"
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 // These run inside the new namespaces the native driver starts a
@@ -60,11 +61,21 @@ var etcMasked = []string{
 }
 
 // enterRoot builds the sandbox's root file system on newRoot and pivots the
-// mount namespace into it: the source root read-only (cfg.Layers as one
-// overlay, cfg.RootFS, or the host's HostOSDirs), fresh /proc, /dev and
-// /tmp, and the workdir at /sandbox. The directories of cfg.Hide are covered by empty ones wherever
-// they fall inside the source root.
+// mount namespace into it.
 func enterRoot(cfg SandboxConfig, newRoot string) error {
+	if err := buildRoot(cfg, newRoot); err != nil {
+		return err
+	}
+	return pivot(newRoot)
+}
+
+// buildRoot builds the sandbox's root file system on newRoot: the source
+// root read-only (cfg.Layers as one overlay, cfg.RootFS, or the host's
+// HostOSDirs), fresh /proc, /dev and /tmp (on gVisor, cfg.Runsc, its own
+// /proc, /dev and /sys are mounted later, by runsc), and the workdir at
+// /sandbox. The directories of cfg.Hide are covered by empty ones
+// wherever they fall inside the source root.
+func buildRoot(cfg SandboxConfig, newRoot string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -81,30 +92,12 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	case hostOS:
 		src = "/"
 	}
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		return fmt.Errorf("read root %s: %w", src, err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if provided[name] || (hostOS && !slices.Contains(HostOSDirs, name)) {
-			continue
+	if cfg.Files != nil {
+		if err := bindListed(src, newRoot, cfg.Files, hostOS); err != nil {
+			return err
 		}
-		from, to := filepath.Join(src, name), filepath.Join(newRoot, name)
-		switch {
-		case e.Type()&os.ModeSymlink != 0:
-			link, err := os.Readlink(from)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(link, to); err != nil {
-				return err
-			}
-		case e.IsDir():
-			if err := bindReadOnly(from, to); err != nil {
-				return err
-			}
-		}
+	} else if err := bindTop(src, newRoot, hostOS); err != nil {
+		return err
 	}
 	if hostOS {
 		if err := maskAll(filepath.Join(newRoot, "etc"), etcMasked); err != nil {
@@ -118,13 +111,7 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 			}
 		}
 	}
-	if err := mountProc(filepath.Join(newRoot, "proc")); err != nil {
-		return err
-	}
-	if err := mountDev(filepath.Join(newRoot, "dev")); err != nil {
-		return err
-	}
-	if err := mountSys(filepath.Join(newRoot, "sys")); err != nil {
+	if err := kernelFS(cfg, newRoot); err != nil {
 		return err
 	}
 	tmp := fmt.Sprintf("mode=1777,size=%d", cfg.Limits.Tmp())
@@ -140,7 +127,114 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("make the root read-only: %w", err)
 	}
-	return pivot(newRoot)
+	return nil
+}
+
+// kernelFS mounts the kernel's file systems (/proc, /dev, /sys) in the
+// root being built, or, on gVisor, the points its own are mounted on.
+func kernelFS(cfg SandboxConfig, newRoot string) error {
+	if cfg.Runsc != "" {
+		return gvisorMountPoints(newRoot)
+	}
+	if err := mountProc(filepath.Join(newRoot, "proc")); err != nil {
+		return err
+	}
+	if err := mountDev(filepath.Join(newRoot, "dev")); err != nil {
+		return err
+	}
+	return mountSys(filepath.Join(newRoot, "sys"))
+}
+
+// bindTop binds the top-level entries of the source root src into
+// newRoot, read-only; of the host's root (hostOS), only HostOSDirs.
+func bindTop(src, newRoot string, hostOS bool) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return fmt.Errorf("read root %s: %w", src, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if provided[name] || (hostOS && !slices.Contains(HostOSDirs, name)) {
+			continue
+		}
+		if err := bindEntry(filepath.Join(src, name), filepath.Join(newRoot, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindListed binds the paths of the file lists that exist in the source
+// root src into newRoot, read-only, and nothing else of it: what no list
+// names is absent. Of the host's root (hostOS), only what lies in
+// HostOSDirs. A path is looked up inside src, never through a symlink
+// that leads out of it. The sandbox's own directories are left to the
+// caller.
+func bindListed(src, newRoot string, files *policy.Filesystem, hostOS bool) error {
+	root, err := os.OpenRoot(src)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	paths := append(slices.Clone(files.ReadOnly), files.ReadWrite...)
+	slices.SortFunc(paths, func(a, b string) int { return len(a) - len(b) }) // a directory before what is in it
+	for _, p := range paths {
+		rel := strings.TrimPrefix(filepath.Clean("/"+p), "/")
+		if rel == "" {
+			return bindTop(src, newRoot, hostOS)
+		}
+		top := strings.Split(rel, "/")[0]
+		if provided[top] || (hostOS && !slices.Contains(HostOSDirs, top)) {
+			continue
+		}
+		fi, err := root.Lstat(rel)
+		if err != nil {
+			continue // a path the root lacks (as Landlock ignores it), or one that leads out of it
+		}
+		from, to := filepath.Join(src, rel), filepath.Join(newRoot, rel)
+		if _, err := os.Lstat(to); err == nil {
+			continue // listed twice, or inside a path bound already
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		if !fi.IsDir() && fi.Mode()&os.ModeSymlink == 0 {
+			if err := os.WriteFile(to, nil, 0o644); err != nil {
+				return err
+			}
+			if err := mount(from, to, "", unix.MS_BIND, ""); err != nil {
+				return err
+			}
+			if err := readOnly(to); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := bindEntry(from, to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindEntry puts the directory or symlink from at to: a directory bound
+// read-only, a symlink copied.
+func bindEntry(from, to string) error {
+	fi, err := os.Lstat(from)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		link, err := os.Readlink(from)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(link, to)
+	case fi.IsDir():
+		return bindReadOnly(from, to)
+	}
+	return nil
 }
 
 // mountTrust mounts the egress certificates of the sandbox (none when trust

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -100,4 +101,17 @@ func copyOutput(r *os.File, l *rotatingLog, done *sync.WaitGroup) {
 	defer r.Close()
 	defer l.f.Close()
 	_, _ = io.Copy(l, r)
+}
+
+// LastLine returns ": " and the last line of a log file, or nothing.
+func LastLine(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if last := strings.TrimSpace(lines[len(lines)-1]); last != "" {
+		return ": " + last
+	}
+	return ""
 }

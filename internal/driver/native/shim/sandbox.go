@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,6 +89,7 @@ type sandboxSupervisor struct {
 	sigs     chan os.Signal
 	stops    chan Request
 	children supervisor.Children
+	gvisor   *gvisor // set on the gVisor tier
 	main     int
 	mainDone <-chan int
 	outputs  sync.WaitGroup // the copies of the main process's output
@@ -105,8 +107,13 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 		return nil, err
 	}
 	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan Request, 4)}
-	s.children.Dir, s.children.DropCaps, s.children.IDs = cmp.Or(cfg.Dir, "/sandbox"), true, cfg.IDs
-	s.children.Spare = true // an exec needs no Go program start of its own
+	if cfg.Runsc != "" {
+		// Its children are runsc's processes, which the host's root runs.
+		s.gvisor = newGVisor(cfg, b.Dir)
+	} else {
+		s.children.Dir, s.children.DropCaps, s.children.IDs = cmp.Or(cfg.Dir, "/sandbox"), true, cfg.IDs
+		s.children.Spare = true // an exec needs no Go program start of its own
+	}
 	signal.Notify(s.sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGCHLD)
 	s.lock = os.NewFile(LockFD, "lock")
 	if s.bundle, err = os.Open(b.Dir); err != nil {
@@ -142,9 +149,10 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err := netns.LoopbackUp(); err != nil {
 		return s, err
 	}
-	if cfg.IDs != nil {
-		// Root of the sandbox's user namespace is no root of its network
-		// namespace: let it bind the ports below 1024 as root could.
+	if cfg.IDs != nil || cfg.Runsc != "" {
+		// Root of the sandbox's user namespace (or gVisor's sentry) is no
+		// root of its network namespace: let it bind the ports below 1024
+		// as root could.
 		if err := os.WriteFile("/proc/sys/net/ipv4/ip_unprivileged_port_start", []byte("0"), 0); err != nil {
 			return s, fmt.Errorf("open the low ports: %w", err)
 		}
@@ -153,17 +161,9 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return s, err
 	}
-	if err := enterRoot(cfg, root); err != nil {
-		return s, err
-	}
-	s.children.StartSpare() // its program starts while the egress proxy comes
-	supervisor.AwaitEgress(cfg.Env)
-	pid, done, applied, failed, err := s.children.Start(cfg.Command, cfg.Env, []*os.File{null, stdout, stderr}, false)
+	pid, done, applied, err := s.startMain(root, []*os.File{null, stdout, stderr})
 	if err != nil {
-		return s, fmt.Errorf("start %s: %w", cfg.Command[0], err)
-	}
-	if failed != nil {
-		return s, commandError{failed}
+		return s, err
 	}
 	if err := s.writeBundleFile(supervisor.ProtectionsFile, []byte(applied)); err != nil {
 		return s, fmt.Errorf("record the protections: %w", err)
@@ -174,6 +174,69 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	}
 	go s.serve(ln)
 	return s, nil
+}
+
+// startMain builds the root file system at root and starts the main
+// process on stdio once the egress proxy answers: through the exec stage
+// after the pivot into the root, or, on gVisor, as the init of a runsc
+// container of that root. It returns what the exec stage applied.
+func (s *sandboxSupervisor) startMain(root string, stdio []*os.File) (int, <-chan int, string, error) {
+	if s.gvisor == nil {
+		if err := enterRoot(s.cfg, root); err != nil {
+			return 0, nil, "", err
+		}
+		s.children.StartSpare() // its program starts while the egress proxy comes
+		supervisor.AwaitEgress(s.cfg.Env)
+		pid, done, applied, failed, err := s.children.Start(s.cfg.Command, s.cfg.Env, stdio, false)
+		if err != nil {
+			return 0, nil, "", fmt.Errorf("start %s: %w", s.cfg.Command[0], err)
+		}
+		if failed != nil {
+			return 0, nil, "", commandError{failed}
+		}
+		return pid, done, applied, nil
+	}
+	if err := buildRoot(s.cfg, root); err != nil {
+		return 0, nil, "", err
+	}
+	// runsc reads its own state through /proc by the pids it sees.
+	if err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return 0, nil, "", err
+	}
+	if err := s.gvisor.writeSpec(s.cfg, root); err != nil {
+		return 0, nil, "", fmt.Errorf("write the OCI bundle: %w", err)
+	}
+	supervisor.AwaitEgress(s.cfg.Env)
+	g := s.gvisor
+	pid, done, _, failed, err := s.children.Start(g.command("run", "--bundle", filepath.Join(g.dir, "oci"), g.id), hostEnv, stdio, false)
+	if err == nil && failed != nil {
+		err = failed
+	}
+	if err != nil {
+		return 0, nil, "", fmt.Errorf("run runsc: %w", err)
+	}
+	applied, err := g.awaitInit(&s.children, done)
+	if err != nil {
+		return 0, nil, "", err
+	}
+	protections := []string{Protections}
+	if applied != "" {
+		protections = append([]string{applied}, protections...)
+	}
+	if s.cfg.Files != nil {
+		protections = append(protections, FileListMounts)
+	}
+	return pid, done, strings.Join(protections, "; "), nil
+}
+
+// signalMain sends the main process sig: on gVisor, through runsc to the
+// container's init, which passes it on.
+func (s *sandboxSupervisor) signalMain(sig unix.Signal) {
+	if s.gvisor == nil {
+		_ = unix.Kill(s.main, sig)
+		return
+	}
+	s.gvisor.run(s, "kill", s.gvisor.id, strconv.Itoa(int(sig)))
 }
 
 // output returns the write end of a pipe whose output goes, capped and
@@ -240,9 +303,13 @@ func (s *sandboxSupervisor) cgroups() error {
 		return nil
 	}
 	l := s.cfg.Limits
+	pids := l.PidsMax()
+	if s.gvisor != nil {
+		pids = taskLimit(l)*hostPidsPerTask + hostPidsBase
+	}
 	err := joinCgroup(s.cfg.Cgroup + "/supervisor")
 	if err == nil {
-		err = cgroups.Create(s.cfg.Cgroup+"/sandbox", cgroups.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: l.PidsMax()})
+		err = cgroups.Create(s.cfg.Cgroup+"/sandbox", cgroups.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: pids})
 	}
 	if err == nil {
 		s.children.Procs, err = cgroups.OpenProcs(s.cfg.Cgroup + "/sandbox")
@@ -287,7 +354,7 @@ func (s *sandboxSupervisor) run() int {
 				continue
 			}
 			if kill == nil {
-				_ = unix.Kill(s.main, unix.SIGTERM)
+				s.signalMain(unix.SIGTERM)
 				kill = time.After(time.Duration(req.TimeoutMillis) * time.Millisecond)
 			}
 		case <-kill:
@@ -407,20 +474,17 @@ func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File)
 		_ = writeReply(c, Reply{Error: "the sandbox is stopping"})
 		return
 	}
-	stdio, master, err := execStdio(req, files)
-	if err != nil {
-		_ = writeReply(c, Reply{Error: err.Error()})
-		return
-	}
 	env := append(append([]string{}, s.cfg.Env...), req.Env...)
 	if req.TTY {
 		env = append(env, "TERM=xterm")
 	}
-	pid, done, _, _, err := s.children.Start(req.Command, env, stdio, req.TTY) // a command that cannot run exits 126 or 127
-	CloseFiles(stdio)
+	var start execStart = startExec
+	if s.gvisor != nil {
+		start = s.gvisor.startExec
+	}
+	pid, done, master, kill, err := start(s, req, env, files)
 	if err != nil {
 		_ = writeReply(c, Reply{Error: err.Error()})
-		CloseFiles(master)
 		return
 	}
 	_ = writeReply(c, Reply{PID: pid}, master...)
@@ -434,9 +498,28 @@ func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File)
 	case code := <-done:
 		_ = writeReply(c, Reply{ExitCode: &code})
 	case <-gone:
-		_ = unix.Kill(-pid, unix.SIGKILL)
+		kill()
 		<-done
 	}
+}
+
+// execStart starts an exec's command with the caller's files and returns
+// its pid, its end, the terminal's master (with a TTY) and how to kill it.
+type execStart func(s *sandboxSupervisor, req Request, env []string, files []*os.File) (int, <-chan int, []*os.File, func(), error)
+
+// startExec starts an exec's command through the exec stage.
+func startExec(s *sandboxSupervisor, req Request, env []string, files []*os.File) (int, <-chan int, []*os.File, func(), error) {
+	stdio, master, err := execStdio(req, files)
+	if err != nil {
+		return 0, nil, nil, nil, err
+	}
+	pid, done, _, _, err := s.children.Start(req.Command, env, stdio, req.TTY) // a command that cannot run exits 126 or 127
+	CloseFiles(stdio)
+	if err != nil {
+		CloseFiles(master)
+		return 0, nil, nil, nil, err
+	}
+	return pid, done, master, func() { _ = unix.Kill(-pid, unix.SIGKILL) }, nil
 }
 
 // execStdio returns the stdio of an exec: the caller's three files, or a
