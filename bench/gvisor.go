@@ -7,8 +7,9 @@ import (
 
 // The isolation tiers' bench: create→ready and time to interactive of a
 // sandbox on Docker's gVisor tier, beside the engine's runsc runtime
-// called directly, the namespaces tier, and runc called directly. The
-// ratio to the namespaces tier is the gVisor tier's overhead.
+// called directly, the namespaces tier, runc called directly, and the
+// native driver's two tiers. The ratio to the namespaces tier is the
+// gVisor tier's overhead.
 
 // gvisorOps are what each run measures.
 var gvisorOps = []string{"create→ready", "time to interactive"}
@@ -19,6 +20,8 @@ const (
 	dockerRunsc      = "docker run --runtime=runsc"
 	corralNamespaces = "corral namespaces"
 	dockerRunc       = "docker run"
+	nativeGVisor     = "corral native gvisor"
+	nativeNamespaces = "corral native namespaces"
 )
 
 // gvisorRuntime is the engine's runsc runtime (.ci/run names it so).
@@ -32,8 +35,14 @@ func benchGVisor(bin, home string, n, warmup int) (*table, error) {
 	defer g.close()
 	defer api.Close()
 	defer removeTTIContainers(api)
+	native, err := startGateway(bin, home+"-native", "--driver", "native")
+	if err != nil {
+		return nil, err
+	}
+	defer native.close()
 
-	t := newTable("isolation tiers on Docker: gVisor beside namespaces, create→ready and create → first exec echo", gvisorOps, []string{dockerRunsc, corralNamespaces, dockerRunc})
+	t := newTable("isolation tiers: gVisor beside namespaces, create→ready and create → first exec echo (corral: Docker's gVisor tier)", gvisorOps,
+		[]string{dockerRunsc, corralNamespaces, dockerRunc, nativeGVisor, nativeNamespaces})
 	subjects := []struct {
 		name string
 		run  func(i int) (time.Duration, time.Duration, error)
@@ -49,6 +58,12 @@ func benchGVisor(bin, home string, n, warmup int) (*table, error) {
 		}},
 		{dockerRunc, func(i int) (time.Duration, time.Duration, error) {
 			return dockerRunExec(api, fmt.Sprintf("corral-bench-runc-%d", i), "")
+		}},
+		{nativeGVisor, func(i int) (time.Duration, time.Duration, error) {
+			return native.readyEchoRemove(fmt.Sprintf("gvisor-%d", i), "version: 1\nisolation: gvisor\n")
+		}},
+		{nativeNamespaces, func(i int) (time.Duration, time.Duration, error) {
+			return native.readyEchoRemove(fmt.Sprintf("namespaces-%d", i), "")
 		}},
 	}
 	for i := range n + warmup {
@@ -93,7 +108,8 @@ func gvisorOverhead(t *table) []*figure {
 			return float64(stats(times[a])[0]) / float64(stats(times[b])[0])
 		}
 		figs = append(figs,
-			&figure{Name: op + ": corral gvisor / corral namespaces", Value: ratio("corral", corralNamespaces), Unit: "×"},
+			&figure{Name: op + ": corral docker gvisor / corral docker namespaces", Value: ratio("corral", corralNamespaces), Unit: "×"},
+			&figure{Name: op + ": corral native gvisor / corral native namespaces", Value: ratio(nativeGVisor, nativeNamespaces), Unit: "×"},
 			&figure{Name: op + ": docker runsc / docker runc (the engine's own)", Value: ratio(dockerRunsc, dockerRunc), Unit: "×"})
 	}
 	return figs

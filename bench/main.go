@@ -15,9 +15,10 @@
 //   - tti: time to interactive, from the create call to the first exec
 //     echo returning, on both drivers, sequential, staggered and burst,
 //     beside docker run -d + docker exec and bwrap running the echo;
-//   - gvisor: create→ready and time to interactive on Docker's gVisor
-//     tier, beside docker run --runtime=runsc, the namespaces tier and
-//     docker run; the ratio to the namespaces tier is gVisor's overhead;
+//   - gvisor: create→ready and time to interactive on the gVisor tier of
+//     both drivers, beside docker run --runtime=runsc, the namespaces
+//     tiers and docker run; the ratio to the namespaces tier is gVisor's
+//     overhead;
 //   - files: corral sandbox cp of a 1 GiB file and of 10,000 small files
 //     in and out, on both drivers, against docker cp of the same data, with
 //     the gateway's RSS growth during each copy.
