@@ -43,11 +43,11 @@ func TestGVisorConformance(t *testing.T) {
 
 // The policy cases on Docker + gVisor: the same outcomes as on the
 // namespaces tier, but for what gVisor cannot enforce the same way
-// (drivertest.GVisorDifferences).
+// (drivertest.Unenforced, and the memory limit: TestGVisorMemoryLimit).
 func TestGVisorPolicyCases(t *testing.T) {
 	d := newGVisorDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
 	s := policySandbox(t, d, drivertest.GVisorPolicy("/.corral/bin"))
-	s.GVisor = true
+	s.FileListsUnenforced, s.MemoryEndsSandbox = true, true // TestGVisorMemoryLimit allocates past it
 	drivertest.RunPolicyCases(t, s)
 }
 
@@ -125,7 +125,7 @@ func TestHostNetworkArgs(t *testing.T) {
 
 // On the gVisor tier the memory limit holds gVisor's kernel and every
 // process: going past it kills the whole sandbox, which the driver reports
-// stopped, out of memory (drivertest.GVisorDifferences).
+// stopped, out of memory (drivertest's MemoryEndsSandbox).
 func TestGVisorMemoryLimit(t *testing.T) {
 	d := newGVisorDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
 	id := startPolicySandbox(t, d, "gvisor-memory", "version: 1\nisolation: gvisor\nlimits: {memory: 64Mi}\n")

@@ -115,25 +115,9 @@ func TestGVisorRefusals(t *testing.T) {
 func TestGVisorPolicyCases(t *testing.T) {
 	testenv.RequireRunsc(t)
 	d := newTestDriver(t, "corral.test")
-	probes, outside := visibleDir(t, corral, "corral"), visibleDir(t, "/bin/true", "true")
-	s := startSandboxOf(t, d, "/", "policy", drivertest.GVisorPolicy(probes))
-	drivertest.RunPolicyCases(t, drivertest.PolicySandbox{
-		Exec: func(t *testing.T, command ...string) (int, string, string) {
-			t.Helper()
-			return s.exec(command...)
-		},
-		Probe:   filepath.Join(probes, "corral"),
-		Outside: filepath.Join(outside, "true"),
-		Protections: func(t *testing.T) string {
-			obj, err := d.Inspect(ctx(t), s.id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return obj.Protections
-		},
-		FileListsByMounts: true,
-		MemoryEndsSandbox: true,
-	})
+	s := policySandbox(t, d, drivertest.GVisorPolicy)
+	s.FileListsByMounts, s.MemoryEndsSandbox = true, true
+	drivertest.RunPolicyCases(t, s)
 }
 
 // TestGVisorMemory: past its memory limit a gVisor sandbox ends (the limit

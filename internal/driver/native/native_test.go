@@ -518,9 +518,17 @@ func visibleDir(t *testing.T, src, name string) string {
 // Must hold 1 of the policy issue, on the native driver.
 func TestPolicyCases(t *testing.T) {
 	d := newTestDriver(t, "corral.test")
+	drivertest.RunPolicyCases(t, policySandbox(t, d, drivertest.Policy))
+}
+
+// policySandbox runs a sandbox of the host's root with the policy
+// policyOf gives for its probes' directory, for the policy cases; an
+// executable outside every list is visible in it.
+func policySandbox(t *testing.T, d *Driver, policyOf func(probeDir string) string) drivertest.PolicySandbox {
+	t.Helper()
 	probes, outside := visibleDir(t, corral, "corral"), visibleDir(t, "/bin/true", "true")
-	s := startSandboxOf(t, d, "/", "policy", drivertest.Policy(probes))
-	drivertest.RunPolicyCases(t, drivertest.PolicySandbox{
+	s := startSandboxOf(t, d, "/", "policy", policyOf(probes))
+	return drivertest.PolicySandbox{
 		Exec: func(t *testing.T, command ...string) (int, string, string) {
 			t.Helper()
 			return s.exec(command...)
@@ -534,7 +542,7 @@ func TestPolicyCases(t *testing.T) {
 			}
 			return obj.Protections
 		},
-	})
+	}
 }
 
 // Must hold 2 of the policy issue: on a kernel without Landlock (ABI 0,
