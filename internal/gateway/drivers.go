@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"debug/elf"
 	"fmt"
 	"io"
 	"log/slog"
@@ -171,6 +172,9 @@ func installSupervisor(dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find the corral binary: %w", err)
 	}
+	if err := requireStatic(exe); err != nil {
+		return "", err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -216,4 +220,23 @@ func ping(ctx context.Context, d *docker.Driver) error {
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	return d.Ping(pctx)
+}
+
+// requireStatic refuses a corral binary that needs a dynamic loader: it
+// runs inside every sandbox as the supervisor and exec stage, where the
+// root is an image without the host's libraries (a build with cgo, as
+// plain `go build` makes where a C compiler is installed).
+func requireStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("read the corral binary %s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("the corral binary %s is dynamically linked (built with cgo), but it runs inside sandboxes, whose images lack its libraries: "+
+				"build it static, CGO_ENABLED=0 go build ./cmd/corral (or CGO_ENABLED=0 go run ./cmd/corral gateway)", path)
+		}
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
 	"github.com/corral-sandbox/corral/internal/driver/registry"
+	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 // host stands in for a machine: what the Docker probe and native's support
@@ -148,4 +149,20 @@ func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.L
 func autoDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (string, driver.Driver, error) {
 	e, d, err := computeDrivers.Choose(ctx, registry.Env{Config: cfg, Home: home, Log: log})
 	return e.Name, d, err
+}
+
+// The supervisor must be static: a cgo build is refused, saying how to
+// build it; the static build the tests run passes.
+func TestRequireStatic(t *testing.T) {
+	bin, err := testenv.BuildCorralRelease(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := requireStatic(bin); err != nil {
+		t.Errorf("the static corral binary: %v", err)
+	}
+	dynamic := "/bin/ls" // Debian's coreutils: dynamically linked
+	if err := requireStatic(dynamic); err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+		t.Errorf("requireStatic(%s) = %v; want it refused, saying how to build a static binary", dynamic, err)
+	}
 }
