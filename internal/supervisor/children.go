@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -53,9 +54,36 @@ func (c *Children) Start(command, env []string, stdio []*os.File, tty bool) (pid
 		}
 	}
 	if c.Spare {
-		go c.StartSpare() // off this exec's path
+		done = c.refillAfter(done)
 	}
 	return pid, done, applied, failed, nil
+}
+
+// spareRefill is how long a command runs before the next spare starts
+// beside it, if it has not ended by then.
+const spareRefill = 50 * time.Millisecond
+
+// refillAfter starts the next spare once the command whose end done
+// reports has ended, or has run for spareRefill: not while a short
+// command runs, where the spare's program start would compete with it
+// for the CPU and with the reaper for the lock. It returns a channel that
+// reports the same end.
+func (c *Children) refillAfter(done <-chan int) <-chan int {
+	ended := make(chan int, 1)
+	go func() {
+		t := time.NewTimer(spareRefill)
+		defer t.Stop()
+		select {
+		case code := <-done:
+			ended <- code
+			c.StartSpare()
+			return
+		case <-t.C:
+			go c.StartSpare()
+		}
+		ended <- <-done
+	}()
+	return ended
 }
 
 // startOnSpare runs command on the spare, if there is one, and returns

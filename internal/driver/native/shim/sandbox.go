@@ -194,6 +194,7 @@ func (s *sandboxSupervisor) startMain(root string, stdio []*os.File) (int, <-cha
 		if failed != nil {
 			return 0, nil, "", commandError{failed}
 		}
+		go s.children.StartSpare() // the first exec's: the main process runs on
 		return pid, done, applied, nil
 	}
 	if err := buildRoot(s.cfg, root); err != nil {
