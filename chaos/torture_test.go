@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -140,12 +141,13 @@ type run struct {
 	backend backend
 
 	mu             sync.Mutex
-	created        map[string]bool // acknowledged creates
-	deleteAsked    map[string]bool // deletes sent, answered or not
-	lastSigterm    []violation     // SIGTERM'd gateways that did not exit 0
-	preInit        int             // SIGTERMs that came before any corral code ran
-	checked        int             // records the final check found
-	clientFailures []violation     // answers no request should get
+	created        map[string]bool     // acknowledged creates
+	deleteAsked    map[string]bool     // deletes sent, answered or not
+	deletes        map[string]*deletes // what is known of each name's deletes
+	lastSigterm    []violation         // SIGTERM'd gateways that did not exit 0
+	preInit        int                 // SIGTERMs that came before any corral code ran
+	checked        int                 // records the final check found
+	clientFailures []violation         // answers no request should get
 }
 
 // kind is which invariant a violation breaks, so that a test can require
@@ -202,7 +204,7 @@ func newRun(t *testing.T, seed int64) *run {
 
 func newRunOn(t *testing.T, seed int64, driverName, isolation string) *run {
 	r := &run{t: t, seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 42)), home: t.TempDir(),
-		created: map[string]bool{}, deleteAsked: map[string]bool{}}
+		created: map[string]bool{}, deleteAsked: map[string]bool{}, deletes: map[string]*deletes{}}
 	r.label = fmt.Sprintf("corral.chaos.%d.%d", seed, time.Now().UnixNano())
 	switch driverName {
 	case "docker":
@@ -252,7 +254,11 @@ func (r *run) start() *gateway {
 }
 
 func (r *run) client() (corralv1.SandboxServiceClient, func()) {
-	conn, err := grpc.NewClient("unix://"+filepath.Join(r.home, "corral.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Redial within milliseconds: gRPC's default backoff after a failed
+	// dial (1 s, growing) outlasts a whole kill point, so a client that met
+	// a gateway down would not reach the next one at all.
+	reconnect := grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 5 * time.Millisecond, Multiplier: 1.6, MaxDelay: 50 * time.Millisecond}, MinConnectTimeout: time.Second}
+	conn, err := grpc.NewClient("unix://"+filepath.Join(r.home, "corral.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(reconnect))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -282,6 +288,29 @@ func (r *run) clients(stop <-chan struct{}, seed uint64) *sync.WaitGroup {
 	return &wg
 }
 
+// deletes is what the harness knows of the deletes of one name, to tell
+// whether a create acknowledged as new came after every one of them.
+type deletes struct {
+	sent      int // deletes sent
+	open      int // deletes sent and not answered yet
+	uncertain int // 1 + the kill point of the last delete with no definite answer: its gateway may apply it while it lives
+}
+
+// deletesOf is the record of name's deletes; r.mu must be held.
+func (r *run) deletesOf(name string) *deletes {
+	if r.deletes[name] == nil {
+		r.deletes[name] = &deletes{}
+	}
+	return r.deletes[name]
+}
+
+// afterEveryDelete reports whether a create of name sent when name's deletes
+// were sent, and acknowledged now, was made after each of them; r.mu must be held.
+func (r *run) afterEveryDelete(name string, sent int) bool {
+	d := r.deletesOf(name)
+	return d.sent == sent && d.open == 0 && d.uncertain != r.kills+1
+}
+
 func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 	name := r.names[rng.IntN(len(r.names))]
 	timeout := time.Second
@@ -293,12 +322,19 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 	var err error
 	switch op := rng.IntN(10); {
 	case op < 3:
+		r.mu.Lock()
+		sent := r.deletesOf(name).sent
+		safe := r.afterEveryDelete(name, sent) // none in flight when it was sent
+		r.mu.Unlock()
 		var resp *corralv1.CreateSandboxResponse
 		resp, err = c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, RequestId: fmt.Sprintf("%s-%d", name, rng.IntN(3)), Spec: r.backend.spec()})
 		if err == nil {
 			r.mu.Lock()
 			r.created[resp.Sandbox.Name] = true
-			if resp.Created {
+			// A new sandbox clears the name's deletes only if none can
+			// have come after it: one answered later, still open, or
+			// unanswered to the gateway that made it may have removed it.
+			if resp.Created && safe && r.afterEveryDelete(name, sent) {
 				delete(r.deleteAsked, resp.Sandbox.Name)
 			}
 			r.mu.Unlock()
@@ -310,8 +346,17 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 	default:
 		r.mu.Lock()
 		r.deleteAsked[name] = true
+		d, epoch := r.deletesOf(name), r.kills
+		d.sent++
+		d.open++
 		r.mu.Unlock()
 		_, err = c.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: name, Force: rng.IntN(2) == 0})
+		r.mu.Lock()
+		d.open--
+		if code := status.Code(err); code == codes.DeadlineExceeded || code == codes.Canceled || code == codes.Unavailable {
+			d.uncertain = epoch + 1
+		}
+		r.mu.Unlock()
 	}
 	switch status.Code(err) {
 	case codes.OK, codes.NotFound, codes.AlreadyExists, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
@@ -374,7 +419,9 @@ func (r *run) torture(kills int) {
 			g.cmd.Process.Signal(syscall.SIGKILL)
 			<-g.done
 		}
-		r.kills++
+		r.mu.Lock()
+		r.kills++ // the gateway is gone: its unanswered deletes can no longer apply
+		r.mu.Unlock()
 	}
 	close(stop)
 	wg.Wait()
