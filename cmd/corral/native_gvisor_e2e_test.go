@@ -34,7 +34,8 @@ func TestNativeGVisorThroughCLI(t *testing.T) {
 		t.Errorf("protections %q do not name gVisor", p)
 	}
 
-	putProbe(t, home, "gv", buildProbe(t))
+	probeBin := buildProbe(t)
+	putProbe(t, home, "gv", probeBin)
 	if got := probe(t, home, "gv", "get", "http://allowed.test:"+srv.httpPort+"/x"); got != "200 hello GET from allowed.test:"+srv.httpPort {
 		t.Errorf("GET through the proxy: %q", got)
 	}
@@ -83,8 +84,15 @@ func TestNativeGVisorThroughCLI(t *testing.T) {
 	createWeb(t, func(args ...string) string { return mustCorral(t, home, args...) }, "web", "--policy", gvisor)
 	f := portForward(t, nil, 1, "--home", home, "sandbox", "port-forward", "web", "8080")
 	waitServed(t, f.addrs[0], "hello from web\n")
-	// A few at once: under many (20 here, 200 in a driver-level try) some
-	// connections to this forking server in gVisor are reset (docs/design.md).
-	getConcurrently(t, f.addrs[0], 5, "hello from web\n")
+	// Many at once, to a server of one process: in gVisor (runsc 20221219,
+	// hostinet) a forking server's child (busybox httpd's) reads end of
+	// file on a connection whose first bytes have not arrived yet, so under
+	// load such a server drops connections (docs/design.md).
+	mustCorral(t, home, "sandbox", "create", "--name", "served", "--policy", gvisor, "--", "sh", "-c",
+		"cd /sandbox; until [ -x probe ]; do sleep 0.05; done; echo hello from served > index.html; exec ./probe serve :8080")
+	putProbe(t, home, "served", probeBin)
+	g := portForward(t, nil, 1, "--home", home, "sandbox", "port-forward", "served", "8080")
+	waitServed(t, g.addrs[0], "hello from served\n")
+	getConcurrently(t, g.addrs[0], 20, "hello from served\n")
 	mustCorral(t, home, "sandbox", "delete", "--all")
 }

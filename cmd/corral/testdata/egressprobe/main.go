@@ -6,6 +6,9 @@
 //	egressprobe post URL     POST through the proxy
 //	egressprobe hold URL     GET a body that never ends; print how it ended
 //	egressprobe dial ADDR    a direct TCP connection, ignoring the proxy
+//	egressprobe serve ADDR   serve the working directory's files on ADDR
+//	                         (one process: no child reads a connection it did
+//	                         not accept, which gVisor's hostinet gets wrong)
 package main
 
 import (
@@ -14,18 +17,30 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
 
 func main() {
 	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: egressprobe get|post|hold|dial ARG")
+		fmt.Fprintln(os.Stderr, "usage: egressprobe get|post|hold|dial|serve ARG")
 		os.Exit(2)
 	}
 	client := &http.Client{Timeout: 20 * time.Second}
 	arg := os.Args[2]
 	switch os.Args[1] {
+	case "serve":
+		err := http.ListenAndServe(arg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			data, err := os.ReadFile(filepath.Join(".", filepath.Clean("/"+r.URL.Path)))
+			if err != nil {
+				http.NotFound(w, r)
+				return
+			}
+			w.Write(data)
+		}))
+		fmt.Println("error:", err)
+		os.Exit(1)
 	case "get", "post":
 		var resp *http.Response
 		var err error
