@@ -60,9 +60,11 @@ func TestNativeSandboxThroughCLI(t *testing.T) {
 	if logs := mustCorral(t, home, "sandbox", "logs", "box"); !strings.Contains(logs, "hello from main") {
 		t.Fatalf("logs = %q", logs)
 	}
-	if n := len(supervisorPids(t, home)); n != 1 {
+	pids := supervisorPids(t, home)
+	if n := len(pids); n != 1 {
 		t.Fatalf("%d supervisors run, want 1", n)
 	}
+	runsHelper(t, pids[0])
 	mustCorral(t, home, "sandbox", "stop", "box")
 	if n := len(supervisorPids(t, home)); n != 0 {
 		t.Fatalf("%d supervisors run after stop, want none", n)
@@ -74,6 +76,23 @@ func TestNativeSandboxThroughCLI(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(home, "native", "sandboxes")); len(entries) != 0 {
 		t.Fatalf("files left after delete: %v", entries)
+	}
+}
+
+// runsHelper fails unless process pid runs corral-supervise (the binary
+// beside the tests' corral, of the same build), not corral itself.
+func runsHelper(t *testing.T, pid int) {
+	t.Helper()
+	running, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper, err := os.Stat(testenv.SupervisorOf(bin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if running.Size() != helper.Size() {
+		t.Errorf("supervisor %d runs a binary of %d bytes, not corral-supervise (%d bytes)", pid, running.Size(), helper.Size())
 	}
 }
 

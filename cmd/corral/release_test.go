@@ -25,8 +25,10 @@ const testbugPkg = "github.com/corral-sandbox/corral/internal/testbug"
 // with TEST in it, and its strings hold no CORRAL_TEST. The tagged build
 // that the other tests run has them, so the check can fail.
 func TestReleaseBinaryHasNoTestSwitches(t *testing.T) {
-	if deps := goList(t, "./cmd/corral"); slices.Contains(deps, testbugPkg) {
-		t.Errorf("go list -deps ./cmd/corral includes %s", testbugPkg)
+	for _, cmd := range []string{"./cmd/corral", "./cmd/corral-supervise"} {
+		if deps := goList(t, cmd); slices.Contains(deps, testbugPkg) {
+			t.Errorf("go list -deps %s includes %s", cmd, testbugPkg)
+		}
 	}
 	if deps := goList(t, "-tags", testbug.Tag, "./cmd/corral"); !slices.Contains(deps, testbugPkg) {
 		t.Errorf("go list -tags %s -deps ./cmd/corral lacks %s: the check above proves nothing", testbug.Tag, testbugPkg)
@@ -40,12 +42,14 @@ func TestReleaseBinaryHasNoTestSwitches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel, err := os.ReadFile(release)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if i := bytes.Index(rel, []byte("CORRAL_TEST")); i >= 0 {
-		t.Errorf("the release binary holds %q", rel[i:min(len(rel), i+40)])
+	for _, path := range []string{release, testenv.SupervisorOf(release)} {
+		rel, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.Index(rel, []byte("CORRAL_TEST")); i >= 0 {
+			t.Errorf("the release binary %s holds %q", filepath.Base(path), rel[i:min(len(rel), i+40)])
+		}
 	}
 	tagged, err := os.ReadFile(bin) // TestMain's, built with the tag
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/status"
+
+	"github.com/corral-sandbox/corral/internal/supervisecmd"
 )
 
 // globals are the flags every client command shares.
@@ -30,6 +32,10 @@ func Main() int {
 	err := root.ExecuteContext(context.Background())
 	if err == nil {
 		return 0
+	}
+	var supervised *supervisecmd.ExitError
+	if errors.As(err, &supervised) {
+		return supervised.Code
 	}
 	var exit *exitError
 	if errors.As(err, &exit) {
@@ -74,7 +80,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.home, "home", "", "gateway home directory (default $CORRAL_HOME, /var/lib/corral as root, else $XDG_DATA_HOME/corral)")
 	root.PersistentFlags().StringVar(&g.gateway, "gateway", "", "gateway address, unix:///path/to/corral.sock (default: the socket in the home directory)")
 	root.PersistentFlags().StringVar(&g.context, "context", "", "talk to the gateway of this context (see corral context)")
-	root.AddCommand(newGatewayCmd(g), newSandboxCmd(g), newImageCmd(g), newPoolCmd(g), newSuperviseCmd(), newContextCmd(), newPolicyCmd(g))
+	root.AddCommand(newGatewayCmd(g), newSandboxCmd(g), newImageCmd(g), newPoolCmd(g), supervisecmd.New(), newContextCmd(), newPolicyCmd(g))
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {

@@ -2,9 +2,7 @@ package gateway
 
 import (
 	"context"
-	"debug/elf"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -105,7 +103,7 @@ func openNative(_ context.Context, env registry.Env) (driver.Driver, error) {
 		return nil, fmt.Errorf("native driver: %w", err)
 	}
 	dir := filepath.Join(env.Home, "native")
-	bin, err := installSupervisor(filepath.Join(dir, "bin"))
+	bin, err := installSupervisor(filepath.Join(dir, "bin"), env.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +144,7 @@ func pingDocker(ctx context.Context, env registry.Env) (driver.Driver, error) {
 func newDocker(env registry.Env) (*docker.Driver, error) {
 	cfg := env.Config
 	dir := filepath.Join(env.Home, "docker")
-	bin, err := installSupervisor(filepath.Join(dir, "bin"))
+	bin, err := installSupervisor(filepath.Join(dir, "bin"), env.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -165,45 +163,6 @@ func dockerHost(cfg config.Config) string {
 	return host
 }
 
-// installSupervisor copies the running binary into dir, so that containers
-// mount a file that outlives this process (go run deletes its binary).
-func installSupervisor(dir string) (string, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("find the corral binary: %w", err)
-	}
-	if err := requireStatic(exe); err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	src, err := os.Open(exe)
-	if err != nil {
-		return "", fmt.Errorf("read the corral binary: %w", err)
-	}
-	defer src.Close()
-	dst := filepath.Join(dir, "corral")
-	tmp, err := os.CreateTemp(dir, ".corral-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, src); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	// rename keeps the file that running containers mount intact
-	return dst, os.Rename(tmp.Name(), dst)
-}
-
 // driverConfig is what every real driver is built with; the egress proxy
 // only where the driver can serve it (noEgress).
 func driverConfig(env registry.Env, driverName, stateDir string) driver.Config {
@@ -220,23 +179,4 @@ func ping(ctx context.Context, d *docker.Driver) error {
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	return d.Ping(pctx)
-}
-
-// requireStatic refuses a corral binary that needs a dynamic loader: it
-// runs inside every sandbox as the supervisor and exec stage, where the
-// root is an image without the host's libraries (a build with cgo, as
-// plain `go build` makes where a C compiler is installed).
-func requireStatic(path string) error {
-	f, err := elf.Open(path)
-	if err != nil {
-		return fmt.Errorf("read the corral binary %s: %w", path, err)
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("the corral binary %s is dynamically linked (built with cgo), but it runs inside sandboxes, whose images lack its libraries: "+
-				"build it static, CGO_ENABLED=0 go build ./cmd/corral (or CGO_ENABLED=0 go run ./cmd/corral gateway)", path)
-		}
-	}
-	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -164,5 +165,45 @@ func TestRequireStatic(t *testing.T) {
 	dynamic := "/bin/ls" // Debian's coreutils: dynamically linked
 	if err := requireStatic(dynamic); err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
 		t.Errorf("requireStatic(%s) = %v; want it refused, saying how to build a static binary", dynamic, err)
+	}
+}
+
+// The gateway runs corral-supervise only when it is its own build: not
+// when it is missing, dynamically linked, or of another build.
+func TestSupervisorHelperIsTheSameBuild(t *testing.T) {
+	bin, err := testenv.BuildCorralRelease(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper := testenv.SupervisorOf(bin)
+	out, err := exec.Command(helper, "supervise", "identity").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(id, "stamp ") {
+		t.Fatalf("identity %q: want the stamp testenv gave the build", id)
+	}
+	if out, err := exec.Command(bin, "supervise", "identity").Output(); err != nil || strings.TrimSpace(string(out)) != id {
+		t.Fatalf("corral of the same build: identity %q, %v; want %q", out, err, id)
+	}
+	if why := sameBuild(helper, id); why != "" {
+		t.Errorf("the same build refused: %s", why)
+	}
+	if why := sameBuild(helper, id+"-other"); !strings.Contains(why, "another build") {
+		t.Errorf("another build: %q; want it refused as another build", why)
+	}
+	if why := sameBuild(helper, ""); !strings.Contains(why, "modified or unversioned") {
+		t.Errorf("a gateway of no identity: %q; want it refused, saying why", why)
+	}
+	if why := sameBuild(filepath.Join(t.TempDir(), "corral-supervise"), id); !strings.Contains(why, "no corral-supervise") {
+		t.Errorf("a missing helper: %q", why)
+	}
+	dynamic := filepath.Join(t.TempDir(), "corral-supervise")
+	if data, err := os.ReadFile("/bin/ls"); err != nil || os.WriteFile(dynamic, data, 0o755) != nil {
+		t.Fatal(err)
+	}
+	if why := sameBuild(dynamic, id); !strings.Contains(why, "dynamically linked") {
+		t.Errorf("a dynamically linked helper: %q", why)
 	}
 }

@@ -8,6 +8,8 @@ package testenv
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,6 +24,7 @@ import (
 	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 
+	"github.com/corral-sandbox/corral/internal/buildid"
 	"github.com/corral-sandbox/corral/internal/testbug"
 )
 
@@ -164,17 +167,23 @@ func RequireRunsc(t testing.TB) {
 // a simulated kernel without Landlock), which a release build lacks.
 const TestTag = testbug.Tag
 
-// BuildCorral builds the static corral binary with the test tag into dir
-// and returns its path.
+// BuildCorral builds the static corral binary (and corral-supervise beside
+// it) with the test tag into dir and returns corral's path.
 func BuildCorral(dir string) (string, error) { return buildCorral(dir, "-tags", TestTag) }
 
-// BuildCorralRelease builds the static corral binary as it ships, without
-// the test tag, into dir and returns its path.
+// BuildCorralRelease builds the static corral binary (and corral-supervise
+// beside it) as it ships, without the test tag, into dir and returns
+// corral's path.
 func BuildCorralRelease(dir string) (string, error) { return buildCorral(dir) }
 
+// buildCorral builds corral and corral-supervise into dir, stamped as one
+// build (the gateway runs corral-supervise only if it is its own build).
 func buildCorral(dir string, flags ...string) (string, error) {
+	stamp := make([]byte, 8)
+	rand.Read(stamp)
+	flags = append(flags, buildid.StampFlag(hex.EncodeToString(stamp)), "-o", dir+"/", "./cmd/corral", "./cmd/corral-supervise")
 	bin := filepath.Join(dir, "corral")
-	cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", bin, "./cmd/corral")...)
+	cmd := exec.Command("go", append([]string{"build"}, flags...)...)
 	cmd.Dir = ModuleRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -182,6 +191,10 @@ func buildCorral(dir string, flags ...string) (string, error) {
 	}
 	return bin, nil
 }
+
+// SupervisorOf is the corral-supervise that BuildCorral built beside bin:
+// what the gateway runs inside sandboxes.
+func SupervisorOf(bin string) string { return filepath.Join(filepath.Dir(bin), "corral-supervise") }
 
 // ModuleRoot is the directory of corral's go.mod.
 func ModuleRoot() string {

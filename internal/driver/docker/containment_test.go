@@ -296,7 +296,7 @@ func TestLogsAreCapped(t *testing.T) {
 	testenv.RequireDocker(t)
 	const logCap = 1 << 20
 	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: t.TempDir(), LogMaxBytes: logCap},
-		Options{Host: testenv.DockerHost(), PullPolicy: "never", Supervisor: corralBin})
+		Options{Host: testenv.DockerHost(), PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestImagesFailFast(t *testing.T) {
 	testenv.RequireDocker(t)
 	relay := testenv.NewRelay(t, testenv.DockerSocket())
 	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: t.TempDir()},
-		Options{Host: "unix://" + relay.Path, PullPolicy: "if_not_present", Supervisor: corralBin})
+		Options{Host: "unix://" + relay.Path, PullPolicy: "if_not_present", Supervisor: testenv.SupervisorOf(corralBin)})
 	if err != nil {
 		t.Fatal(err)
 	}

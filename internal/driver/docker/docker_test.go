@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 func newTestDriver(t *testing.T, label string) *Driver {
 	t.Helper()
 	testenv.RequireDocker(t)
-	d, err := New(driver.Config{Label: label, StateDir: t.TempDir()}, Options{Host: testenv.DockerHost(), PullPolicy: "never", Supervisor: corralBin})
+	d, err := New(driver.Config{Label: label, StateDir: t.TempDir()}, Options{Host: testenv.DockerHost(), PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func TestGVisorKernel(t *testing.T) {
 func TestGVisorWithoutTheRuntimeIsRefused(t *testing.T) {
 	testenv.RequireDocker(t)
 	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: t.TempDir()},
-		Options{PullPolicy: "never", Supervisor: corralBin, GVisorRuntime: "corral-no-such-runtime"})
+		Options{PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin), GVisorRuntime: "corral-no-such-runtime"})
 	if err != nil {
 		t.Fatal(err)
 	}

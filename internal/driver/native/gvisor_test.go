@@ -86,7 +86,7 @@ func TestGVisorKernel(t *testing.T) {
 // the host has no runsc.
 func TestGVisorRefusals(t *testing.T) {
 	testenv.RequireRoot(t)
-	d := newDriverWith(t, "corral.test", Options{Supervisor: corral, Runsc: "/does/not/exist/runsc"})
+	d := newDriverWith(t, "corral.test", Options{Supervisor: testenv.SupervisorOf(corral), Runsc: "/does/not/exist/runsc"})
 	for _, tc := range []struct{ runsc, policy, want string }{
 		{"/does/not/exist/runsc", gvisorPolicy, "runsc"},
 		{"runsc", gvisorPolicy + "filesystem_policy: {read_only: [/usr]}\nlandlock: {compatibility: hard_requirement}\n", "hard_requirement"},

@@ -35,7 +35,7 @@ var stateDirs sync.Map // *testing.T -> string
 
 func newTestDriver(t *testing.T, label string) *Driver {
 	t.Helper()
-	return newDriverWith(t, label, Options{Supervisor: corral})
+	return newDriverWith(t, label, Options{Supervisor: testenv.SupervisorOf(corral)})
 }
 
 func newDriverWith(t *testing.T, label string, opts Options) *Driver {
@@ -58,7 +58,7 @@ func newImageDriver(t *testing.T, label string) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newDriverWith(t, label, Options{Supervisor: corral, Images: cache})
+	return newDriverWith(t, label, Options{Supervisor: testenv.SupervisorOf(corral), Images: cache})
 }
 
 func TestConformance(t *testing.T) {
@@ -381,7 +381,7 @@ func TestBadInput(t *testing.T) {
 func TestControlSocketPathTooLongForSockaddr(t *testing.T) {
 	testenv.RequireRoot(t)
 	deep := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 60))
-	d, err := New(driver.Config{Label: "corral.test", StateDir: deep}, Options{Supervisor: corral})
+	d, err := New(driver.Config{Label: "corral.test", StateDir: deep}, Options{Supervisor: testenv.SupervisorOf(corral)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func BenchmarkCreateStart(b *testing.B) {
 // benchmarkCreateStart times create and start of sandboxes of pol.
 func benchmarkCreateStart(b *testing.B, pol policy.Policy) {
 	testenv.RequireRoot(b)
-	d, err := New(driver.Config{Label: "corral.bench", StateDir: b.TempDir()}, Options{Supervisor: corral})
+	d, err := New(driver.Config{Label: "corral.bench", StateDir: b.TempDir()}, Options{Supervisor: testenv.SupervisorOf(corral)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -578,7 +578,7 @@ func TestLandlockUnavailable(t *testing.T) {
 // without the gateway: the exec path's own cost.
 func BenchmarkExec(b *testing.B) {
 	testenv.RequireRoot(b)
-	d, err := New(driver.Config{Label: "corral.bench", StateDir: b.TempDir()}, Options{Supervisor: corral})
+	d, err := New(driver.Config{Label: "corral.bench", StateDir: b.TempDir()}, Options{Supervisor: testenv.SupervisorOf(corral)})
 	if err != nil {
 		b.Fatal(err)
 	}

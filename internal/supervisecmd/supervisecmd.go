@@ -1,6 +1,10 @@
-package cli
+// Package supervisecmd is the `supervise` command line: what runs inside
+// sandboxes (a Docker sandbox's PID 1, a native sandbox's init, the exec
+// stage, the probes), shared by corral and corral-supervise.
+package supervisecmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,11 +12,37 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/corral-sandbox/corral/internal/buildid"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
-func newSuperviseCmd() *cobra.Command {
+// ExitError ends the program with its code: the supervised command's, or
+// 126/127 for a command that cannot run, as a shell's.
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// Main runs corral-supervise's command line, args without the program's
+// name (`supervise ...`, as the drivers write it), and returns the exit code.
+func Main(args []string) int {
+	root := &cobra.Command{Use: "corral-supervise", SilenceErrors: true, SilenceUsage: true}
+	root.AddCommand(New())
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	var exit *ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return exit.Code
+	}
+	fmt.Fprintln(os.Stderr, "corral-supervise:", err)
+	return 1
+}
+
+// New is the supervise command.
+func New() *cobra.Command {
 	var main supervisor.Config
 	cmd := &cobra.Command{
 		Use:    "supervise [--ready-file PATH] [--pids-dir DIR --pids N] [--drop-caps] -- CMD [ARGS...]",
@@ -24,7 +54,7 @@ func newSuperviseCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return &exitError{code: code}
+			return &ExitError{Code: code}
 		},
 	}
 	cmd.Flags().StringVar(&main.ReadyFile, "ready-file", "", "file written once the main process runs")
@@ -36,7 +66,7 @@ func newSuperviseCmd() *cobra.Command {
 		Short: "Run as PID 1 of a native sandbox, started by the native driver in new namespaces",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return &exitError{code: shim.RunSandbox(args[0])}
+			return &ExitError{Code: shim.RunSandbox(args[0])}
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -67,10 +97,10 @@ func newSuperviseCmd() *cobra.Command {
 			}
 			if errors.Is(err, os.ErrNotExist) || isNotFound(err) {
 				fmt.Fprintf(os.Stderr, "corral: exec %s: %v\n", args[0], err)
-				return &exitError{code: 127}
+				return &ExitError{Code: 127}
 			}
 			fmt.Fprintf(os.Stderr, "corral: exec %v: %v\n", args, err)
-			return &exitError{code: 126}
+			return &ExitError{Code: 126}
 		},
 	}
 	execCmd.Flags().IntVar(&stage.WaitFD, "wait-fd", 0, "wait for the end of this descriptor before anything else")
@@ -79,6 +109,12 @@ func newSuperviseCmd() *cobra.Command {
 	execCmd.Flags().StringVar(&stage.Cgroup, "cgroup", "", "join the cgroup of this cgroup.procs file first")
 	execCmd.Flags().IntVar(&stage.SpareFD, "spare-fd", 0, "wait on this socket for the command, its environment and descriptors")
 	cmd.AddCommand(execCmd)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "identity",
+		Short: "Print this build's identity (the gateway runs corral-supervise only when it is its own)",
+		Args:  cobra.NoArgs,
+		Run:   func(cmd *cobra.Command, _ []string) { fmt.Println(buildid.Identity()) },
+	})
 	return cmd
 }
 

@@ -1,9 +1,11 @@
-package cli
+package supervisecmd
 
 import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
@@ -25,7 +27,8 @@ func TestSuperviseCommandLinesParse(t *testing.T) {
 		{supervisor.SandboxArgv("/bundle"), "sandbox", []string{"/bundle"}},
 		{supervisor.ProbeArgv("/c", "mount", "uid"), "probe", []string{"mount", "uid"}},
 	} {
-		root := newRoot(&globals{})
+		root := &cobra.Command{Use: "corral-supervise"}
+		root.AddCommand(New())
 		cmd, rest, err := root.Find(tc.argv[1:])
 		if err == nil {
 			err = cmd.ParseFlags(rest)
