@@ -180,6 +180,14 @@ func (b *dockerBackend) removeAll() {
 	for _, c := range res.Items {
 		b.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	}
+	// The sandboxes' workdir volumes are named, so RemoveVolumes leaves them.
+	vols, err := b.api.VolumeList(ctx, client.VolumeListOptions{Filters: client.Filters{}.Add("label", b.label+"=true")})
+	if err != nil {
+		return
+	}
+	for _, v := range vols.Items {
+		b.api.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true})
+	}
 }
 
 // nativeBackend runs the native driver; its faults are supervisors killed

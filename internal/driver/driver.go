@@ -238,6 +238,17 @@ type Workdirs interface {
 	Workdir(ctx context.Context, id string) (string, error)
 }
 
+// Leftovers is a driver whose sandboxes keep storage apart from their
+// compute objects (Docker's workdir volumes), which can outlive them: a
+// create cut short by a delete may still make its volume after the delete
+// ran. The orphan collection removes what it lists as it does orphaned
+// compute objects, by Delete.
+type Leftovers interface {
+	// Leftovers lists, as objects, the sandboxes that have storage with
+	// this gateway's label but no compute object.
+	Leftovers(ctx context.Context) ([]Object, error)
+}
+
 // Tier is an isolation tier (a policy's isolation value) and whether a
 // driver can run sandboxes on it.
 type Tier struct {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -602,6 +603,71 @@ func TestInvalidRestartPolicyIsRefused(t *testing.T) {
 		}
 		if list, _ := h.m.List(context.Background()); len(list) != 0 {
 			t.Fatalf("%d records after a refused create", len(list))
+		}
+	})
+}
+
+// leftoverDriver is the fake driver with storage of its own that outlives
+// compute objects (driver.Leftovers), as Docker's workdir volumes can.
+type leftoverDriver struct {
+	*fake.Driver
+	mu      sync.Mutex
+	volumes map[string]bool // sandbox ids with storage
+}
+
+func (d *leftoverDriver) Leftovers(ctx context.Context) ([]driver.Object, error) {
+	objs, err := d.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []driver.Object
+	for id := range d.volumes {
+		if !slices.ContainsFunc(objs, func(o driver.Object) bool { return o.ID == id }) {
+			out = append(out, driver.Object{ID: id, State: driver.StateStopped})
+		}
+	}
+	return out, nil
+}
+
+func (d *leftoverDriver) Delete(ctx context.Context, id string) error {
+	d.mu.Lock()
+	delete(d.volumes, id)
+	d.mu.Unlock()
+	return d.Driver.Delete(ctx, id)
+}
+
+// Storage without a compute object or a record is collected as an orphan
+// is; a record's storage is not.
+func TestLeftoversAreRemovedAfterGrace(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		var drv *leftoverDriver
+		h := newHarness(t, func(c *Config) {
+			c.OrphanGrace = 50 * time.Millisecond
+			drv = &leftoverDriver{Driver: c.Driver.(*fake.Driver), volumes: map[string]bool{}}
+			c.Driver = drv
+		})
+		kept := h.create("kept")
+		h.waitPhase("kept", sandbox.PhaseReady)
+		stray := sandbox.NewID()
+		drv.mu.Lock()
+		drv.volumes[stray], drv.volumes[kept.ID] = true, true
+		drv.mu.Unlock()
+		ctx := context.Background()
+		for range 2 {
+			if err := h.m.CollectOrphans(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(60 * time.Millisecond) // the grace period passes on the bubble's clock
+		}
+		drv.mu.Lock()
+		defer drv.mu.Unlock()
+		if drv.volumes[stray] {
+			t.Error("storage without a record survived its grace period")
+		}
+		if !drv.volumes[kept.ID] {
+			t.Error("the storage of a sandbox with a record was removed")
 		}
 	})
 }

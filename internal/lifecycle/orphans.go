@@ -13,9 +13,16 @@ import (
 // gateway journal) when first seen, and removed once it has been an orphan
 // for the orphan grace period. The driver is listed before the store, so an
 // object whose record is being written is never mistaken for an orphan.
+// Storage a driver lists as Leftovers is collected the same way.
 func (m *Manager) CollectOrphans(ctx context.Context) error {
 	lctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 	objs, err := m.cfg.Driver.List(lctx)
+	if l, ok := m.cfg.Driver.(driver.Leftovers); ok && err == nil {
+		var left []driver.Object
+		if left, err = l.Leftovers(lctx); err == nil {
+			objs = append(objs, left...)
+		}
+	}
 	cancel()
 	if err != nil {
 		return fmt.Errorf("list driver objects: %w", err)

@@ -252,6 +252,35 @@ func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
 	return objs, nil
 }
 
+// Leftovers implements driver.Leftovers: the workdir volumes with this
+// gateway's label whose sandbox has no container. The containers are
+// listed first, so a volume whose container is being made shows as a
+// leftover only if its record is gone too (the orphan collection reads the
+// records after the driver).
+func (d *Driver) Leftovers(ctx context.Context) ([]driver.Object, error) {
+	list, err := d.containers(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	withContainer := map[string]bool{}
+	for _, c := range list {
+		withContainer[c.Labels[driver.LabelSandboxID]] = true
+	}
+	res, err := d.api.VolumeList(ctx, client.VolumeListOptions{Filters: client.Filters{}.Add("label", d.cfg.Label+"=true")})
+	if err != nil {
+		return nil, d.wrap(err, "list volumes")
+	}
+	var objs []driver.Object
+	for _, v := range res.Items {
+		id := v.Labels[driver.LabelSandboxID]
+		if id == "" || withContainer[id] || v.Name != d.volumeName(id) {
+			continue
+		}
+		objs = append(objs, driver.Object{ID: id, State: driver.StateStopped, Labels: v.Labels, Message: "workdir volume " + v.Name + " without a container"})
+	}
+	return objs, nil
+}
+
 // Stop implements driver.Driver: every container of the sandbox stops.
 func (d *Driver) Stop(ctx context.Context, ref driver.Ref, opts driver.StopOptions) error {
 	list, err := d.containers(ctx, ref.ID)

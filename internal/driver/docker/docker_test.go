@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/drivertest"
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -167,5 +169,36 @@ func TestWatchReportsExit(t *testing.T) {
 	case <-exited:
 	case <-time.After(20 * time.Second):
 		t.Fatal("Watch did not report the exit of the main process")
+	}
+}
+
+// A workdir volume whose container is gone (a create cut short by a delete
+// made it after the delete ran) is listed as a leftover, not while its
+// container exists, and goes with Delete.
+func TestLeftoverVolumes(t *testing.T) {
+	d := newTestDriver(t, "corral.test.leftovers."+sandbox.NewID()[:8])
+	ctx := context.Background()
+	withContainer := startPolicySandbox(t, d, "kept", "version: 1\n")
+	stray := sandbox.NewID()
+	if _, err := d.api.VolumeCreate(ctx, client.VolumeCreateOptions{Name: d.volumeName(stray),
+		Labels: map[string]string{d.cfg.Label: "true", driver.LabelSandboxID: stray}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.api.VolumeRemove(ctx, d.volumeName(stray), client.VolumeRemoveOptions{Force: true}) })
+	left, err := d.Leftovers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0].ID != stray {
+		t.Fatalf("leftovers %v; want only sandbox %s (not %s, whose container exists)", left, stray, withContainer)
+	}
+	if err := d.Delete(ctx, stray); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := d.Leftovers(ctx); err != nil || len(left) != 0 {
+		t.Fatalf("after its delete: leftovers %v, %v; want none", left, err)
+	}
+	if _, err := d.api.VolumeInspect(ctx, d.volumeName(stray), client.VolumeInspectOptions{}); err == nil {
+		t.Error("the leftover volume is still there after its delete")
 	}
 }
