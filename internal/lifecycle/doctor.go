@@ -29,6 +29,12 @@ func (m *Manager) Doctor(ctx context.Context) ([]Finding, error) {
 		out = append(out, Finding{"-", fmt.Sprintf("the %s driver does not answer: %v", m.cfg.Driver.Name(), listErr),
 			"sandboxes wait for it with backoff; nothing is lost meanwhile"})
 	}
+	var left []driver.Object
+	if l, ok := m.cfg.Driver.(driver.Leftovers); ok && listErr == nil {
+		lctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+		left, _ = l.Leftovers(lctx) // the compute objects' findings stand without them
+		cancel()
+	}
 	records, err := m.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
 		return nil, err
@@ -38,7 +44,9 @@ func (m *Manager) Doctor(ctx context.Context) ([]Finding, error) {
 		byID[o.ID] = o
 	}
 	now := m.now()
+	known := map[string]bool{}
 	for _, sb := range records {
+		known[sb.ID] = true
 		o, found := byID[sb.ID]
 		delete(byID, sb.ID)
 		switch {
@@ -67,16 +75,25 @@ func (m *Manager) Doctor(ctx context.Context) ([]Finding, error) {
 		}
 	}
 	for id, o := range byID {
-		m.mu.Lock()
-		first, seen := m.orphans[id]
-		m.mu.Unlock()
-		action := "reported, and removed once it has had no record for " + m.cfg.OrphanGrace.String()
-		if seen {
-			action = "removed at " + first.Add(m.cfg.OrphanGrace).Format(time.RFC3339) + " or soon after"
+		out = append(out, Finding{id, fmt.Sprintf("compute object (%q, generation %d, %s) without a record", o.Labels[driver.LabelName], o.Generation, o.State), m.orphanAction(id)})
+	}
+	for _, o := range left {
+		if !known[o.ID] {
+			out = append(out, Finding{o.ID, "storage without a compute object or a record: " + o.Message, m.orphanAction(o.ID)})
 		}
-		out = append(out, Finding{id, fmt.Sprintf("compute object (%q, generation %d, %s) without a record", o.Labels[driver.LabelName], o.Generation, o.State), action})
 	}
 	return out, nil
+}
+
+// orphanAction says what becomes of an orphan: when it is removed.
+func (m *Manager) orphanAction(id string) string {
+	m.mu.Lock()
+	first, seen := m.orphans[id]
+	m.mu.Unlock()
+	if seen {
+		return "removed at " + first.Add(m.cfg.OrphanGrace).Format(time.RFC3339) + " or soon after"
+	}
+	return "reported, and removed once it has had no record for " + m.cfg.OrphanGrace.String()
 }
 
 // AssumeGone removes a sandbox's record without the driver's confirmation

@@ -638,8 +638,8 @@ func (d *leftoverDriver) Delete(ctx context.Context, id string) error {
 	return d.Driver.Delete(ctx, id)
 }
 
-// Storage without a compute object or a record is collected as an orphan
-// is; a record's storage is not.
+// Storage without a compute object or a record is reported by the doctor
+// and collected as an orphan is; a record's storage is neither.
 func TestLeftoversAreRemovedAfterGrace(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		var drv *leftoverDriver
@@ -655,6 +655,13 @@ func TestLeftoversAreRemovedAfterGrace(t *testing.T) {
 		drv.volumes[stray], drv.volumes[kept.ID] = true, true
 		drv.mu.Unlock()
 		ctx := context.Background()
+		findings, err := h.m.Doctor(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(findings) != 1 || findings[0].Sandbox != stray || !strings.Contains(findings[0].Problem, "storage without") {
+			t.Fatalf("doctor: %+v; want one finding, the storage of %s", findings, stray)
+		}
 		for range 2 {
 			if err := h.m.CollectOrphans(ctx); err != nil {
 				t.Fatal(err)
