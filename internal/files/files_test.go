@@ -244,3 +244,21 @@ func TestHostSideOwner(t *testing.T) {
 		}
 	}
 }
+
+// A copy cut short in the middle of a file (the caller went away, the disk
+// is full) leaves no part of that file, and keeps the files it finished.
+func TestCopyInCutShortLeavesNoPartialFile(t *testing.T) {
+	fsys, dir, _ := sandboxFS(t)
+	whole := tarOf(t, entry{name: "done", body: "complete", typ: tar.TypeReg}, entry{name: "big", body: strings.Repeat("x", 1<<20), typ: tar.TypeReg})
+	cut := whole[:len(whole)-(1<<19)] // half of big's body
+	err := fsys.Do(context.Background(), Request{Op: OpCopyIn, Path: "/sandbox"}, bytes.NewReader(cut), &bytes.Buffer{})
+	if err == nil {
+		t.Fatal("a stream cut in the middle of a file was copied in without an error")
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "big")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the file cut short is there: %v", err)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "done")); string(data) != "complete" || err != nil {
+		t.Errorf("the file copied whole before it: %q, %v", data, err)
+	}
+}

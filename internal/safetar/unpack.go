@@ -266,6 +266,9 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 			err = cerr
 		}
 		if err != nil {
+			// No half-written file stays behind (on a full disk it would
+			// keep the disk full): it is the one this entry just made.
+			_ = u.root.Remove(name)
 			return fmt.Errorf("entry %q: write: %w", hdr.Name, err)
 		}
 		u.stats.Bytes += n
