@@ -304,11 +304,11 @@ func (r *run) deletesOf(name string) *deletes {
 	return r.deletes[name]
 }
 
-// afterEveryDelete reports whether a create of name sent when name's deletes
-// were sent, and acknowledged now, was made after each of them; r.mu must be held.
-func (r *run) afterEveryDelete(name string, sent int) bool {
+// settled reports whether no delete of name is open or may still be
+// applied by the gateway alive now; r.mu must be held.
+func (r *run) settled(name string) bool {
 	d := r.deletesOf(name)
-	return d.sent == sent && d.open == 0 && d.uncertain != r.kills+1
+	return d.open == 0 && d.uncertain != r.kills+1
 }
 
 func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
@@ -324,7 +324,7 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 	case op < 3:
 		r.mu.Lock()
 		sent := r.deletesOf(name).sent
-		safe := r.afterEveryDelete(name, sent) // none in flight when it was sent
+		settled := r.settled(name) // no delete can land after this create but the ones sent from now on
 		r.mu.Unlock()
 		var resp *corralv1.CreateSandboxResponse
 		resp, err = c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, RequestId: fmt.Sprintf("%s-%d", name, rng.IntN(3)), Spec: r.backend.spec()})
@@ -334,7 +334,7 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 			// A new sandbox clears the name's deletes only if none can
 			// have come after it: one answered later, still open, or
 			// unanswered to the gateway that made it may have removed it.
-			if resp.Created && safe && r.afterEveryDelete(name, sent) {
+			if resp.Created && settled && r.deletesOf(name).sent == sent {
 				delete(r.deleteAsked, resp.Sandbox.Name)
 			}
 			r.mu.Unlock()

@@ -54,6 +54,9 @@ func sameBuild(helper, id string) string {
 	if _, err := os.Stat(helper); err != nil {
 		return "no " + helperName + " beside the corral binary (build both: CGO_ENABLED=0 go build -o DIR/ ./cmd/corral ./cmd/corral-supervise)"
 	}
+	if id == "" { // nothing the helper says can match: do not start it
+		return "this corral is a build of a modified or unversioned tree, which names no build to check " + helperName + " against (build both at once with " + buildid.StampFlag("$(date +%s%N)") + ")"
+	}
 	if err := requireStatic(helper); err != nil {
 		return err.Error()
 	}
@@ -63,10 +66,7 @@ func sameBuild(helper, id string) string {
 	if err != nil {
 		return fmt.Sprintf("%s supervise identity: %v", helper, err)
 	}
-	switch got := strings.TrimSpace(string(out)); {
-	case id == "":
-		return "this corral is a build of a modified or unversioned tree, which names no build to check " + helperName + " against (build both at once with " + buildid.StampFlag("$(date +%s%N)") + ")"
-	case got != id:
+	if got := strings.TrimSpace(string(out)); got != id {
 		return fmt.Sprintf("%s is another build (%s) than the corral binary (%s): rebuild both", helper, got, id)
 	}
 	return ""
