@@ -245,8 +245,10 @@ type Workdirs interface {
 // compute objects, by Delete.
 type Leftovers interface {
 	// Leftovers lists, as objects, the sandboxes that have storage with
-	// this gateway's label but no compute object.
-	Leftovers(ctx context.Context) ([]Object, error)
+	// this gateway's label but no object in compute (what List returned
+	// just before: storage listed after its compute object is never
+	// mistaken for a leftover).
+	Leftovers(ctx context.Context, compute []Object) ([]Object, error)
 }
 
 // Tier is an isolation tier (a policy's isolation value) and whether a

@@ -30,10 +30,12 @@ func (m *Manager) Doctor(ctx context.Context) ([]Finding, error) {
 			"sandboxes wait for it with backoff; nothing is lost meanwhile"})
 	}
 	var left []driver.Object
-	if l, ok := m.cfg.Driver.(driver.Leftovers); ok && listErr == nil {
-		lctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
-		left, _ = l.Leftovers(lctx) // the compute objects' findings stand without them
-		cancel()
+	if listErr == nil {
+		var err error
+		if left, err = m.leftovers(ctx, objs); err != nil {
+			out = append(out, Finding{"-", fmt.Sprintf("the %s driver cannot list storage left without compute: %v", m.cfg.Driver.Name(), err),
+				"such storage is checked again at the next orphan collection"})
+		}
 	}
 	records, err := m.cfg.Store.ListSandboxes(ctx)
 	if err != nil {

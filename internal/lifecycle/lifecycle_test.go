@@ -615,11 +615,7 @@ type leftoverDriver struct {
 	volumes map[string]bool // sandbox ids with storage
 }
 
-func (d *leftoverDriver) Leftovers(ctx context.Context) ([]driver.Object, error) {
-	objs, err := d.List(ctx)
-	if err != nil {
-		return nil, err
-	}
+func (d *leftoverDriver) Leftovers(_ context.Context, objs []driver.Object) ([]driver.Object, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []driver.Object

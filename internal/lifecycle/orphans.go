@@ -17,16 +17,15 @@ import (
 func (m *Manager) CollectOrphans(ctx context.Context) error {
 	lctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 	objs, err := m.cfg.Driver.List(lctx)
-	if l, ok := m.cfg.Driver.(driver.Leftovers); ok && err == nil {
-		var left []driver.Object
-		if left, err = l.Leftovers(lctx); err == nil {
-			objs = append(objs, left...)
-		}
-	}
 	cancel()
 	if err != nil {
 		return fmt.Errorf("list driver objects: %w", err)
 	}
+	left, err := m.leftovers(ctx, objs)
+	if err != nil {
+		return fmt.Errorf("list storage left without compute: %w", err)
+	}
+	objs = append(objs, left...)
 	records, err := m.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
 		return err
@@ -81,6 +80,18 @@ func (m *Manager) CollectOrphans(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	return nil
+}
+
+// leftovers is what a driver.Leftovers driver keeps without an object of
+// compute (nothing for another driver).
+func (m *Manager) leftovers(ctx context.Context, compute []driver.Object) ([]driver.Object, error) {
+	l, ok := m.cfg.Driver.(driver.Leftovers)
+	if !ok {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	defer cancel()
+	return l.Leftovers(ctx, compute)
 }
 
 func (m *Manager) journal(ev store.GatewayEvent) {

@@ -253,18 +253,11 @@ func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
 }
 
 // Leftovers implements driver.Leftovers: the workdir volumes with this
-// gateway's label whose sandbox has no container. The containers are
-// listed first, so a volume whose container is being made shows as a
-// leftover only if its record is gone too (the orphan collection reads the
-// records after the driver).
-func (d *Driver) Leftovers(ctx context.Context) ([]driver.Object, error) {
-	list, err := d.containers(ctx, "")
-	if err != nil {
-		return nil, err
-	}
+// gateway's label whose sandbox has no container in compute (List's).
+func (d *Driver) Leftovers(ctx context.Context, compute []driver.Object) ([]driver.Object, error) {
 	withContainer := map[string]bool{}
-	for _, c := range list {
-		withContainer[c.Labels[driver.LabelSandboxID]] = true
+	for _, o := range compute {
+		withContainer[o.ID] = true
 	}
 	res, err := d.api.VolumeList(ctx, client.VolumeListOptions{Filters: client.Filters{}.Add("label", d.cfg.Label+"=true")})
 	if err != nil {

@@ -185,7 +185,14 @@ func TestLeftoverVolumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.api.VolumeRemove(ctx, d.volumeName(stray), client.VolumeRemoveOptions{Force: true}) })
-	left, err := d.Leftovers(ctx)
+	leftovers := func() ([]driver.Object, error) {
+		compute, err := d.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return d.Leftovers(ctx, compute)
+	}
+	left, err := leftovers()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +202,7 @@ func TestLeftoverVolumes(t *testing.T) {
 	if err := d.Delete(ctx, stray); err != nil {
 		t.Fatal(err)
 	}
-	if left, err := d.Leftovers(ctx); err != nil || len(left) != 0 {
+	if left, err := leftovers(); err != nil || len(left) != 0 {
 		t.Fatalf("after its delete: leftovers %v, %v; want none", left, err)
 	}
 	if _, err := d.api.VolumeInspect(ctx, d.volumeName(stray), client.VolumeInspectOptions{}); err == nil {
