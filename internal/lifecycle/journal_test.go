@@ -27,6 +27,11 @@ func (c *countingStore) Mutate(ctx context.Context, id string, fn func(sb *sandb
 	return c.Store.Mutate(ctx, id, fn)
 }
 
+func (c *countingStore) MutateNamed(ctx context.Context, nameOrID string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+	c.writes.Add(1)
+	return c.Store.MutateNamed(ctx, nameOrID, fn)
+}
+
 func (c *countingStore) PutOperation(ctx context.Context, ops ...*sandbox.Operation) error {
 	c.writes.Add(1)
 	return c.Store.PutOperation(ctx, ops...)

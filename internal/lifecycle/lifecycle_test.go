@@ -364,6 +364,27 @@ func TestDeleteFinishesInEveryPhase(t *testing.T) {
 	}
 }
 
+// A delete the driver confirmed removes the record at once: the driver is
+// not asked again whether the object is gone (here it could not answer).
+func TestConfirmedDeleteRemovesTheRecord(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		sb := h.create("confirmed")
+		h.waitPhase(sb.Name, sandbox.PhaseReady)
+		h.faults(fake.Rule{Op: "delete", Action: "hold"})
+		if _, err := h.m.Delete(context.Background(), sb.Name, true); err != nil {
+			t.Fatal(err)
+		}
+		h.held("delete", sb.ID)
+		h.faults(fake.Rule{Op: "inspect", Sandbox: sb.ID, Action: "fail", Error: "inspect is broken"})
+		h.waitGone(sb.Name)
+		h.faults()
+		if o, ok := h.object(sb.ID); ok {
+			t.Fatalf("driver still holds %+v", o)
+		}
+	})
+}
+
 func (h *harness) restartWith(tweak func(*Config)) {
 	h.tweak = tweak
 	h.restart()

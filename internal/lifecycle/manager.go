@@ -317,9 +317,17 @@ func (m *Manager) Watch() (<-chan Event, func()) { return m.events.subscribe() }
 
 // mutate runs a store mutation and publishes the result.
 func (m *Manager) mutate(id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+	return m.mutateWith(m.cfg.Store.Mutate, id, fn)
+}
+
+// mutator is a store's Mutate or MutateNamed.
+type mutator func(ctx context.Context, key string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error)
+
+// mutateWith is mutate through the given store method.
+func (m *Manager) mutateWith(mutate mutator, key string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
 	ctx, cancel := storeCtx()
 	defer cancel()
-	sb, err := m.cfg.Store.Mutate(ctx, id, func(sb *sandbox.Sandbox) (store.Mutation, error) {
+	sb, err := mutate(ctx, key, func(sb *sandbox.Sandbox) (store.Mutation, error) {
 		mu, err := fn(sb)
 		sb.UpdatedAt = m.now()
 		return mu, err

@@ -109,6 +109,13 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 		return m.failed(a, sb, string(act.kind), err)
 	}
 	a.failures = 0
+	if act.kind == sandbox.OpDriverDelete {
+		// The driver confirmed that no compute object of the sandbox is
+		// left (its delete of a missing one succeeds), which is all the next
+		// step's Inspect would learn; the intent cannot change any more.
+		m.remove(a, sb)
+		return false, 0
+	}
 	return true, 0
 }
 

@@ -235,16 +235,18 @@ func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbo
 		return nil, err
 	}
 	defer done()
-	cur, err := m.Get(ctx, nameOrID)
-	if err != nil {
-		return nil, err
-	}
 	if failures.claimCheck != nil {
+		cur, err := m.Get(ctx, nameOrID)
+		if err != nil {
+			return nil, err
+		}
 		if err := failures.claimCheck(ctx, m, cur); err != nil {
 			return nil, err
 		}
 	}
-	sb, err := m.mutate(cur.ID, func(sb *sandbox.Sandbox) (store.Mutation, error) {
+	id := ""
+	sb, err := m.mutateWith(m.cfg.Store.MutateNamed, nameOrID, func(sb *sandbox.Sandbox) (store.Mutation, error) {
+		id = sb.ID
 		if err := change(sb); err != nil {
 			return store.Mutation{}, err
 		}
@@ -256,8 +258,8 @@ func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbo
 	})
 	switch {
 	case errors.Is(err, errNoChange):
-		m.kick(cur.ID)
-		return m.Get(ctx, cur.ID)
+		m.kick(id)
+		return m.Get(ctx, id)
 	case errors.Is(err, errdefs.ErrNotFound):
 		return nil, errdefs.NotFound("sandbox %q not found", nameOrID)
 	case err != nil:

@@ -28,6 +28,10 @@ type Store interface {
 	// writes it back with the journal changes fn returns, all in one
 	// transaction. An error from fn rolls everything back.
 	Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandbox) (Mutation, error)) (*sandbox.Sandbox, error)
+	// MutateNamed is Mutate of the record named nameOrID, else of the one
+	// with that id, as a caller names a sandbox: a request changes its
+	// intent without reading it first.
+	MutateNamed(ctx context.Context, nameOrID string, fn func(sb *sandbox.Sandbox) (Mutation, error)) (*sandbox.Sandbox, error)
 	// DeleteSandbox removes a record and its journal.
 	DeleteSandbox(ctx context.Context, id string) error
 

@@ -282,15 +282,34 @@ func (s *Store) ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error) {
 
 // Mutate implements store.Store.
 func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+	return s.mutate(ctx, id, func(q *stmts) (*sandbox.Sandbox, error) {
+		return getSandbox(ctx, q, "id = ?", id)
+	}, fn)
+}
+
+// MutateNamed implements store.Store.
+func (s *Store) MutateNamed(ctx context.Context, nameOrID string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+	return s.mutate(ctx, nameOrID, func(q *stmts) (*sandbox.Sandbox, error) {
+		sb, err := getSandbox(ctx, q, "name = ?", nameOrID)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			sb, err = getSandbox(ctx, q, "id = ?", nameOrID)
+		}
+		return sb, err
+	}, fn)
+}
+
+// mutate is Mutate of the record that find reads in the transaction (key
+// names it in errors).
+func (s *Store) mutate(ctx context.Context, key string, find func(q *stmts) (*sandbox.Sandbox, error), fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
 	var (
 		sb   *sandbox.Sandbox
 		undo = func() {}
 	)
 	err := s.w.write(ctx, func(q *stmts) error {
 		var err error
-		sb, err = getSandbox(ctx, q, "id = ?", id)
+		sb, err = find(q)
 		if errors.Is(err, errdefs.ErrNotFound) {
-			return errdefs.NotFound("sandbox %s not found", id)
+			return errdefs.NotFound("sandbox %s not found", key)
 		}
 		if err != nil {
 			return err

@@ -729,6 +729,46 @@ func TestMutateMissing(t *testing.T) {
 	}
 }
 
+// MutateNamed finds a record as a caller names it: by name first (even a
+// name that is another sandbox's id), else by id.
+func TestMutateNamed(t *testing.T) {
+	s := newStore(t)
+	first := newSandbox("web", t0)
+	create(t, s, first)
+	second := newSandbox(first.ID, t0) // named as the first one's id
+	create(t, s, second)
+	mutated := func(key string) string {
+		t.Helper()
+		got, err := s.MutateNamed(testCtx(t), key, func(sb *sandbox.Sandbox) (store.Mutation, error) {
+			sb.Reason = "changed through " + key
+			return store.Mutation{}, nil
+		})
+		if err != nil {
+			t.Fatalf("MutateNamed(%q): %v", key, err)
+		}
+		if stored := get(t, s, got.ID); stored.Reason != "changed through "+key {
+			t.Fatalf("MutateNamed(%q) changed %s, but the stored record's reason is %q", key, got.ID, stored.Reason)
+		}
+		return got.ID
+	}
+	if id := mutated("web"); id != first.ID {
+		t.Errorf("by name: changed %s, want %s", id, first.ID)
+	}
+	if id := mutated(first.ID); id != second.ID {
+		t.Errorf("by a name that is also an id: changed %s, want the one of that name, %s", id, second.ID)
+	}
+	if id := mutated(second.ID); id != second.ID {
+		t.Errorf("by id: changed %s, want %s", id, second.ID)
+	}
+	_, err := s.MutateNamed(testCtx(t), "nope", func(sb *sandbox.Sandbox) (store.Mutation, error) {
+		t.Error("MutateNamed called fn for a missing record")
+		return store.Mutation{}, nil
+	})
+	if !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), `nope`) {
+		t.Errorf("MutateNamed of a missing record = %v, want ErrNotFound naming it", err)
+	}
+}
+
 func TestMutateSettleRequests(t *testing.T) {
 	s := newStore(t)
 	sb := newSandbox("web", t0)
