@@ -62,6 +62,24 @@ func TestReleaseBinaryHasNoTestSwitches(t *testing.T) {
 	}
 }
 
+// Every program start inside a sandbox (its PID 1, each exec stage) pays
+// the package initialisation of corral-supervise, so it links no gRPC or
+// protobuf (their init took ~3 ms of each start); the gateway does, so the
+// check can fail.
+func TestSupervisorLinksNoRPC(t *testing.T) {
+	rpc := func(pkg string) bool {
+		return strings.HasPrefix(pkg, "google.golang.org/grpc") || strings.HasPrefix(pkg, "google.golang.org/protobuf")
+	}
+	for _, pkg := range goList(t, "./cmd/corral-supervise") {
+		if rpc(pkg) {
+			t.Errorf("corral-supervise links %s", pkg)
+		}
+	}
+	if !slices.ContainsFunc(goList(t, "./cmd/corral"), rpc) {
+		t.Error("corral links no gRPC: the check above proves nothing")
+	}
+}
+
 // goList returns the import paths of the dependencies of a package (and
 // the package), as go list -deps gives them for the flags.
 func goList(t *testing.T, args ...string) []string {

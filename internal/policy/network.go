@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 )
@@ -70,10 +71,13 @@ func ParseNetwork(text string) ([]NetworkPolicy, error) {
 	return p.Network, err
 }
 
+// The patterns are compiled when first used: their counted repetitions
+// make large programs, and every program start of the supervisor (each
+// exec stage too) links this package without parsing any network policy.
 var (
-	policyName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
-	hostLabel  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	httpMethod = regexp.MustCompile(`^[A-Z][A-Z-]{0,31}$`)
+	policyName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`) })
+	hostLabel  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`) })
+	httpMethod = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Z][A-Z-]{0,31}$`) })
 )
 
 // network reads network_policies: a mapping of names to policies, kept in
@@ -87,7 +91,7 @@ func network(n *yaml.Node, field string) ([]NetworkPolicy, error) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		f := field + "." + k.Value
-		if k.Kind != yaml.ScalarNode || !policyName.MatchString(k.Value) {
+		if k.Kind != yaml.ScalarNode || !policyName().MatchString(k.Value) {
 			return nil, &Error{Line: k.Line, Field: f, Msg: "a network policy's name is 1 to 63 letters, digits, '_', '.' or '-', starting with a letter or digit"}
 		}
 		if prev, dup := seen[k.Value]; dup {
@@ -207,7 +211,7 @@ func host(n *yaml.Node, field string) (string, error) {
 	labels := strings.Split(name, ".")
 	ok := len(name) <= 253 && (!wild || len(labels) >= 2)
 	for _, l := range labels {
-		ok = ok && hostLabel.MatchString(l)
+		ok = ok && hostLabel().MatchString(l)
 	}
 	if !ok {
 		return "", &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want %s, not %q", want, s)}
@@ -267,7 +271,7 @@ func httpRule(n *yaml.Node, field string) (HTTPRule, error) {
 	err := walk(n, field, fields{
 		"method": func(n *yaml.Node, f string) error {
 			s, err := scalar(n, f, `an HTTP method such as GET, or "*"`)
-			if err == nil && s != "*" && !httpMethod.MatchString(s) {
+			if err == nil && s != "*" && !httpMethod().MatchString(s) {
 				err = &Error{Line: n.Line, Field: f, Msg: fmt.Sprintf(`want an upper-case HTTP method such as GET, or "*", not %q`, s)}
 			}
 			r.Method = s

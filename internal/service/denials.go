@@ -5,13 +5,12 @@ import (
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/egress"
-	"github.com/corral-sandbox/corral/internal/errdefs"
 )
 
 func (s *service) SandboxDenials(req *corralv1.SandboxDenialsRequest, stream corralv1.SandboxService_SandboxDenialsServer) error {
 	past, next, stop, err := s.m.Denials(stream.Context(), req.GetName(), req.GetFollow())
 	if err != nil {
-		return errdefs.ToGRPC(err)
+		return toGRPC(err)
 	}
 	defer stop()
 	for _, d := range past {

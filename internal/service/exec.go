@@ -10,7 +10,6 @@ import (
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
-	"github.com/corral-sandbox/corral/internal/errdefs"
 )
 
 // streamWriter sends what is written to it as responses of a stream;
@@ -87,7 +86,7 @@ func (s *service) ExecSandbox(stream corralv1.SandboxService_ExecSandboxServer) 
 	}()
 	code, err := s.m.Exec(stream.Context(), start.Name, opts)
 	if err != nil {
-		return errdefs.ToGRPC(err)
+		return toGRPC(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -102,5 +101,5 @@ func (s *service) SandboxLogs(req *corralv1.SandboxLogsRequest, stream corralv1.
 	if errors.Is(err, io.EOF) {
 		return nil
 	}
-	return errdefs.ToGRPC(err)
+	return toGRPC(err)
 }

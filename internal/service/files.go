@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
-	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/files"
 )
 
@@ -70,12 +69,12 @@ func (c chunker) Write(p []byte) (int, error) {
 
 func (s *fileService) CopyOut(req *corralv1.CopyOutRequest, stream grpc.ServerStreamingServer[corralv1.FileChunk]) error {
 	out := chunker(func(p []byte) error { return stream.Send(&corralv1.FileChunk{Data: p}) })
-	return errdefs.ToGRPC(s.m.Files(stream.Context(), req.GetSandbox(), files.Request{Op: files.OpCopyOut, Path: req.GetPath()}, nil, out))
+	return toGRPC(s.m.Files(stream.Context(), req.GetSandbox(), files.Request{Op: files.OpCopyOut, Path: req.GetPath()}, nil, out))
 }
 
 func (s *fileService) ReadFile(req *corralv1.ReadFileRequest, stream grpc.ServerStreamingServer[corralv1.FileChunk]) error {
 	out := chunker(func(p []byte) error { return stream.Send(&corralv1.FileChunk{Data: p}) })
-	return errdefs.ToGRPC(s.m.Files(stream.Context(), req.GetSandbox(), files.Request{Op: files.OpRead, Path: req.GetPath()}, nil, out))
+	return toGRPC(s.m.Files(stream.Context(), req.GetSandbox(), files.Request{Op: files.OpRead, Path: req.GetPath()}, nil, out))
 }
 
 // upload receives a client stream's header, its first message, and
@@ -144,10 +143,10 @@ func (s *fileService) WriteFile(stream grpc.ClientStreamingServer[corralv1.Write
 func (s *fileService) result(ctx context.Context, name string, req files.Request, in io.Reader) (files.Result, error) {
 	var out bytes.Buffer
 	if err := s.m.Files(ctx, name, req, in, &out); err != nil {
-		return files.Result{}, errdefs.ToGRPC(err)
+		return files.Result{}, toGRPC(err)
 	}
 	res, err := files.ReadResult(&out)
-	return res, errdefs.ToGRPC(err)
+	return res, toGRPC(err)
 }
 
 func (s *fileService) ListDir(ctx context.Context, req *corralv1.ListDirRequest) (*corralv1.ListDirResponse, error) {
@@ -173,7 +172,7 @@ func (s *fileService) StatFile(ctx context.Context, req *corralv1.StatFileReques
 func (s *fileService) RemoveFile(ctx context.Context, req *corralv1.RemoveFileRequest) (*corralv1.RemoveFileResponse, error) {
 	err := s.m.Files(ctx, req.GetSandbox(), files.Request{Op: files.OpRemove, Path: req.GetPath(), Recursive: req.GetRecursive()}, nil, io.Discard)
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return &corralv1.RemoveFileResponse{}, nil
 }
@@ -198,7 +197,7 @@ func (s *fileService) WatchDir(req *corralv1.WatchDirRequest, stream grpc.Server
 	if err == nil && lines.err != nil {
 		err = lines.err
 	}
-	return errdefs.ToGRPC(err)
+	return toGRPC(err)
 }
 
 // lineWriter calls line with each non-empty line written to it (empty

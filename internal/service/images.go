@@ -6,7 +6,6 @@ import (
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
-	"github.com/corral-sandbox/corral/internal/errdefs"
 )
 
 // Imager is what the API asks of the lifecycle about the driver's images;
@@ -36,7 +35,7 @@ func (s *service) PullImage(req *corralv1.PullImageRequest, stream corralv1.Sand
 		}
 	})
 	if err != nil {
-		return errdefs.ToGRPC(err)
+		return toGRPC(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -52,7 +51,7 @@ func (s *service) PullImage(req *corralv1.PullImageRequest, stream corralv1.Sand
 func (s *service) ListImages(ctx context.Context, _ *corralv1.ListImagesRequest) (*corralv1.ListImagesResponse, error) {
 	list, err := s.m.ListImages(ctx)
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	resp := &corralv1.ListImagesResponse{Images: make([]*corralv1.Image, 0, len(list))}
 	for _, img := range list {
@@ -64,7 +63,7 @@ func (s *service) ListImages(ctx context.Context, _ *corralv1.ListImagesRequest)
 func (s *service) RemoveImage(ctx context.Context, req *corralv1.RemoveImageRequest) (*corralv1.Image, error) {
 	img, err := s.m.RemoveImage(ctx, req.GetImage())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return imageToProto(img), nil
 }
@@ -72,7 +71,7 @@ func (s *service) RemoveImage(ctx context.Context, req *corralv1.RemoveImageRequ
 func (s *service) PruneImages(ctx context.Context, _ *corralv1.PruneImagesRequest) (*corralv1.PruneImagesResponse, error) {
 	removed, err := s.m.PruneImages(ctx)
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	resp := &corralv1.PruneImagesResponse{Removed: make([]*corralv1.Image, 0, len(removed))}
 	for _, img := range removed {

@@ -29,11 +29,11 @@ func (s *service) claim(ctx context.Context, req *corralv1.CreateSandboxRequest)
 	spec := req.GetSpec()
 	if spec.GetImage() != "" || len(spec.GetCommand()) > 0 || spec.GetPolicy() != "" || spec.GetRestartPolicy() != "" ||
 		spec.GetMaxRestarts() != 0 || len(spec.GetAddHosts()) > 0 {
-		return nil, errdefs.ToGRPC(errdefs.InvalidArgument("sandbox %q: a create from pool %q takes the pool's image, command and policy; give only its name and labels", req.GetName(), req.GetPool()))
+		return nil, toGRPC(errdefs.InvalidArgument("sandbox %q: a create from pool %q takes the pool's image, command and policy; give only its name and labels", req.GetName(), req.GetPool()))
 	}
 	c, err := s.m.Claim(ctx, req.GetName(), req.GetRequestId(), req.GetPool(), spec.GetLabels())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return &corralv1.CreateSandboxResponse{Sandbox: toProto(c.Sandbox), Created: c.Created,
 		FromPool: c.FromPool, PoolReason: c.Reason}, nil
@@ -44,7 +44,7 @@ func (s *service) CreatePool(ctx context.Context, req *corralv1.CreatePoolReques
 	p, err := s.m.CreatePool(ctx, req.GetName(), int(req.GetSize()),
 		sandbox.Spec{Image: spec.GetImage(), Command: spec.GetCommand(), Policy: spec.GetPolicy()})
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return poolToProto(p), nil
 }
@@ -52,7 +52,7 @@ func (s *service) CreatePool(ctx context.Context, req *corralv1.CreatePoolReques
 func (s *service) ListPools(ctx context.Context, _ *corralv1.ListPoolsRequest) (*corralv1.ListPoolsResponse, error) {
 	list, err := s.m.ListPools(ctx)
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	resp := &corralv1.ListPoolsResponse{}
 	for _, p := range list {
@@ -64,7 +64,7 @@ func (s *service) ListPools(ctx context.Context, _ *corralv1.ListPoolsRequest) (
 func (s *service) DeletePool(ctx context.Context, req *corralv1.DeletePoolRequest) (*corralv1.Pool, error) {
 	p, err := s.m.DeletePool(ctx, req.GetName())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return poolToProto(p), nil
 }

@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
-	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/tunnel"
 )
@@ -33,7 +32,7 @@ func (s *service) PortForward(stream corralv1.SandboxService_PortForwardServer) 
 	}
 	c, err := s.m.DialPort(stream.Context(), first.GetName(), int(first.GetPort()))
 	if err != nil {
-		return errdefs.ToGRPC(err)
+		return toGRPC(err)
 	}
 	defer c.Close()
 	inside, ok := c.(tunnel.Side)
@@ -52,7 +51,7 @@ func (s *service) PortForward(stream corralv1.SandboxService_PortForwardServer) 
 func (s *service) ExposePort(ctx context.Context, req *corralv1.ExposePortRequest) (*corralv1.ExposedPort, error) {
 	e, err := s.m.Expose(ctx, req.GetName(), int(req.GetPort()), req.GetAddress())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return exposedToProto(e), nil
 }
@@ -60,7 +59,7 @@ func (s *service) ExposePort(ctx context.Context, req *corralv1.ExposePortReques
 func (s *service) UnexposePort(ctx context.Context, req *corralv1.UnexposePortRequest) (*corralv1.ExposedPort, error) {
 	e, err := s.m.Unexpose(ctx, req.GetName(), int(req.GetPort()))
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return exposedToProto(e), nil
 }
@@ -68,7 +67,7 @@ func (s *service) UnexposePort(ctx context.Context, req *corralv1.UnexposePortRe
 func (s *service) ListExposedPorts(ctx context.Context, req *corralv1.ListExposedPortsRequest) (*corralv1.ListExposedPortsResponse, error) {
 	list, err := s.m.ExposedPorts(ctx, req.GetName())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	resp := &corralv1.ListExposedPortsResponse{}
 	for _, e := range list {

@@ -22,7 +22,6 @@ import (
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/egress"
-	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -103,7 +102,7 @@ func (s *service) CreateSandbox(ctx context.Context, req *corralv1.CreateSandbox
 	}
 	sb, created, err := s.m.Create(ctx, req.GetName(), req.GetRequestId(), specFromProto(req.GetSpec()))
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return &corralv1.CreateSandboxResponse{Sandbox: toProto(sb), Created: created}, nil
 }
@@ -111,7 +110,7 @@ func (s *service) CreateSandbox(ctx context.Context, req *corralv1.CreateSandbox
 func (s *service) GetSandbox(ctx context.Context, req *corralv1.GetSandboxRequest) (*corralv1.Sandbox, error) {
 	sb, err := s.m.Get(ctx, req.GetName())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	out := toProto(sb)
 	out.Protections = s.m.Protections(ctx, sb)
@@ -122,7 +121,7 @@ func (s *service) GetSandbox(ctx context.Context, req *corralv1.GetSandboxReques
 func (s *service) UpdateSandbox(ctx context.Context, req *corralv1.UpdateSandboxRequest) (*corralv1.Sandbox, error) {
 	sb, err := s.m.UpdatePolicy(ctx, req.GetName(), req.GetPolicy())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return toProto(sb), nil
 }
@@ -130,7 +129,7 @@ func (s *service) UpdateSandbox(ctx context.Context, req *corralv1.UpdateSandbox
 func (s *service) ListSandboxes(ctx context.Context, _ *corralv1.ListSandboxesRequest) (*corralv1.ListSandboxesResponse, error) {
 	list, err := s.m.List(ctx)
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	resp := &corralv1.ListSandboxesResponse{}
 	for _, sb := range list {
@@ -142,7 +141,7 @@ func (s *service) ListSandboxes(ctx context.Context, _ *corralv1.ListSandboxesRe
 func (s *service) StopSandbox(ctx context.Context, req *corralv1.StopSandboxRequest) (*corralv1.Sandbox, error) {
 	sb, err := s.m.Stop(ctx, req.GetName())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return toProto(sb), nil
 }
@@ -150,7 +149,7 @@ func (s *service) StopSandbox(ctx context.Context, req *corralv1.StopSandboxRequ
 func (s *service) StartSandbox(ctx context.Context, req *corralv1.StartSandboxRequest) (*corralv1.Sandbox, error) {
 	sb, err := s.m.Start(ctx, req.GetName())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return toProto(sb), nil
 }
@@ -162,13 +161,13 @@ func (s *service) DeleteSandbox(ctx context.Context, req *corralv1.DeleteSandbox
 		}
 		sb, err := s.m.AssumeGone(ctx, req.GetName(), caller(ctx), req.GetReason())
 		if err != nil {
-			return nil, errdefs.ToGRPC(err)
+			return nil, toGRPC(err)
 		}
 		return &corralv1.DeleteSandboxResponse{Sandbox: toProto(sb)}, nil
 	}
 	sb, err := s.m.Delete(ctx, req.GetName(), req.GetForce())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	return &corralv1.DeleteSandboxResponse{Sandbox: toProto(sb)}, nil
 }
@@ -176,7 +175,7 @@ func (s *service) DeleteSandbox(ctx context.Context, req *corralv1.DeleteSandbox
 func (s *service) Doctor(ctx context.Context, _ *corralv1.DoctorRequest) (*corralv1.DoctorReport, error) {
 	findings, err := s.m.Doctor(ctx)
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	report := &corralv1.DoctorReport{}
 	for _, f := range findings {
@@ -202,7 +201,7 @@ func caller(ctx context.Context) string {
 func (s *service) ListOperations(ctx context.Context, req *corralv1.ListOperationsRequest) (*corralv1.ListOperationsResponse, error) {
 	ops, err := s.m.Operations(ctx, req.GetName())
 	if err != nil {
-		return nil, errdefs.ToGRPC(err)
+		return nil, toGRPC(err)
 	}
 	resp := &corralv1.ListOperationsResponse{}
 	for _, op := range ops {
@@ -218,7 +217,7 @@ func (s *service) WatchSandboxes(req *corralv1.WatchSandboxesRequest, stream cor
 	match := func(name, id string) bool { return req.GetName() == "" || req.GetName() == name || req.GetName() == id }
 	list, err := s.m.List(ctx)
 	if err != nil {
-		return errdefs.ToGRPC(err)
+		return toGRPC(err)
 	}
 	for _, sb := range list {
 		if match(sb.Name, sb.ID) {
