@@ -103,8 +103,12 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			mount.Mount{Type: mount.TypeBind, Source: filepath.Join(trust, driver.BundleFile), Target: driver.SystemBundle, ReadOnly: true})
 	}
 	d.harden(hc, pol)
+	name := containerName(spec.Name, spec.ID)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("docker create: %w", err) // nothing asked yet: nothing to take back
+	}
 	_, err = d.api.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name: containerName(spec.Name, spec.ID),
+		Name: name,
 		Config: &container.Config{
 			Image:      img.name,
 			Hostname:   spec.Name,
@@ -119,6 +123,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		},
 		HostConfig: hc,
 	})
+	if err != nil && ctx.Err() != nil {
+		d.takeBack(name)
+	}
 	if cerrdefs.IsConflict(err) {
 		// A create whose reply was lost already made it: adopt it if it is ours.
 		if list, lerr := d.containers(ctx, spec.ID); lerr == nil && len(list) > 0 && generation(list[0].Labels) == spec.Generation {
@@ -126,6 +133,37 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		}
 	}
 	return d.wrap(err, "create container for sandbox "+spec.Name)
+}
+
+// takeBackWait bounds how long a create cut off by its context waits for
+// the engine to finish what it was asked (dockerd carries out a
+// ContainerCreate whose client went away).
+const takeBackWait = 2 * time.Second
+
+// takeBack removes the container of name that a create cut off by its
+// context (a delete preempting it, a shutdown) may have asked for: else
+// the engine can make it after the call returned, and after the delete
+// that preempted it, leaving a container without a record until the
+// orphan collection. A container just made holds nothing (the workdir is
+// the volume's, which stays). It waits at most takeBackWait for it to
+// appear: a request that never reached the engine makes none.
+func (d *Driver) takeBack(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), takeBackWait)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		res, err := d.api.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+		if err == nil {
+			_, _ = d.api.ContainerRemove(ctx, res.Container.ID, client.ContainerRemoveOptions{Force: true})
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // clearRunDir removes what a supervisor reported in an incarnation's run

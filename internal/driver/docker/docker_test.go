@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"errors"
 	"os"
 	"path/filepath"
@@ -207,5 +208,50 @@ func TestLeftoverVolumes(t *testing.T) {
 	}
 	if _, err := d.api.VolumeInspect(ctx, d.volumeName(stray), client.VolumeInspectOptions{}); err == nil {
 		t.Error("the leftover volume is still there after its delete")
+	}
+}
+
+// A create cut off by its context (a delete preempting it, a shutdown) can
+// still be carried out by the engine after the call returned: dockerd
+// finishes a ContainerCreate whose client went away. The driver takes back
+// what the engine makes, so that no container is left without a record
+// until the orphan collection. The cut comes at every point of the call
+// (after 0 to ~30 ms), and some cuts must land inside ContainerCreate.
+func TestCancelledCreateLeavesNoContainer(t *testing.T) {
+	d := newTestDriver(t, "corral.test.cancelled."+sandbox.NewID()[:8])
+	ctx := context.Background()
+	cut := 0
+	for i := range 16 {
+		id := sandbox.NewID()
+		spec := driver.Spec{ID: id, Name: fmt.Sprintf("cut%d", i), Generation: 1, Image: testenv.TestImage,
+			Command: []string{"sleep", "3600"}, Policy: drivertest.MustPolicy(t, "version: 1\n")}
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(time.Duration(i*2)*time.Millisecond, cancel)
+		err := d.Create(cctx, spec)
+		cancel()
+		if err == nil {
+			if err := d.Delete(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if cctx.Err() == nil {
+			t.Fatalf("create %d failed without being cut off: %v", i, err)
+		}
+		cut++
+		time.Sleep(300 * time.Millisecond) // time for the engine to finish what it was asked
+		list, err := d.containers(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) > 0 {
+			t.Errorf("create %d, cut off after %d ms: the engine made container %s after the call returned, and it stays", i, i*2, list[0].Names[0])
+		}
+		if err := d.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cut == 0 {
+		t.Fatal("no create was cut off: the test proves nothing")
 	}
 }
