@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -83,6 +84,14 @@ func (s *Sandboxes) ca(id string) (*CA, string, error) {
 	keyPEM, kerr := os.ReadFile(filepath.Join(dir, "key.pem"))
 	if cerr == nil && kerr == nil {
 		ca, err := LoadCA(certPEM, keyPEM)
+		if err != nil {
+			return nil, "", err
+		}
+		// A gateway killed between the CA and its bundle left no bundle,
+		// which every start mounts.
+		if _, err := os.Stat(filepath.Join(trust, driver.BundleFile)); errors.Is(err, os.ErrNotExist) {
+			err = s.writeBundle(trust, certPEM)
+		}
 		return ca, trust, err
 	}
 	if err := os.MkdirAll(trust, 0o755); err != nil {
@@ -96,27 +105,25 @@ func (s *Sandboxes) ca(id string) (*CA, string, error) {
 		return nil, "", err
 	}
 	certPEM, keyPEM = ca.PEM()
+	if err := atomicfile.WriteDurable(filepath.Join(dir, "key.pem"), keyPEM, 0o600); err != nil {
+		return nil, "", err
+	}
+	if err := atomicfile.WriteDurable(filepath.Join(trust, driver.CAFile), certPEM, 0o644); err != nil {
+		return nil, "", err
+	}
+	return ca, trust, s.writeBundle(trust, certPEM)
+}
+
+// writeBundle writes the trust directory's bundle: the host's CAs, then
+// the sandbox's.
+func (s *Sandboxes) writeBundle(trust string, certPEM []byte) error {
 	bundle := []byte{}
 	if s.HostBundle != "" {
 		if host, err := os.ReadFile(s.HostBundle); err == nil {
 			bundle = append(host, '\n')
 		}
 	}
-	bundle = append(bundle, certPEM...)
-	for _, f := range []struct {
-		path string
-		data []byte
-		mode os.FileMode
-	}{
-		{filepath.Join(dir, "key.pem"), keyPEM, 0o600},
-		{filepath.Join(trust, driver.CAFile), certPEM, 0o644},
-		{filepath.Join(trust, driver.BundleFile), bundle, 0o644},
-	} {
-		if err := atomicfile.WriteDurable(f.path, f.data, f.mode); err != nil {
-			return nil, "", err
-		}
-	}
-	return ca, trust, nil
+	return atomicfile.WriteDurable(filepath.Join(trust, driver.BundleFile), append(bundle, certPEM...), 0o644)
 }
 
 // Attach implements driver.Egress: it serves the sandbox's proxy inside

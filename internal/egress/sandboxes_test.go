@@ -1,8 +1,13 @@
 package egress
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/corral-sandbox/corral/internal/driver"
 )
 
 // A sandbox renamed (a claimed pool member) has its decisions under the
@@ -24,5 +29,38 @@ func TestRefreshTakesTheNewName(t *testing.T) {
 	defer stop()
 	if len(past) != 2 || past[0].Sandbox != "pool-1a2b3c4d" || past[1].Sandbox != "job1" {
 		t.Fatalf("decisions: %+v; want the member's name, then the claimed one", past)
+	}
+}
+
+// A gateway killed after it wrote a sandbox's CA and before its bundle
+// left a trust directory without the bundle that every start mounts: the
+// next Prepare writes it, with the same CA.
+func TestPrepareMendsAMissingBundle(t *testing.T) {
+	host := filepath.Join(t.TempDir(), "host.pem")
+	if err := os.WriteFile(host, []byte("HOST CAS"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := &Sandboxes{Dir: t.TempDir(), HostBundle: host}
+	trust, err := s.Prepare("id1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(trust, driver.BundleFile)
+	if err := os.Remove(bundle); err != nil {
+		t.Fatal(err)
+	}
+	if trust, err = s.Prepare("id1"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(bundle)
+	if err != nil {
+		t.Fatalf("after Prepare the bundle is still missing: %v", err)
+	}
+	ca, err := os.ReadFile(filepath.Join(trust, driver.CAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(got, []byte("HOST CAS\n")) || !bytes.HasSuffix(got, ca) {
+		t.Errorf("bundle %q; want the host's CAs, then the sandbox's CA", got)
 	}
 }
