@@ -696,6 +696,46 @@ func TestLeftoversAreRemovedAfterGrace(t *testing.T) {
 	})
 }
 
+// The grace period runs from the first report in the gateway journal: a
+// gateway restarted more often than the grace still removes the orphan,
+// and reports it once.
+func TestOrphanGraceOutlivesRestarts(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.OrphanGrace = 50 * time.Millisecond })
+		orphan := sandbox.NewID()
+		if err := h.drv.Create(context.Background(), driver.Spec{ID: orphan, Name: "stray", Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for range 3 { // 3 × 30 ms: past the grace, but never 50 ms in one gateway's life
+			if err := h.m.CollectOrphans(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(30 * time.Millisecond)
+			h.restart()
+		}
+		if err := h.m.CollectOrphans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := h.object(orphan); ok {
+			t.Fatal("the orphan survived its grace period because the gateway restarted within it")
+		}
+		evs, err := h.st.ListGatewayEvents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kinds []string
+		for _, ev := range evs {
+			if ev.Subject == orphan {
+				kinds = append(kinds, ev.Kind)
+			}
+		}
+		if strings.Join(kinds, ",") != "orphan_found,orphan_removed" {
+			t.Fatalf("gateway journal for the orphan = %v; want one report, then the removal", kinds)
+		}
+	})
+}
+
 func TestOrphansAreReportedThenRemovedAfterGrace(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.OrphanGrace = 50 * time.Millisecond })

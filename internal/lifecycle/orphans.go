@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/store"
@@ -11,7 +12,8 @@ import (
 // CollectOrphans compares the driver's objects with the records. An object
 // that carries this gateway's label but has no record is reported (log and
 // gateway journal) when first seen, and removed once it has been an orphan
-// for the orphan grace period. The driver is listed before the store, so an
+// for the orphan grace period, counted from that report in the journal: a
+// gateway restarted more often than the grace still collects it. The driver is listed before the store, so an
 // object whose record is being written is never mistaken for an orphan.
 // Storage a driver lists as Leftovers is collected the same way.
 func (m *Manager) CollectOrphans(ctx context.Context) error {
@@ -36,6 +38,7 @@ func (m *Manager) CollectOrphans(ctx context.Context) error {
 	}
 	now := m.now()
 	present := map[string]bool{}
+	var reported map[string]time.Time // the journal's open reports, read when first needed
 	for _, o := range objs {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -46,10 +49,24 @@ func (m *Manager) CollectOrphans(ctx context.Context) error {
 		present[o.ID] = true
 		m.mu.Lock()
 		first, seen := m.orphans[o.ID]
-		if !seen {
-			m.orphans[o.ID] = now
-		}
 		m.mu.Unlock()
+		if !seen {
+			if reported == nil {
+				if reported, err = m.reportedOrphans(ctx); err != nil {
+					return err
+				}
+			}
+			first, seen = reported[o.ID]
+			if !seen {
+				first = now
+			} else if now.Sub(first) < m.cfg.OrphanGrace {
+				m.log.Warn("compute object with this gateway's label has no record; it is removed when the grace period since it was first reported ends",
+					"sandbox_id", o.ID, "name", o.Labels[driver.LabelName], "reported", first, "removal", first.Add(m.cfg.OrphanGrace))
+			}
+			m.mu.Lock()
+			m.orphans[o.ID] = first
+			m.mu.Unlock()
+		}
 		switch {
 		case !seen:
 			m.log.Warn("compute object with this gateway's label has no record; it is removed after the grace period",
@@ -80,6 +97,28 @@ func (m *Manager) CollectOrphans(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	return nil
+}
+
+// reportedOrphans are the sandbox ids the gateway journal reports as
+// orphans (by any instance) and not as removed since, with when the first
+// report of each was made.
+func (m *Manager) reportedOrphans(ctx context.Context) (map[string]time.Time, error) {
+	evs, err := m.cfg.Store.ListGatewayEvents(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the gateway journal: %w", err)
+	}
+	open := map[string]time.Time{}
+	for _, ev := range evs {
+		switch ev.Kind {
+		case "orphan_found":
+			if _, ok := open[ev.Subject]; !ok {
+				open[ev.Subject] = ev.At
+			}
+		case "orphan_removed":
+			delete(open, ev.Subject)
+		}
+	}
+	return open, nil
 }
 
 // leftovers is what a driver.Leftovers driver keeps without an object of
