@@ -364,6 +364,25 @@ func TestDeleteFinishesInEveryPhase(t *testing.T) {
 	}
 }
 
+// A forced delete removes by label whatever is there, so it does not ask
+// the driver first what there is: it finishes while Inspect is broken.
+func TestForcedDeleteNeedsNoInspect(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		sb := h.create("forced")
+		h.waitPhase(sb.Name, sandbox.PhaseReady)
+		h.faults(fake.Rule{Op: "inspect", Sandbox: sb.ID, Action: "fail", Error: "inspect is broken"})
+		if _, err := h.m.Delete(context.Background(), sb.Name, true); err != nil {
+			t.Fatal(err)
+		}
+		h.waitGone(sb.Name)
+		h.faults()
+		if o, ok := h.object(sb.ID); ok {
+			t.Fatalf("driver still holds %+v", o)
+		}
+	})
+}
+
 // A delete the driver confirmed removes the record at once: the driver is
 // not asked again whether the object is gone (here it could not answer).
 func TestConfirmedDeleteRemovesTheRecord(t *testing.T) {
@@ -372,7 +391,7 @@ func TestConfirmedDeleteRemovesTheRecord(t *testing.T) {
 		sb := h.create("confirmed")
 		h.waitPhase(sb.Name, sandbox.PhaseReady)
 		h.faults(fake.Rule{Op: "delete", Action: "hold"})
-		if _, err := h.m.Delete(context.Background(), sb.Name, true); err != nil {
+		if _, err := h.m.Delete(context.Background(), sb.Name, false); err != nil { // not forced: it inspects first
 			t.Fatal(err)
 		}
 		h.held("delete", sb.ID)

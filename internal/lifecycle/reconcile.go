@@ -65,6 +65,11 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 		m.log.Error("read sandbox record", "id", a.id, "err", err)
 		return false, m.backoff(a.failures + 1)
 	}
+	if sb.Desired == sandbox.DesiredDeleted && m.forced(a) {
+		// A forced delete removes by label whatever is there, and a delete
+		// of nothing succeeds: nothing Inspect could find would change it.
+		return m.act(a, sb, deleteAction(sb))
+	}
 
 	ictx, cancel := context.WithTimeout(m.callCtx, m.cfg.CallTimeout)
 	obs, err := m.cfg.Driver.Inspect(ictx, sb.ID)
@@ -98,6 +103,12 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 		m.converge(a, sb)
 		return false, 0
 	}
+	return m.act(a, sb, act)
+}
+
+// act takes one driver action: it shows its phase, makes the attempt and
+// says whether to step again.
+func (m *Manager) act(a *actor, sb *sandbox.Sandbox, act action) (again bool, retryIn time.Duration) {
 	if err := m.showPhase(a, sb, act.phase); err != nil {
 		m.log.Error("record phase", "sandbox", sb.Name, "err", err)
 		return false, m.backoff(a.failures + 1)
@@ -146,8 +157,7 @@ func decide(s situation) (action, bool) {
 		if running && !s.force && s.failures == 0 {
 			return stop(sandbox.PhaseDeleting), true
 		}
-		return action{kind: sandbox.OpDriverDelete, phase: sandbox.PhaseDeleting, gen: sb.Generation,
-			ref: driver.Ref{ID: sb.ID}}, true
+		return deleteAction(sb), true
 	case sandbox.DesiredStopped:
 		if running {
 			return stop(sandbox.PhaseStopping), true
@@ -175,6 +185,12 @@ func decide(s situation) (action, bool) {
 			ref: driver.Ref{ID: sb.ID, Generation: sb.Generation}}, true
 	}
 	return action{}, false
+}
+
+// deleteAction removes every compute object of a sandbox.
+func deleteAction(sb *sandbox.Sandbox) action {
+	return action{kind: sandbox.OpDriverDelete, phase: sandbox.PhaseDeleting, gen: sb.Generation,
+		ref: driver.Ref{ID: sb.ID}}
 }
 
 func (m *Manager) forced(a *actor) bool {
