@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/testenv"
@@ -161,7 +163,11 @@ func (g *gateway) removeAll() error {
 		return err
 	}
 	for _, sb := range resp.Sandboxes {
-		if _, err := g.timed(sb.Name, "", func() error { return g.remove(sb.Name) }); err != nil {
+		_, err := g.timed(sb.Name, "", func() error { return g.remove(sb.Name) })
+		if status.Code(err) == codes.NotFound {
+			continue // gone since the list (a pool's member its pool's delete removed)
+		}
+		if err != nil {
 			return err
 		}
 	}
