@@ -715,6 +715,23 @@ func TestLeftoversAreRemovedAfterGrace(t *testing.T) {
 	})
 }
 
+// gatewayJournal is the kinds of the gateway journal's entries about
+// subject, oldest first, joined with commas.
+func (h *harness) gatewayJournal(subject string) string {
+	h.t.Helper()
+	evs, err := h.st.ListGatewayEvents(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var kinds []string
+	for _, ev := range evs {
+		if ev.Subject == subject {
+			kinds = append(kinds, ev.Kind)
+		}
+	}
+	return strings.Join(kinds, ",")
+}
+
 // The grace period runs from the first report in the gateway journal: a
 // gateway restarted more often than the grace still removes the orphan,
 // and reports it once.
@@ -739,18 +756,8 @@ func TestOrphanGraceOutlivesRestarts(t *testing.T) {
 		if _, ok := h.object(orphan); ok {
 			t.Fatal("the orphan survived its grace period because the gateway restarted within it")
 		}
-		evs, err := h.st.ListGatewayEvents(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var kinds []string
-		for _, ev := range evs {
-			if ev.Subject == orphan {
-				kinds = append(kinds, ev.Kind)
-			}
-		}
-		if strings.Join(kinds, ",") != "orphan_found,orphan_removed" {
-			t.Fatalf("gateway journal for the orphan = %v; want one report, then the removal", kinds)
+		if kinds := h.gatewayJournal(orphan); kinds != "orphan_found,orphan_removed" {
+			t.Fatalf("gateway journal for the orphan = %s; want one report, then the removal", kinds)
 		}
 	})
 }
@@ -781,18 +788,8 @@ func TestOrphansAreReportedThenRemovedAfterGrace(t *testing.T) {
 		if _, ok := h.object(kept.ID); !ok {
 			t.Fatal("a sandbox with a record was removed")
 		}
-		evs, err := h.st.ListGatewayEvents(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var kinds []string
-		for _, ev := range evs {
-			if ev.Subject == orphan {
-				kinds = append(kinds, ev.Kind)
-			}
-		}
-		if strings.Join(kinds, ",") != "orphan_found,orphan_removed" {
-			t.Fatalf("gateway journal for the orphan = %v", kinds)
+		if kinds := h.gatewayJournal(orphan); kinds != "orphan_found,orphan_removed" {
+			t.Fatalf("gateway journal for the orphan = %s", kinds)
 		}
 	})
 }
