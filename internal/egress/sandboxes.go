@@ -89,10 +89,12 @@ func (s *Sandboxes) ca(id string) (*CA, string, error) {
 		}
 		// A gateway killed between the CA and its bundle left no bundle,
 		// which every start mounts.
-		if _, err := os.Stat(filepath.Join(trust, driver.BundleFile)); errors.Is(err, os.ErrNotExist) {
-			err = s.writeBundle(trust, certPEM)
+		if _, serr := os.Stat(filepath.Join(trust, driver.BundleFile)); errors.Is(serr, os.ErrNotExist) {
+			if err := s.writeBundle(trust, certPEM); err != nil {
+				return nil, "", err
+			}
 		}
-		return ca, trust, err
+		return ca, trust, nil
 	}
 	if err := os.MkdirAll(trust, 0o755); err != nil {
 		return nil, "", err

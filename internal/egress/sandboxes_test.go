@@ -64,3 +64,23 @@ func TestPrepareMendsAMissingBundle(t *testing.T) {
 		t.Errorf("bundle %q; want the host's CAs, then the sandbox's CA", got)
 	}
 }
+
+// A bundle that cannot be written is Prepare's error, not a trust
+// directory returned without it.
+func TestPrepareSaysWhenTheBundleCannotBeMended(t *testing.T) {
+	s := &Sandboxes{Dir: t.TempDir()}
+	trust, err := s.Prepare("id1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(trust, driver.BundleFile)
+	if err := os.Remove(bundle); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(bundle+".tmp", 0o755); err != nil { // where the write goes first
+		t.Fatal(err)
+	}
+	if _, err := s.Prepare("id1"); err == nil {
+		t.Fatal("Prepare succeeded although the missing bundle could not be written")
+	}
+}
