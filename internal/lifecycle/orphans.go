@@ -13,8 +13,9 @@ import (
 // that carries this gateway's label but has no record is reported (log and
 // gateway journal) when first seen, and removed once it has been an orphan
 // for the orphan grace period, counted from that report in the journal: a
-// gateway restarted more often than the grace still collects it. The driver is listed before the store, so an
-// object whose record is being written is never mistaken for an orphan.
+// gateway restarted more often than the grace still collects it. The
+// driver is listed before the store, so an object whose record is being
+// written is never mistaken for an orphan.
 // Storage a driver lists as Leftovers is collected the same way.
 func (m *Manager) CollectOrphans(ctx context.Context) error {
 	lctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
