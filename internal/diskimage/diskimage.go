@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -42,13 +43,27 @@ func Ensure(path string, size int64, uid, gid int) error {
 	case fi.Size() > size:
 		return errdefs.InvalidArgument("limits.disk: the disk is %d MiB and cannot shrink to %d MiB without losing what the sandbox wrote", fi.Size()>>20, size>>20)
 	}
+	// e2fsck and resize2fs on a file system mounted anywhere (a mount
+	// namespace that copied it, not yet gone) would corrupt it.
+	if err := waitDetached(path); err != nil {
+		return err
+	}
 	if err := os.Truncate(path, size); err != nil {
 		return err
 	}
-	if err := run("e2fsck", "-f", "-p", path); err != nil {
+	// Exit status 1 is "errors corrected": a journal replayed, say.
+	if err := run("e2fsck", "-f", "-p", path); err != nil && exitCode(err) != 1 {
 		return err
 	}
 	return run("resize2fs", path)
+}
+
+func exitCode(err error) int {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode()
+	}
+	return -1
 }
 
 func create(path string, size int64, uid, gid int) error {
@@ -85,6 +100,12 @@ func run(name string, args ...string) error {
 // Mount attaches the image at path to a free loop device and mounts it on
 // dir (nosuid, nodev). The loop device is released when the mount goes.
 func Mount(path, dir string) error {
+	// Two loop devices on one image are two mounts of one ext4 writing
+	// over each other: wait until a previous one (a stopped sandbox's
+	// mount namespace still going away) is released.
+	if err := waitDetached(path); err != nil {
+		return err
+	}
 	loop, err := attach(path)
 	if err != nil {
 		return fmt.Errorf("attach %s: %w", path, err)
@@ -132,6 +153,51 @@ func attach(path string) (*os.File, error) {
 		}
 	}
 	return nil, errors.New("every free loop device was taken meanwhile")
+}
+
+// detachWait bounds how long waitDetached waits for a loop device to be
+// released: a mount namespace's copy of the mount goes with its last
+// process, within milliseconds of a sandbox's end.
+var detachWait = 10 * time.Second
+
+// waitDetached waits until no loop device is backed by the image at path,
+// and says which one is after detachWait, as unavailable (a later retry
+// may find it released).
+func waitDetached(path string) error {
+	deadline := time.Now().Add(detachWait)
+	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		dev, err := loopOf(path)
+		if err != nil || dev == "" {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errdefs.Unavailable("%s is still attached to /dev/%s after %v: is it mounted in a mount namespace that is still alive?", path, dev, detachWait)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// loopOf names the loop device backed by the file at path, or "".
+func loopOf(path string) (string, error) {
+	var img unix.Stat_t
+	if err := unix.Stat(path, &img); err != nil {
+		return "", err
+	}
+	backings, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		return "", err
+	}
+	for _, b := range backings {
+		name, err := os.ReadFile(b)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		var st unix.Stat_t
+		if unix.Stat(strings.TrimSuffix(strings.TrimSpace(string(name)), " (deleted)"), &st) == nil && st.Dev == img.Dev && st.Ino == img.Ino {
+			return filepath.Base(filepath.Dir(filepath.Dir(b))), nil
+		}
+	}
+	return "", nil
 }
 
 // Mounted reports whether dir is a mount point (of anything).

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -17,13 +18,7 @@ import (
 // A real image on a real loop device: a write past its size is ENOSPC,
 // what was written survives a remount, it grows and refuses to shrink.
 func TestImage(t *testing.T) {
-	testenv.RequireRoot(t)
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		if os.Getenv("CORRAL_REQUIRE_ROOT") == "1" {
-			t.Fatalf("CORRAL_REQUIRE_ROOT=1 but mkfs.ext4 is missing (e2fsprogs): %v", err)
-		}
-		t.Skipf("needs mkfs.ext4 (e2fsprogs): %v", err)
-	}
+	requireTools(t)
 	dir := t.TempDir()
 	img, mnt := filepath.Join(dir, "disk.ext4"), filepath.Join(dir, "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
@@ -73,5 +68,57 @@ func TestImage(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(mnt, "big"), big, 0o644); err != nil {
 		t.Errorf("32 MiB into the grown 48 MiB image: %v", err)
+	}
+}
+
+// An image still attached to a loop device (mounted, or mounted in a mount
+// namespace not yet gone) is neither checked, grown nor mounted a second
+// time: each would corrupt the file system in use.
+func TestAttachedImageIsLeftAlone(t *testing.T) {
+	requireTools(t)
+	defer func(d time.Duration) { detachWait = d }(detachWait)
+	detachWait = 200 * time.Millisecond
+	dir := t.TempDir()
+	img, mnt, second := filepath.Join(dir, "disk.ext4"), filepath.Join(dir, "mnt"), filepath.Join(dir, "second")
+	for _, d := range []string{mnt, second} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Ensure(img, 16<<20, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := Mount(img, mnt); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+	if err := Ensure(img, 32<<20, 0, 0); !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "/dev/loop") {
+		t.Errorf("growing a mounted image: %v; want unavailable, naming its loop device", err)
+	}
+	if fi, err := os.Stat(img); err != nil || fi.Size() != 16<<20 {
+		t.Errorf("the mounted image after a refused grow: %v, %v; want it untouched at 16 MiB", fi, err)
+	}
+	if err := Mount(img, second); !errors.Is(err, errdefs.ErrUnavailable) {
+		_ = unix.Unmount(second, unix.MNT_DETACH)
+		t.Errorf("a second mount of a mounted image: %v; want unavailable", err)
+	}
+	if err := unix.Unmount(mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := Ensure(img, 32<<20, 0, 0); err != nil {
+		t.Errorf("growing once unmounted: %v", err)
+	}
+}
+
+// requireTools skips (fails under CORRAL_REQUIRE_ROOT=1) without root or
+// e2fsprogs.
+func requireTools(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		if os.Getenv("CORRAL_REQUIRE_ROOT") == "1" {
+			t.Fatalf("CORRAL_REQUIRE_ROOT=1 but mkfs.ext4 is missing (e2fsprogs): %v", err)
+		}
+		t.Skipf("needs mkfs.ext4 (e2fsprogs): %v", err)
 	}
 }
