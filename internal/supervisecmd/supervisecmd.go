@@ -26,7 +26,10 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code
 // Main runs corral-supervise's command line, args without the program's
 // name (`supervise ...`, as the drivers write it), and returns the exit code.
 func Main(args []string) int {
-	root := &cobra.Command{Use: "corral-supervise", SilenceErrors: true, SilenceUsage: true}
+	root := &cobra.Command{Use: "corral-supervise", SilenceErrors: true, SilenceUsage: true,
+		// No shell completion for a program people do not type: making
+		// its command costs every start inside a sandbox ~16 page faults.
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true}}
 	root.AddCommand(New())
 	root.SetArgs(args)
 	err := root.ExecuteContext(context.Background())
