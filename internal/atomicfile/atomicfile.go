@@ -3,6 +3,8 @@
 package atomicfile
 
 import (
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -10,12 +12,18 @@ import (
 // Write replaces path with data through a temporary file next to it,
 // fsynced, then renamed over path.
 func Write(path string, data []byte, mode os.FileMode) error {
+	return WriteFrom(path, bytes.NewReader(data), mode)
+}
+
+// WriteFrom is Write of what r holds, copied in the kernel where r is a
+// file (copy_file_range: no buffer in this process for the bytes).
+func WriteFrom(path string, r io.Reader, mode os.FileMode) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
+	if _, err := io.Copy(f, r); err != nil {
 		f.Close()
 		return err
 	}
@@ -32,7 +40,12 @@ func Write(path string, data []byte, mode os.FileMode) error {
 // WriteDurable is Write, and an fsync of the directory, so that the rename
 // itself survives a crash.
 func WriteDurable(path string, data []byte, mode os.FileMode) error {
-	if err := Write(path, data, mode); err != nil {
+	return WriteDurableFrom(path, bytes.NewReader(data), mode)
+}
+
+// WriteDurableFrom is WriteFrom, and an fsync of the directory.
+func WriteDurableFrom(path string, r io.Reader, mode os.FileMode) error {
+	if err := WriteFrom(path, r, mode); err != nil {
 		return err
 	}
 	d, err := os.Open(filepath.Dir(path))

@@ -1,9 +1,11 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -118,14 +120,16 @@ func (s *Sandboxes) ca(id string) (*CA, string, error) {
 
 // writeBundle writes the trust directory's bundle: the host's CAs, then
 // the sandbox's.
+// The host's bundle (~200 KiB) is copied file to file, in the kernel.
 func (s *Sandboxes) writeBundle(trust string, certPEM []byte) error {
-	bundle := []byte{}
+	bundle := io.Reader(bytes.NewReader(certPEM))
 	if s.HostBundle != "" {
-		if host, err := os.ReadFile(s.HostBundle); err == nil {
-			bundle = append(host, '\n')
+		if host, err := os.Open(s.HostBundle); err == nil {
+			defer host.Close()
+			bundle = io.MultiReader(host, bytes.NewReader([]byte{'\n'}), bundle)
 		}
 	}
-	return atomicfile.WriteDurable(filepath.Join(trust, driver.BundleFile), append(bundle, certPEM...), 0o644)
+	return atomicfile.WriteDurableFrom(filepath.Join(trust, driver.BundleFile), bundle, 0o644)
 }
 
 // Attach implements driver.Egress: it serves the sandbox's proxy inside

@@ -28,6 +28,26 @@ type spareRequest struct {
 	Env     []string `json:"env"`
 	TTY     bool     `json:"tty"`
 	Stdio   int      `json:"stdio"`
+	// Dir is the command's working directory.
+	Dir string `json:"dir"`
+	// Root is the root directory the command must run in (its supervisor's
+	// when it asks): a spare whose own is another runs nothing.
+	Root fileID `json:"root"`
+}
+
+// fileID identifies a file: its device and inode numbers.
+type fileID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
+}
+
+// rootOf identifies the directory path.
+func rootOf(path string) (fileID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fileID{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return fileID{Dev: st.Dev, Ino: st.Ino}, nil
 }
 
 // spare is a started spare, as its supervisor holds it.
@@ -93,6 +113,10 @@ func ExecSpare(spareFD int, dropCaps bool) ([]string, error) {
 	}
 	report := os.NewFile(uintptr(fds[req.Stdio]), "report")
 	unix.CloseOnExec(fds[req.Stdio])
+	if err := enter(req); err != nil {
+		fmt.Fprintf(report, "error: spare: %v\n", err)
+		return req.Command, err
+	}
 	for i := 0; i < req.Stdio; i++ {
 		if fds[i] == i {
 			continue
@@ -116,6 +140,22 @@ func ExecSpare(spareFD int, dropCaps bool) ([]string, error) {
 		os.Setenv(k, v)
 	}
 	return req.Command, runStage(req.Command, report, dropCaps)
+}
+
+// enter checks that the spare's root is the one req names and goes into
+// req's working directory.
+func enter(req spareRequest) error {
+	root, err := rootOf("/")
+	if err != nil {
+		return err
+	}
+	if root != req.Root {
+		return fmt.Errorf("its root (device %d, inode %d) is not the sandbox's (device %d, inode %d)", root.Dev, root.Ino, req.Root.Dev, req.Root.Ino)
+	}
+	if err := unix.Chdir(req.Dir); err != nil {
+		return fmt.Errorf("chdir %s: %w", req.Dir, err)
+	}
+	return nil
 }
 
 // receive reads a request and its descriptors from ctl.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
@@ -96,4 +98,33 @@ func syscallKill(pid int) error {
 		return err
 	}
 	return p.Kill()
+}
+
+// The main process runs on a spare started before its supervisor pivoted
+// into the sandbox's root: it runs in that root and in /sandbox, never in
+// the host's root or the supervisor's directory of the host.
+func TestMainProcessInTheSandboxRoot(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "root", "", "sleep", "3600")
+	main := s.mainPID("sleep")
+	sup, err := readPID(s.d.bundle(s.id, s.gen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mainRoot, supRoot, hostRoot, mainCwd, workdir unix.Stat_t
+	for path, st := range map[string]*unix.Stat_t{
+		fmt.Sprintf("/proc/%d/root", main): &mainRoot, fmt.Sprintf("/proc/%d/root", sup): &supRoot, "/": &hostRoot,
+		fmt.Sprintf("/proc/%d/cwd", main): &mainCwd, fmt.Sprintf("/proc/%d/root/sandbox", sup): &workdir,
+	} {
+		if err := unix.Stat(path, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if mainRoot.Dev != supRoot.Dev || mainRoot.Ino != supRoot.Ino || (mainRoot.Dev == hostRoot.Dev && mainRoot.Ino == hostRoot.Ino) {
+		t.Errorf("main process's root: device %d inode %d; want the sandbox's (%d, %d), not the host's (%d, %d)",
+			mainRoot.Dev, mainRoot.Ino, supRoot.Dev, supRoot.Ino, hostRoot.Dev, hostRoot.Ino)
+	}
+	if mainCwd.Dev != workdir.Dev || mainCwd.Ino != workdir.Ino {
+		t.Errorf("main process's directory: device %d inode %d; want /sandbox (%d, %d)", mainCwd.Dev, mainCwd.Ino, workdir.Dev, workdir.Ino)
+	}
 }

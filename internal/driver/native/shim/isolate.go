@@ -69,6 +69,17 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 	return pivot(newRoot)
 }
 
+// ownProc makes the supervisor's mounts private and mounts a procfs of its
+// own PID namespace on /proc: a child started in a user namespace of its
+// own gets its id maps written through /proc/PID, PID as this namespace
+// numbers it (the host's procfs would name another process).
+func ownProc() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	return mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+}
+
 // buildRoot builds the sandbox's root file system on newRoot: the source
 // root read-only (cfg.Layers as one overlay, cfg.RootFS, or the host's
 // HostOSDirs), fresh /proc, /dev and /tmp (on gVisor, cfg.Runsc, its own

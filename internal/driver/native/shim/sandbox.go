@@ -127,6 +127,14 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err := s.cgroups(); err != nil {
 		return s, err
 	}
+	if s.children.Spare {
+		// The main process's exec stage: its program starts beside the
+		// set-up (StartSpare says how it comes into the root).
+		if err := ownProc(); err != nil {
+			return s, err
+		}
+		s.children.StartSpare()
+	}
 	stdout, err := s.output(StdoutFile)
 	if err != nil {
 		return s, err
@@ -165,7 +173,9 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err != nil {
 		return s, err
 	}
-	if err := s.writeBundleFile(supervisor.ProtectionsFile, []byte(applied)); err != nil {
+	// Not synced: it describes this supervisor, which a crash of the
+	// machine ends too, and is read only while the supervisor lives.
+	if err := s.writeBundleFile(supervisor.ProtectionsFile, []byte(applied), false); err != nil {
 		return s, fmt.Errorf("record the protections: %w", err)
 	}
 	s.main, s.mainDone = pid, done
@@ -185,7 +195,6 @@ func (s *sandboxSupervisor) startMain(root string, stdio []*os.File) (int, <-cha
 		if err := enterRoot(s.cfg, root); err != nil {
 			return 0, nil, "", err
 		}
-		s.children.StartSpare() // its program starts while the egress proxy comes
 		supervisor.AwaitEgress(s.cfg.Env)
 		pid, done, applied, failed, err := s.children.Start(s.cfg.Command, s.cfg.Env, stdio, false)
 		if err != nil {
@@ -401,21 +410,22 @@ func (s *sandboxSupervisor) finish(e Exit) {
 	case <-time.After(time.Second):
 	}
 	data, _ := json.Marshal(e) // an int and a bool always marshal
-	if err := s.writeBundleFile(ExitFile, data); err != nil {
+	if err := s.writeBundleFile(ExitFile, data, true); err != nil {
 		fmt.Fprintf(os.Stderr, "corral supervise: record the exit: %v\n", err)
 	}
 }
 
 // writeBundleFile writes a file of the bundle atomically, through the
-// bundle's descriptor: after the pivot it has no path.
-func (s *sandboxSupervisor) writeBundleFile(name string, data []byte) error {
+// bundle's descriptor (after the pivot it has no path), and synced to disk
+// before it replaces the old one when durable.
+func (s *sandboxSupervisor) writeBundleFile(name string, data []byte, durable bool) error {
 	dir := int(s.bundle.Fd())
 	fd, err := unix.Openat(dir, name+".tmp", unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return err
 	}
 	_, err = unix.Write(fd, data)
-	if err == nil {
+	if err == nil && durable {
 		err = unix.Fsync(fd)
 	}
 	unix.Close(fd)
