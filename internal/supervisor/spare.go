@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/fdpass"
 )
 
 // A spare is an exec stage started before a command asks for it, so that
@@ -64,29 +65,17 @@ var spareName = []byte("corral-spare\x00")
 // admits (128 KiB of arguments, a 256 KiB policy) fit many times over.
 const maxSpareRequest = 4 << 20
 
-// ask hands the spare its command: the descriptors first, with one byte,
-// then the request, ended by closing the socket.
+// ask hands the spare its command: the descriptors, then the request.
 func (s *spare) ask(req spareRequest, files []*os.File) error {
-	defer s.ctl.Close()
-	fds := make([]int, len(files))
-	for i, f := range files {
-		fds[i] = int(f.Fd())
-	}
-	conn, err := s.ctl.SyscallConn()
+	msg, err := json.Marshal(req)
 	if err != nil {
+		s.ctl.Close()
 		return err
 	}
-	var serr error
-	if err := conn.Write(func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), []byte{0}, unix.UnixRights(fds...), nil, 0)
-		return true
-	}); err != nil {
-		return err
+	if err := fdpass.Send(s.ctl, files, msg); err != nil {
+		return fmt.Errorf("hand the spare its command: %w", err)
 	}
-	if serr != nil {
-		return fmt.Errorf("hand the spare its descriptors: %w", serr)
-	}
-	return json.NewEncoder(s.ctl).Encode(req)
+	return nil
 }
 
 // ExecSpare is a spare exec stage on descriptor spareFD: it waits for its
@@ -161,37 +150,14 @@ func enter(req spareRequest) error {
 // receive reads a request and its descriptors from ctl.
 func receive(ctl *os.File) (spareRequest, []int, error) {
 	var req spareRequest
-	conn, err := ctl.SyscallConn()
-	if err != nil {
-		return req, nil, err
-	}
-	oob := make([]byte, unix.CmsgSpace(64*4))
-	var n, oobn int
-	var rerr error
-	if err := conn.Read(func(fd uintptr) bool {
-		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), make([]byte, 1), oob, unix.MSG_CMSG_CLOEXEC)
-		return rerr != unix.EAGAIN
-	}); err != nil {
-		return req, nil, err
-	}
-	if rerr != nil || n != 1 {
-		return req, nil, errors.Join(rerr, errors.New("spare: no request (its supervisor went away)"))
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	var fds []int
-	for _, m := range msgs {
-		rights, rerr := unix.ParseUnixRights(&m)
-		err = errors.Join(err, rerr)
-		fds = append(fds, rights...)
+	fds, msg, err := fdpass.Receive(ctl, maxSpareRequest)
+	if errors.Is(err, fdpass.ErrNothing) {
+		return req, nil, errors.New("spare: no request (its supervisor went away)")
 	}
 	if err != nil {
-		return req, nil, fmt.Errorf("spare: descriptors: %w", err)
+		return req, nil, fmt.Errorf("spare: %w", err)
 	}
-	data, err := io.ReadAll(io.LimitReader(ctl, maxSpareRequest))
-	if err == nil {
-		err = json.Unmarshal(data, &req)
-	}
-	if err != nil {
+	if err := json.Unmarshal(msg, &req); err != nil {
 		return req, nil, fmt.Errorf("spare: request: %w", err)
 	}
 	return req, fds, nil
