@@ -20,6 +20,15 @@ const maxFiles = 64
 // Send sends files and then msg on conn, and closes conn.
 func Send(conn *os.File, files []*os.File, msg []byte) error {
 	defer conn.Close()
+	if err := sendFiles(conn, files); err != nil {
+		return fmt.Errorf("send descriptors: %w: %w", ErrNotSent, err)
+	}
+	_, err := conn.Write(msg)
+	return err
+}
+
+// sendFiles sends files with one byte.
+func sendFiles(conn *os.File, files []*os.File) error {
 	fds := make([]int, len(files))
 	for i, f := range files {
 		fds[i] = int(f.Fd())
@@ -33,17 +42,17 @@ func Send(conn *os.File, files []*os.File, msg []byte) error {
 	}
 	var serr error
 	if err := raw.Write(func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), []byte{0}, unix.UnixRights(fds...), nil, 0)
+		serr = unix.Sendmsg(int(fd), []byte{0}, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL)
 		return serr != unix.EAGAIN
 	}); err != nil {
 		return err
 	}
-	if serr != nil {
-		return fmt.Errorf("send descriptors: %w", serr)
-	}
-	_, err = conn.Write(msg)
-	return err
+	return serr
 }
+
+// ErrNotSent is in Send's error when nothing reached the receiver (it
+// is gone, say); any other error of Send may leave it with a part.
+var ErrNotSent = errors.New("nothing was sent")
 
 // ErrNothing is Receive's error when the sender closed its end without
 // sending anything.

@@ -72,3 +72,19 @@ func TestReceiveRefuses(t *testing.T) {
 		t.Errorf("an 11-byte message with a limit of 10: %v; want it refused", err)
 	}
 }
+
+// A receiver gone before anything was sent is ErrNotSent: the sender
+// knows that nothing of its handoff arrived.
+func TestSendToNobody(t *testing.T) {
+	a, b := socketpair(t)
+	b.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if err := Send(a, []*os.File{w}, []byte("x")); !errors.Is(err, ErrNotSent) || !errors.Is(err, unix.EPIPE) {
+		t.Errorf("to a closed receiver: %v; want ErrNotSent (EPIPE)", err)
+	}
+}

@@ -73,6 +73,14 @@ func New() *cobra.Command {
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
+		Use:   "standby [-- ROOM]",
+		Short: "Wait, in new namespaces, for the native driver to hand over a sandbox, then run as its PID 1",
+		Args:  cobra.MaximumNArgs(1), // room in the command line for the sandbox's bundle
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return &ExitError{Code: shim.RunStandby()}
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
 		Use:   "probe NAME...",
 		Short: "Try what a sandbox's policy may forbid (mount, ptrace, bpf, keyctl, unshare) and show no_new_privs, seccomp and uid",
 		Args:  cobra.MinimumNArgs(1),

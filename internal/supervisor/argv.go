@@ -1,6 +1,9 @@
 package supervisor
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // The command lines of `corral supervise` are built here and nowhere else;
 // internal/cli parses them (its test runs each through the command tree).
@@ -62,6 +65,17 @@ func ExecArgv(bin string, stage ExecStage, command []string) []string {
 func SandboxArgv(bundle string) []string {
 	return []string{"corral-supervise", "supervise", "sandbox", bundle}
 }
+
+// StandbyArgv is a native supervisor started ahead of its sandbox
+// (shim.RunStandby); its first word names it in ps. Its last argument is
+// room for the bundle's path in the SandboxArgv it shows once it is handed
+// its sandbox.
+func StandbyArgv() []string {
+	return []string{"corral-supervise", "supervise", "standby", "--", strings.Repeat(".", standbyRoom)}
+}
+
+// standbyRoom is what StandbyArgv leaves for a bundle's path.
+const standbyRoom = 240
 
 // ProbeArgv runs bin's probes.
 func ProbeArgv(bin string, probes ...string) []string {

@@ -67,6 +67,11 @@ type Driver struct {
 	// object records the image, and held by image removals: none removes
 	// an image a create is about to record.
 	imagesMu sync.RWMutex
+
+	standbyMu       sync.Mutex
+	standby         *standby // a supervisor waiting for its sandbox (standby.go)
+	standbyStarting bool
+	closed          bool
 }
 
 var (
@@ -149,7 +154,10 @@ func Supported() error {
 func (d *Driver) Name() string { return "native" }
 
 // Close implements driver.Driver; supervisors keep running.
-func (d *Driver) Close() error { return nil }
+func (d *Driver) Close() error {
+	d.closeStandby()
+	return nil
+}
 
 // lock serializes the calls on one sandbox id.
 func (d *Driver) lock(id string) func() {

@@ -46,6 +46,7 @@ func newDriverWith(t *testing.T, label string, opts Options) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close() }) // its standby supervisor goes
 	return d
 }
 

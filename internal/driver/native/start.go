@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -171,8 +169,9 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 		return fmt.Errorf("native start: %w", err)
 	}
 	defer log.Close()
-	// The lock is taken here and inherited: a supervisor that this
-	// gateway dies before seeing still holds it, and is never started twice.
+	// The lock is taken here and inherited (or handed to a standby): a
+	// supervisor that this gateway dies before seeing still holds it, and
+	// is never started twice.
 	lock, err := shim.Lock(b.Path(shim.LockFile))
 	if err != nil {
 		return fmt.Errorf("native start: %w", err)
@@ -184,29 +183,17 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 	}
 	defer readyR.Close()
 
-	argv := supervisor.SandboxArgv(b.Dir)
-	cmd := exec.Command(d.opts.Supervisor, argv[1:]...)
-	cmd.Args[0] = argv[0]
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.ExtraFiles = []*os.File{readyW, lock} // shim.ReadyFD, shim.LockFD
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: namespaces}
-	if os.Geteuid() != 0 {
-		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWUSER
-		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
-	}
-	err = cmd.Start()
+	pid, err := d.startSupervisor(b.Dir, readyW, lock, log)
 	readyW.Close()
 	lock.Close() // the supervisor's copy holds it now
 	if err != nil {
 		return fmt.Errorf("native start: run the supervisor: %w", err)
 	}
-	// Reap it while this gateway lives; after that, init does.
-	go func() { _ = cmd.Wait() }()
+	defer d.refillStandby() // the next start's, once this one has answered
 	if d.cfg.Egress != nil {
 		// Its namespaces exist from the clone on; its main process waits
 		// for the proxy.
-		netns := fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid)
+		netns := fmt.Sprintf("/proc/%d/ns/net", pid)
 		if err := d.cfg.Egress.Attach(ctx, driver.Ref{ID: o.ID, Generation: o.Generation}, netns); err != nil {
 			return err
 		}

@@ -1,0 +1,113 @@
+package shim
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/fdpass"
+	"github.com/corral-sandbox/corral/internal/supervisor"
+)
+
+// StandbyFD is the socket a standby supervisor waits on for its sandbox.
+const StandbyFD = 3
+
+// maxHandoff bounds a handoff's message, a bundle's path.
+const maxHandoff = 4 << 10
+
+// standbyName is what ps shows of a standby until its handoff.
+const standbyName = "corral-standby"
+
+// setName sets the calling thread's name, which ps shows of a process
+// (its first 15 bytes).
+func setName(name string) {
+	b := append([]byte(name), 0)
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&b[0])), 0, 0, 0)
+}
+
+// retitle makes the process's command line (what ps and /proc/PID/cmdline
+// show) argv, where the space of the one it was started with allows: the
+// kernel shows the memory its arguments were passed in, which os.Args
+// still point into (StandbyArgv's padding leaves room for a bundle's
+// path). os.Args keeps its values, copied.
+func retitle(argv []string) {
+	old := os.Args
+	if len(old) == 0 {
+		return
+	}
+	start := unsafe.StringData(old[0])
+	size := 0
+	for _, a := range old {
+		if unsafe.StringData(a) != (*byte)(unsafe.Add(unsafe.Pointer(start), size)) {
+			return // not one block, as the kernel passed it
+		}
+		size += len(a) + 1
+	}
+	title := []byte(strings.Join(argv, "\x00") + "\x00")
+	if len(title) > size {
+		return
+	}
+	os.Args = make([]string, len(old))
+	for i, a := range old {
+		os.Args[i] = strings.Clone(a)
+	}
+	area := unsafe.Slice(start, size)
+	clear(area[copy(area, title):])
+}
+
+// Handoff gives a standby supervisor (RunStandby) its sandbox on conn,
+// which it closes: the bundle directory, the descriptors RunSandbox
+// inherits when started for it (ReadyFD's pipe and LockFD's lock), and its
+// log, which becomes its stdout and stderr.
+func Handoff(conn *os.File, bundle string, ready, lock, log *os.File) error {
+	return fdpass.Send(conn, []*os.File{ready, lock, log}, []byte(bundle))
+}
+
+// RunStandby is a native supervisor started ahead of its sandbox, in new
+// namespaces, so that a start does not wait for this program to start: it
+// waits on StandbyFD for a Handoff, takes what it is handed as the
+// descriptors RunSandbox expects, and goes on as RunSandbox of the bundle.
+// It exits, having done nothing, when the socket closes without a
+// handoff (the gateway gone, or done with it).
+func RunStandby() int {
+	setName(standbyName)
+	ctl := os.NewFile(StandbyFD, "standby")
+	fds, bundle, err := fdpass.Receive(ctl, maxHandoff)
+	ctl.Close()
+	if err != nil {
+		return 0
+	}
+	// Named and shown as a supervisor started for its sandbox is.
+	if exe, err := os.Executable(); err == nil {
+		setName(filepath.Base(exe))
+	}
+	retitle(supervisor.SandboxArgv(string(bundle)))
+	if len(fds) != 3 {
+		fmt.Fprintf(os.Stderr, "corral supervise: a handoff of %d descriptors, not 3\n", len(fds))
+		return 1
+	}
+	// Out of the way of the numbers they take, then into them.
+	for i, fd := range fds {
+		moved, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 10)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "corral supervise: %v\n", err)
+			return 1
+		}
+		unix.Close(fd)
+		fds[i] = moved
+	}
+	for _, m := range []struct{ from, to int }{{fds[0], ReadyFD}, {fds[1], LockFD}, {fds[2], 1}, {fds[2], 2}} {
+		if err := unix.Dup3(m.from, m.to, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "corral supervise: descriptor %d: %v\n", m.to, err)
+			return 1
+		}
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	return RunSandbox(string(bundle))
+}

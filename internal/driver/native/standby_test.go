@@ -1,0 +1,86 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// A start leaves a standby supervisor behind; the next start hands its
+// sandbox to it (the sandbox's supervisor is that process); a standby
+// killed from outside only makes the next start start its own; a closed
+// driver's standby exits.
+func TestStartOnStandby(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	startSandbox(t, d, "first", "")
+	sb := waitStandby(t, 0)
+	second := startSandbox(t, d, "second", "")
+	if sup, err := readPID(d.bundle(second.id, 1)); err != nil || sup != sb {
+		t.Fatalf("the second sandbox's supervisor is %d (%v); want the standby, %d", sup, err, sb)
+	}
+	if code, out, errOut := second.exec("echo", "hi"); code != 0 || out != "hi\n" {
+		t.Fatalf("exec in the sandbox a standby runs: exit %d, %q, %s", code, out, errOut)
+	}
+	next := waitStandby(t, sb)
+	if err := syscall.Kill(next, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitExited(t, next)
+	third := startSandbox(t, d, "third", "")
+	if sup, err := readPID(d.bundle(third.id, 1)); err != nil || sup == next {
+		t.Fatalf("the third sandbox's supervisor is %d (%v); want a new one, not the killed standby", sup, err)
+	}
+	last := waitStandby(t, next)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitExited(t, last)
+	if err := d.Delete(context.Background(), third.id); err != nil { // a closed driver still deletes
+		t.Fatal(err)
+	}
+}
+
+// waitStandby waits for the one standby supervisor of this process other
+// than not, and returns its pid.
+func waitStandby(t *testing.T, not int) int {
+	t.Helper()
+	var found int
+	testenv.Eventually(t, 10*time.Second, func() error {
+		entries, _ := os.ReadDir("/proc")
+		var standbys []int
+		for _, e := range entries {
+			var pid int
+			if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == not {
+				continue
+			}
+			status, _ := os.ReadFile("/proc/" + e.Name() + "/status")
+			if strings.HasPrefix(string(status), "Name:\tcorral-standby\n") && strings.Contains(string(status), fmt.Sprintf("\nPPid:\t%d\n", os.Getpid())) {
+				standbys = append(standbys, pid)
+			}
+		}
+		if len(standbys) != 1 {
+			return fmt.Errorf("standby supervisors %v; want one (other than %d)", standbys, not)
+		}
+		found = standbys[0]
+		return nil
+	})
+	return found
+}
+
+// waitExited waits until pid has exited (and been reaped).
+func waitExited(t *testing.T, pid int) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("process %d is still there (%v)", pid, err)
+		}
+		return nil
+	})
+}
