@@ -61,32 +61,40 @@ type spareProc struct{ host, inner int }
 // not.
 func waitSpare(t *testing.T, supervisor, not int) spareProc {
 	t.Helper()
-	var found spareProc
+	host := waitProcess(t, fmt.Sprintf("spares of supervisor %d", supervisor), not, func(cmdline, status string) bool {
+		return strings.Contains(cmdline, "--spare-fd") && strings.Contains(status, fmt.Sprintf("\nPPid:\t%d\n", supervisor))
+	})
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", host))
+	p := spareProc{host: host}
+	for _, line := range strings.Split(string(status), "\n") {
+		if ids, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(ids)
+			p.inner, _ = strconv.Atoi(f[len(f)-1])
+		}
+	}
+	return p
+}
+
+// waitProcess waits until exactly one process other than not matches (by
+// its command line and status), and returns its pid.
+func waitProcess(t *testing.T, what string, not int, match func(cmdline, status string) bool) int {
+	t.Helper()
+	var found int
 	testenv.Eventually(t, 10*time.Second, func() error {
 		dirs, _ := filepath.Glob("/proc/[0-9]*")
-		var spares []spareProc
+		var pids []int
 		for _, dir := range dirs {
+			pid, _ := strconv.Atoi(filepath.Base(dir))
 			cmdline, _ := os.ReadFile(dir + "/cmdline")
 			status, _ := os.ReadFile(dir + "/status")
-			if !strings.Contains(string(cmdline), "--spare-fd") || !strings.Contains(string(status), fmt.Sprintf("\nPPid:\t%d\n", supervisor)) {
-				continue
-			}
-			var p spareProc
-			for _, line := range strings.Split(string(status), "\n") {
-				if ids, ok := strings.CutPrefix(line, "NSpid:"); ok {
-					f := strings.Fields(ids)
-					p.host, _ = strconv.Atoi(f[0])
-					p.inner, _ = strconv.Atoi(f[len(f)-1])
-				}
-			}
-			if p.host != not {
-				spares = append(spares, p)
+			if pid != not && match(string(cmdline), string(status)) {
+				pids = append(pids, pid)
 			}
 		}
-		if len(spares) != 1 {
-			return fmt.Errorf("supervisor %d has spares %v, want one (other than %d)", supervisor, spares, not)
+		if len(pids) != 1 {
+			return fmt.Errorf("%s: %v; want one (other than %d)", what, pids, not)
 		}
-		found = spares[0]
+		found = pids[0]
 		return nil
 	})
 	return found

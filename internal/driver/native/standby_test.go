@@ -51,27 +51,9 @@ func TestStartOnStandby(t *testing.T) {
 // than not, and returns its pid.
 func waitStandby(t *testing.T, not int) int {
 	t.Helper()
-	var found int
-	testenv.Eventually(t, 10*time.Second, func() error {
-		entries, _ := os.ReadDir("/proc")
-		var standbys []int
-		for _, e := range entries {
-			var pid int
-			if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == not {
-				continue
-			}
-			status, _ := os.ReadFile("/proc/" + e.Name() + "/status")
-			if strings.HasPrefix(string(status), "Name:\tcorral-standby\n") && strings.Contains(string(status), fmt.Sprintf("\nPPid:\t%d\n", os.Getpid())) {
-				standbys = append(standbys, pid)
-			}
-		}
-		if len(standbys) != 1 {
-			return fmt.Errorf("standby supervisors %v; want one (other than %d)", standbys, not)
-		}
-		found = standbys[0]
-		return nil
+	return waitProcess(t, "standby supervisors", not, func(_, status string) bool {
+		return strings.HasPrefix(status, "Name:\tcorral-standby\n") && strings.Contains(status, fmt.Sprintf("\nPPid:\t%d\n", os.Getpid()))
 	})
-	return found
 }
 
 // waitExited waits until pid has exited (and been reaped).
