@@ -70,10 +70,14 @@ func enterRoot(cfg SandboxConfig, newRoot string) error {
 }
 
 // ownProc makes the supervisor's mounts private and mounts a procfs of its
-// own PID namespace on /proc: a child started in a user namespace of its
-// own gets its id maps written through /proc/PID, PID as this namespace
-// numbers it (the host's procfs would name another process).
+// own PID namespace on /proc, unless it is there (/proc/self is 1, the
+// supervisor): a child started in a user namespace of its own gets its id
+// maps written through /proc/PID, PID as this namespace numbers it (the
+// host's procfs would name another process).
 func ownProc() error {
+	if self, _ := os.Readlink("/proc/self"); self == "1" {
+		return nil
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}

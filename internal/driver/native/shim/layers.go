@@ -73,10 +73,8 @@ func mountLayers(layers []string, ids *supervisor.IDRange, dir string) error {
 // idmapLayers mounts each layer, idmapped to ids and read-only, under
 // staging, and returns where.
 func idmapLayers(layers []string, ids supervisor.IDRange, staging string) ([]string, error) {
-	// The new namespace's id maps are written through /proc, which must
-	// be this PID namespace's for that: the host's names other processes.
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return nil, fmt.Errorf("mount this PID namespace's /proc: %w", err)
+	if err := ownProc(); err != nil { // the new namespace's id maps are written through it
+		return nil, err
 	}
 	ns, err := supervisor.UserNamespace(ids)
 	if err != nil {

@@ -22,11 +22,10 @@ const maxHandoff = 4 << 10
 // standbyName is what ps shows of a standby until its handoff.
 const standbyName = "corral-standby"
 
-// setName sets the calling thread's name, which ps shows of a process
-// (its first 15 bytes).
+// setName sets the name ps shows of the process (its first 15 bytes):
+// its main thread's, which the calling goroutine need not run on.
 func setName(name string) {
-	b := append([]byte(name), 0)
-	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&b[0])), 0, 0, 0)
+	_ = os.WriteFile("/proc/self/comm", []byte(name), 0)
 }
 
 // retitle makes the process's command line (what ps and /proc/PID/cmdline
