@@ -33,6 +33,25 @@ type Children struct {
 	spare   *spare // the next Start's, when Spare
 }
 
+// SetProcs makes procs the cgroup of the processes Start starts, and
+// moves the waiting spare, if any, into it (a spare started before the
+// cgroup was made runs nothing before it is asked).
+func (c *Children) SetProcs(procs cgroups.Procs) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Procs = procs
+	if c.spare == nil {
+		return nil
+	}
+	if err := procs.Add(c.spare.pid); err != nil {
+		_ = unix.Kill(c.spare.pid, unix.SIGKILL)
+		c.spare.ctl.Close()
+		c.spare = nil
+		return err
+	}
+	return nil
+}
+
 // Start runs command through the exec stage in its own session. The exec
 // stage waits until the process is in the sandbox's cgroup before it runs
 // the command, and start waits until the command runs: applied is what the

@@ -135,4 +135,13 @@ func TestMainProcessInTheSandboxRoot(t *testing.T) {
 	if mainCwd.Dev != workdir.Dev || mainCwd.Ino != workdir.Ino {
 		t.Errorf("main process's directory: device %d inode %d; want /sandbox (%d, %d)", mainCwd.Dev, mainCwd.Ino, workdir.Dev, workdir.Ino)
 	}
+	// and in the sandbox's cgroup, where its limits are, though its spare
+	// started before the cgroup was made
+	groups, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", main))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := cgroup(s.id) + "/sandbox\n"; !strings.Contains(string(groups), want) {
+		t.Errorf("main process's cgroups:\n%s\nwant %s", groups, want)
+	}
 }

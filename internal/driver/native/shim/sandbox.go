@@ -124,16 +124,17 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 		// the lock says this supervisor lives.
 		_ = os.WriteFile(b.Path(PIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o644)
 	}
-	if err := s.cgroups(); err != nil {
-		return s, err
-	}
 	if s.children.Spare {
 		// The main process's exec stage: its program starts beside the
-		// set-up (StartSpare says how it comes into the root).
+		// set-up (StartSpare says how it comes into the root, and the
+		// cgroup takes it before it is asked anything).
 		if err := ownProc(); err != nil {
 			return s, err
 		}
 		s.children.StartSpare()
+	}
+	if err := s.cgroups(); err != nil {
+		return s, err
 	}
 	stdout, err := s.output(StdoutFile)
 	if err != nil {
@@ -321,8 +322,12 @@ func (s *sandboxSupervisor) cgroups() error {
 	if err == nil {
 		err = cgroups.Create(s.cfg.Cgroup+"/sandbox", cgroups.Limits{MemoryBytes: l.MemoryBytes, CPUMillis: l.CPUMillis, Pids: pids})
 	}
+	var procs cgroups.Procs
 	if err == nil {
-		s.children.Procs, err = cgroups.OpenProcs(s.cfg.Cgroup + "/sandbox")
+		procs, err = cgroups.OpenProcs(s.cfg.Cgroup + "/sandbox")
+	}
+	if err == nil {
+		err = s.children.SetProcs(procs)
 	}
 	if err != nil && l.MemoryBytes == 0 && l.CPUMillis == 0 && l.Pids == 0 {
 		// No limits asked for: a cgroup (and its default pids cap) is a
