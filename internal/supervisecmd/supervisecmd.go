@@ -72,21 +72,14 @@ func New() *cobra.Command {
 			return &ExitError{Code: shim.RunSandbox(args[0])}
 		},
 	})
-	var ids supervisor.IDRange
-	standbyCmd := &cobra.Command{
-		Use:   "standby [--id-base N --id-size N] [-- ROOM]",
+	cmd.AddCommand(&cobra.Command{
+		Use:   "standby [-- ROOM]",
 		Short: "Wait, in new namespaces, for the native driver to hand over a sandbox, then run as its PID 1",
 		Args:  cobra.MaximumNArgs(1), // room in the command line for the sandbox's bundle
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if ids.Size == 0 {
-				return &ExitError{Code: shim.RunStandby(nil)}
-			}
-			return &ExitError{Code: shim.RunStandby(&ids)}
+			return &ExitError{Code: shim.RunStandby()}
 		},
-	}
-	standbyCmd.Flags().Uint32Var(&ids.Base, "id-base", 0, "the host ids of the sandbox the main process's exec stage is made ahead for: the first")
-	standbyCmd.Flags().Uint32Var(&ids.Size, "id-size", 0, "... and how many")
-	cmd.AddCommand(standbyCmd)
+	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "probe NAME...",
 		Short: "Try what a sandbox's policy may forbid (mount, ptrace, bpf, keyctl, unshare) and show no_new_privs, seccomp and uid",

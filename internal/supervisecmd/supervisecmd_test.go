@@ -25,8 +25,7 @@ func TestSuperviseCommandLinesParse(t *testing.T) {
 		{supervisor.ExecArgv("/c", supervisor.ExecStage{}, command), "exec", command},
 		{supervisor.ExecArgv("/c", supervisor.ExecStage{WaitFD: 3, ReportFD: 4, DropCaps: true, Cgroup: "/g/cgroup.procs"}, command), "exec", command},
 		{supervisor.SandboxArgv("/bundle"), "sandbox", []string{"/bundle"}},
-		{supervisor.StandbyArgv(nil), "standby", supervisor.StandbyArgv(nil)[4:]},
-		{supervisor.StandbyArgv(&supervisor.IDRange{Base: 1 << 30, Size: 1 << 16}), "standby", supervisor.StandbyArgv(nil)[4:]},
+		{supervisor.StandbyArgv(), "standby", supervisor.StandbyArgv()[4:]},
 		{supervisor.ProbeArgv("/c", "mount", "uid"), "probe", []string{"mount", "uid"}},
 	} {
 		root := &cobra.Command{Use: "corral-supervise"}

@@ -67,16 +67,11 @@ func SandboxArgv(bundle string) []string {
 }
 
 // StandbyArgv is a native supervisor started ahead of its sandbox
-// (shim.RunStandby), with the main process's spare exec stage made ahead
-// for a sandbox of ids (nil: one without a range of its own); its first
-// word names it in ps. Its last argument is room for the bundle's path in
-// the SandboxArgv it shows once it is handed its sandbox.
-func StandbyArgv(ids *IDRange) []string {
-	argv := []string{"corral-supervise", "supervise", "standby"}
-	if ids != nil {
-		argv = append(argv, "--id-base", strconv.FormatUint(uint64(ids.Base), 10), "--id-size", strconv.FormatUint(uint64(ids.Size), 10))
-	}
-	return append(argv, "--", strings.Repeat(".", standbyRoom))
+// (shim.RunStandby); its first word names it in ps. Its last argument is
+// room for the bundle's path in the SandboxArgv it shows once it is handed
+// its sandbox.
+func StandbyArgv() []string {
+	return []string{"corral-supervise", "supervise", "standby", "--", strings.Repeat(".", standbyRoom)}
 }
 
 // standbyRoom is what StandbyArgv leaves for a bundle's path.

@@ -33,37 +33,6 @@ type Children struct {
 	spare   *spare // the next Start's, when Spare
 }
 
-// Adopt takes from's waiting spare as this one's (killing this one's, if
-// any): a spare made ahead by another Children, which must have started it
-// with the same IDs and DropCaps. It reports whether there was one.
-func (c *Children) Adopt(from *Children) bool {
-	from.mu.Lock()
-	sp := from.spare
-	from.spare = nil
-	var done chan int
-	if sp != nil {
-		done = from.waiters[sp.pid]
-		delete(from.waiters, sp.pid)
-	}
-	from.mu.Unlock()
-	if sp == nil {
-		return false
-	}
-	c.mu.Lock()
-	if c.waiters == nil {
-		c.waiters = map[int]chan int{}
-	}
-	c.waiters[sp.pid] = done
-	old := c.spare
-	c.spare = sp
-	c.mu.Unlock()
-	old.discard()
-	return true
-}
-
-// DiscardSpare kills the waiting spare, if any.
-func (c *Children) DiscardSpare() { c.takeSpare().discard() }
-
 // SetProcs makes procs the cgroup of the processes Start starts, and
 // moves the waiting spare, if any, into it (a spare started before the
 // cgroup was made runs nothing before it is asked).
@@ -75,7 +44,8 @@ func (c *Children) SetProcs(procs cgroups.Procs) error {
 		return nil
 	}
 	if err := procs.Add(c.spare.pid); err != nil {
-		c.spare.discard()
+		_ = unix.Kill(c.spare.pid, unix.SIGKILL)
+		c.spare.ctl.Close()
 		c.spare = nil
 		return err
 	}
@@ -166,7 +136,8 @@ func (c *Children) startOnSpare(command, env []string, stdio []*os.File, tty boo
 		msg, _ = io.ReadAll(report) // ends when the command runs, or the exec stage gives up
 	}
 	if len(msg) == 0 { // it says what it applied before it runs anything
-		sp.discard()
+		sp.ctl.Close()
+		_ = unix.Kill(sp.pid, unix.SIGKILL)
 		return 0, nil, ""
 	}
 	return sp.pid, sp.done, string(msg)
@@ -238,7 +209,9 @@ func (c *Children) StartSpare() {
 	old := c.spare
 	c.spare = &spare{pid: pid, done: done, ctl: ours}
 	c.mu.Unlock()
-	old.discard() // Starts raced: one spare is enough
+	if old != nil { // Starts raced: one spare is enough
+		old.ctl.Close()
+	}
 }
 
 // spareEnv is a spare's environment until its request gives it the
@@ -327,14 +300,6 @@ func exitStatus(ws unix.WaitStatus) int {
 type IDRange struct {
 	Base uint32 `json:"base"`
 	Size uint32 `json:"size"`
-}
-
-// Equal reports whether r and o are the same range (or both none).
-func (r *IDRange) Equal(o *IDRange) bool {
-	if r == nil || o == nil {
-		return r == o
-	}
-	return *r == *o
 }
 
 // Host is the host id of id inside the range's user namespace.

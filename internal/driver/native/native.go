@@ -70,7 +70,6 @@ type Driver struct {
 
 	standbyMu       sync.Mutex
 	standby         *standby // a supervisor waiting for its sandbox (standby.go)
-	standbyIDBase   uint32   // the id range the latest standby made its exec stage for
 	standbyStarting bool
 	closed          bool
 }

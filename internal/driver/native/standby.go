@@ -98,25 +98,15 @@ func (d *Driver) refillStandby() {
 	}()
 }
 
-// startStandby starts a standby supervisor, its exec stage made for the id
-// range the next sandbox created gets (saveNew).
+// startStandby starts a standby supervisor.
 func (d *Driver) startStandby() (*standby, error) {
-	ids, err := d.nextRange()
-	if err != nil {
-		return nil, err
-	}
-	if ids != nil {
-		d.standbyMu.Lock()
-		d.standbyIDBase = ids.Base
-		d.standbyMu.Unlock()
-	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
 	ours, theirs := os.NewFile(uintptr(pair[0]), "standby"), os.NewFile(uintptr(pair[1]), "standby")
 	defer theirs.Close()
-	cmd := d.supervisorCmd(supervisor.StandbyArgv(ids))
+	cmd := d.supervisorCmd(supervisor.StandbyArgv())
 	cmd.ExtraFiles = []*os.File{theirs} // shim.StandbyFD
 	if err := cmd.Start(); err != nil {
 		ours.Close()

@@ -78,9 +78,6 @@ func ownProc() error {
 	if self, _ := os.Readlink("/proc/self"); self == "1" {
 		return nil
 	}
-	if pid, err := hostPID(); err == nil {
-		pidOnHost = pid
-	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -465,15 +462,9 @@ func pivot(newRoot string) error {
 	return unix.Chdir("/")
 }
 
-// pidOnHost is this process's pid as the host sees it, kept by ownProc.
-var pidOnHost int
-
 // hostPID is this process's pid as the host sees it, read before /proc is
-// the sandbox's own (or kept from then).
+// the sandbox's own.
 func hostPID() (int, error) {
-	if pidOnHost != 0 {
-		return pidOnHost, nil
-	}
 	link, err := os.Readlink("/proc/self")
 	if err != nil {
 		return 0, err

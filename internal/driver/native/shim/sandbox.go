@@ -55,16 +55,12 @@ const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 // new namespaces with the bundle directory, it joins the sandbox's cgroup,
 // builds the root file system, starts the main process, serves the control
 // socket and exits when the main process has ended, after recording how.
-func RunSandbox(dir string) int { return runSandbox(dir, nil) }
-
-// runSandbox is RunSandbox, with the main process's spare exec stage
-// taken from ahead when it was made for this sandbox's ids.
-func runSandbox(dir string, ahead *supervisor.Children) int {
+func RunSandbox(dir string) int {
 	// Inherited, so not closed on exec: the sandbox's processes get neither.
 	unix.CloseOnExec(ReadyFD)
 	unix.CloseOnExec(LockFD)
 	ready := os.NewFile(ReadyFD, "ready")
-	s, err := setUp(Bundle{Dir: dir}, ahead)
+	s, err := setUp(Bundle{Dir: dir})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "corral supervise: %v\n", err)
 		// Never started: the incarnation is still just created.
@@ -105,12 +101,9 @@ type sandboxSupervisor struct {
 // setUp prepares the sandbox and starts its main process. On failure it
 // returns what it set up so far (nil before the bundle is open), so that
 // the caller can undo what marks the incarnation as started.
-func setUp(b Bundle, ahead *supervisor.Children) (*sandboxSupervisor, error) {
+func setUp(b Bundle) (*sandboxSupervisor, error) {
 	cfg, err := b.ReadConfig()
 	if err != nil {
-		if ahead != nil {
-			ahead.DiscardSpare()
-		}
 		return nil, err
 	}
 	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan Request, 4)}
@@ -131,15 +124,7 @@ func setUp(b Bundle, ahead *supervisor.Children) (*sandboxSupervisor, error) {
 		// the lock says this supervisor lives.
 		_ = os.WriteFile(b.Path(PIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o644)
 	}
-	adopted := false
-	if ahead != nil {
-		// made ahead: the main process runs on it if it was for these ids
-		if s.children.Spare && ahead.IDs.Equal(cfg.IDs) {
-			adopted = s.children.Adopt(ahead)
-		}
-		ahead.DiscardSpare()
-	}
-	if s.children.Spare && !adopted {
+	if s.children.Spare {
 		// The main process's exec stage: its program starts beside the
 		// set-up (StartSpare says how it comes into the root, and the
 		// cgroup takes it before it is asked anything).

@@ -68,19 +68,12 @@ func Handoff(conn *os.File, bundle string, ready, lock, log *os.File) error {
 
 // RunStandby is a native supervisor started ahead of its sandbox, in new
 // namespaces, so that a start does not wait for this program to start: it
-// makes the main process's spare exec stage for a sandbox of ids, waits on
-// StandbyFD for a Handoff, takes what it is handed as the
+// waits on StandbyFD for a Handoff, takes what it is handed as the
 // descriptors RunSandbox expects, and goes on as RunSandbox of the bundle.
 // It exits, having done nothing, when the socket closes without a
 // handoff (the gateway gone, or done with it).
-func RunStandby(ids *supervisor.IDRange) int {
+func RunStandby() int {
 	setName(standbyName)
-	// The main process's exec stage, made ahead for a sandbox of ids: it
-	// runs the main process if the sandbox handed over has those ids.
-	ahead := &supervisor.Children{Spare: true, DropCaps: true, IDs: ids}
-	if ownProc() == nil {
-		ahead.StartSpare()
-	}
 	ctl := os.NewFile(StandbyFD, "standby")
 	fds, bundle, err := fdpass.Receive(ctl, maxHandoff)
 	ctl.Close()
@@ -115,5 +108,5 @@ func RunStandby(ids *supervisor.IDRange) int {
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
-	return runSandbox(string(bundle), ahead)
+	return RunSandbox(string(bundle))
 }
