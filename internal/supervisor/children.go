@@ -44,8 +44,7 @@ func (c *Children) SetProcs(procs cgroups.Procs) error {
 		return nil
 	}
 	if err := procs.Add(c.spare.pid); err != nil {
-		_ = unix.Kill(c.spare.pid, unix.SIGKILL)
-		c.spare.ctl.Close()
+		c.spare.discard()
 		c.spare = nil
 		return err
 	}
@@ -136,8 +135,7 @@ func (c *Children) startOnSpare(command, env []string, stdio []*os.File, tty boo
 		msg, _ = io.ReadAll(report) // ends when the command runs, or the exec stage gives up
 	}
 	if len(msg) == 0 { // it says what it applied before it runs anything
-		sp.ctl.Close()
-		_ = unix.Kill(sp.pid, unix.SIGKILL)
+		sp.discard()
 		return 0, nil, ""
 	}
 	return sp.pid, sp.done, string(msg)

@@ -58,6 +58,13 @@ type spare struct {
 	ctl  *os.File // the supervisor's end of its socket
 }
 
+// discard lets a spare go, unused: closing its socket ends it, and the
+// kill ends it even if it is stuck.
+func (s *spare) discard() {
+	s.ctl.Close()
+	_ = unix.Kill(s.pid, unix.SIGKILL)
+}
+
 // spareName is a waiting spare's name in ps, NUL-terminated.
 var spareName = []byte("corral-spare\x00")
 
