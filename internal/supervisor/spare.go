@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -65,8 +64,12 @@ func (s *spare) discard() {
 	_ = unix.Kill(s.pid, unix.SIGKILL)
 }
 
-// spareName is a waiting spare's name in ps, NUL-terminated.
-var spareName = []byte("corral-spare\x00")
+// SetProcessName sets the name ps shows of the process (its first 15
+// bytes): its main thread's, which the calling goroutine need not run on
+// (PR_SET_NAME names only the calling thread).
+func SetProcessName(name string) {
+	_ = os.WriteFile("/proc/self/comm", []byte(name), 0)
+}
 
 // maxSpareRequest bounds a request: a command and an environment the API
 // admits (128 KiB of arguments, a 256 KiB policy) fit many times over.
@@ -97,7 +100,7 @@ func ExecSpare(spareFD int, dropCaps bool) ([]string, error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("spare: %w", err)
 	}
-	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&spareName[0])), 0, 0, 0) // what ps shows until the command runs
+	SetProcessName("corral-spare") // what ps shows until the command runs
 	ctl := os.NewFile(uintptr(spareFD), "spare")
 	defer ctl.Close()
 	req, fds, err := receive(ctl)

@@ -22,12 +22,6 @@ const maxHandoff = 4 << 10
 // standbyName is what ps shows of a standby until its handoff.
 const standbyName = "corral-standby"
 
-// setName sets the name ps shows of the process (its first 15 bytes):
-// its main thread's, which the calling goroutine need not run on.
-func setName(name string) {
-	_ = os.WriteFile("/proc/self/comm", []byte(name), 0)
-}
-
 // retitle makes the process's command line (what ps and /proc/PID/cmdline
 // show) argv, where the space of the one it was started with allows: the
 // kernel shows the memory its arguments were passed in, which os.Args
@@ -73,7 +67,7 @@ func Handoff(conn *os.File, bundle string, ready, lock, log *os.File) error {
 // It exits, having done nothing, when the socket closes without a
 // handoff (the gateway gone, or done with it).
 func RunStandby() int {
-	setName(standbyName)
+	supervisor.SetProcessName(standbyName)
 	ctl := os.NewFile(StandbyFD, "standby")
 	fds, bundle, err := fdpass.Receive(ctl, maxHandoff)
 	ctl.Close()
@@ -82,7 +76,7 @@ func RunStandby() int {
 	}
 	// Named and shown as a supervisor started for its sandbox is.
 	if exe, err := os.Executable(); err == nil {
-		setName(filepath.Base(exe))
+		supervisor.SetProcessName(filepath.Base(exe))
 	}
 	retitle(supervisor.SandboxArgv(string(bundle)))
 	if len(fds) != 3 {
