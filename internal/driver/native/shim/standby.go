@@ -74,15 +74,17 @@ func RunStandby() int {
 	if err != nil {
 		return 0
 	}
+	dir, err := handedBundle(bundle, len(fds))
+	if err != nil {
+		// A gateway killed between the descriptors and the path: nothing
+		// is its to run; the lock it was handed goes with it.
+		return 1
+	}
 	// Named and shown as a supervisor started for its sandbox is.
 	if exe, err := os.Executable(); err == nil {
 		supervisor.SetProcessName(filepath.Base(exe))
 	}
-	retitle(supervisor.SandboxArgv(string(bundle)))
-	if len(fds) != 3 {
-		fmt.Fprintf(os.Stderr, "corral supervise: a handoff of %d descriptors, not 3\n", len(fds))
-		return 1
-	}
+	retitle(supervisor.SandboxArgv(dir))
 	// Out of the way of the numbers they take, then into them.
 	for i, fd := range fds {
 		moved, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 10)
@@ -102,5 +104,19 @@ func RunStandby() int {
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
-	return RunSandbox(string(bundle))
+	return RunSandbox(dir)
+}
+
+// handedBundle checks a handoff of files descriptors and the message msg:
+// three, and a bundle's path, absolute and clean (a handoff whose sender
+// died before its path came has none).
+func handedBundle(msg []byte, files int) (string, error) {
+	dir := string(msg)
+	if files != 3 {
+		return "", fmt.Errorf("a handoff of %d descriptors, not 3", files)
+	}
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return "", fmt.Errorf("a handoff of %q, not a bundle's path", dir)
+	}
+	return dir, nil
 }

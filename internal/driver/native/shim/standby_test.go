@@ -35,3 +35,24 @@ func TestRetitle(t *testing.T) {
 		t.Errorf("a title longer than the room changed the command line to %q", again)
 	}
 }
+
+// A handoff whose sender died after the descriptors (no path), or that
+// names no clean absolute path, is not run.
+func TestHandedBundle(t *testing.T) {
+	for _, tc := range []struct {
+		msg   string
+		files int
+		ok    bool
+	}{
+		{"/var/lib/corral/native/sandboxes/abc/gen-1", 3, true},
+		{"", 3, false},
+		{"config", 3, false},
+		{"/a/../b", 3, false},
+		{"/a/b", 2, false},
+	} {
+		dir, err := handedBundle([]byte(tc.msg), tc.files)
+		if (err == nil) != tc.ok || (tc.ok && dir != tc.msg) {
+			t.Errorf("handoff of %q with %d descriptors: %q, %v; want ok %v", tc.msg, tc.files, dir, err, tc.ok)
+		}
+	}
+}
