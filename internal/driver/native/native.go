@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -59,8 +60,10 @@ type Driver struct {
 	cfg  driver.Config
 	opts Options
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex // one per sandbox id: calls on one id are serialized
+	mu       sync.Mutex
+	locks    map[string]*sync.Mutex // one per sandbox id: calls on one id are serialized
+	busy     int                    // calls holding one of locks
+	lastBusy time.Time              // when the last of them ended
 
 	idsMu sync.Mutex // held while a sandbox's host id range is chosen and saved
 	// imagesMu is read-held by a create from its image's pull until its
@@ -159,7 +162,8 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// lock serializes the calls on one sandbox id.
+// lock serializes the calls on one sandbox id; while it is held, the
+// driver is busy (waitIdle).
 func (d *Driver) lock(id string) func() {
 	d.mu.Lock()
 	l := d.locks[id]
@@ -167,9 +171,30 @@ func (d *Driver) lock(id string) func() {
 		l = &sync.Mutex{}
 		d.locks[id] = l
 	}
+	d.busy++
 	d.mu.Unlock()
 	l.Lock()
-	return l.Unlock
+	return func() {
+		l.Unlock()
+		d.mu.Lock()
+		d.busy--
+		d.lastBusy = time.Now()
+		d.mu.Unlock()
+	}
+}
+
+// waitIdle returns once no call of the driver has run for idle, or after
+// limit: background work (a standby's start) waits for a gap between
+// calls instead of taking the CPU from the next one.
+func (d *Driver) waitIdle(idle, limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(idle / 4) {
+		d.mu.Lock()
+		quiet := d.busy == 0 && time.Since(d.lastBusy) >= idle
+		d.mu.Unlock()
+		if quiet {
+			return
+		}
+	}
 }
 
 func (d *Driver) sandboxDir(id string) string {

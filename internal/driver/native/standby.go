@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -74,6 +75,14 @@ func (d *Driver) takeStandby() *standby {
 	return sb
 }
 
+// A standby starts once the driver's calls have left standbyIdle of quiet
+// (its program start is ~10 ms of CPU, which would land on a call that
+// follows the start at once: a stop, a delete), or after standbyWait.
+const (
+	standbyIdle = 20 * time.Millisecond
+	standbyWait = time.Second
+)
+
 // refillStandby starts a standby in the background unless there is one
 // (or one is starting), or the driver is closed.
 func (d *Driver) refillStandby() {
@@ -84,6 +93,7 @@ func (d *Driver) refillStandby() {
 	}
 	d.standbyStarting = true
 	go func() {
+		d.waitIdle(standbyIdle, standbyWait)
 		sb, err := d.startStandby()
 		d.standbyMu.Lock()
 		defer d.standbyMu.Unlock()
