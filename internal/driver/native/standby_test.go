@@ -21,6 +21,7 @@ func TestStartOnStandby(t *testing.T) {
 	d := newTestDriver(t, "corral.test")
 	startSandbox(t, d, "first", "")
 	sb := waitStandby(t, 0)
+	waitHeld(t, d, sb)
 	second := startSandbox(t, d, "second", "")
 	if sup, err := readPID(d.bundle(second.id, 1)); err != nil || sup != sb {
 		t.Fatalf("the second sandbox's supervisor is %d (%v); want the standby, %d", sup, err, sb)
@@ -33,6 +34,7 @@ func TestStartOnStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitExited(t, next)
+	waitHeld(t, d, next) // the driver finds out at the handoff
 	third := startSandbox(t, d, "third", "")
 	if sup, err := readPID(d.bundle(third.id, 1)); err != nil || sup == next {
 		t.Fatalf("the third sandbox's supervisor is %d (%v); want a new one, not the killed standby", sup, err)
@@ -44,6 +46,23 @@ func TestStartOnStandby(t *testing.T) {
 	waitExited(t, last)
 	if err := d.Delete(context.Background(), third.id); err != nil { // a closed driver still deletes
 		t.Fatal(err)
+	}
+}
+
+// waitHeld waits until the driver holds the standby pid (it may show in ps
+// before the goroutine that started it has handed it to the driver).
+func waitHeld(t *testing.T, d *Driver, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		d.standbyMu.Lock()
+		held := d.standby != nil && d.standby.pid == pid
+		d.standbyMu.Unlock()
+		if held {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the driver does not hold standby %d after 10 s", pid)
+		}
 	}
 }
 
