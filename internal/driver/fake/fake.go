@@ -40,6 +40,8 @@ type Driver struct {
 	cacheMu   sync.Mutex
 	cache     map[string]*object
 	seen, end int64 // end: the file's size when it was last looked at
+
+	free []string // files of the free dir believed there (d.mu)
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -49,12 +51,15 @@ func New(cfg driver.Config) (*Driver, error) {
 	if cfg.Label == "" {
 		return nil, errors.New("fake driver: no sandbox label configured")
 	}
-	for _, dir := range []string{"held", ObjectsDir} {
+	for _, dir := range []string{"held", ObjectsDir, freeDir} {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, dir), 0o700); err != nil {
 			return nil, fmt.Errorf("fake driver: %w", err)
 		}
 	}
 	d := &Driver{cfg: cfg, caching: true, cache: map[string]*object{}}
+	if err := d.keepFree(); err != nil {
+		return nil, fmt.Errorf("fake driver: %w", err)
+	}
 	var err error
 	if d.lock, d.changes, err = openShared(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("fake driver: %w", err)
@@ -133,8 +138,40 @@ func (d *Driver) objectPath(id string) string {
 }
 
 // read returns the object of id, nil when there is none. Callers do not
-// change it (change works on a copy).
+// change it (change works on a copy). A file is read only with the objects
+// locked: files are rewritten in place (see replace).
 func (d *Driver) read(id string) (*object, error) {
+	if o, ok, err := d.fromCache(id); ok || err != nil {
+		return o, err
+	}
+	var o *object
+	err := d.locked(func(*os.File) error {
+		var err error
+		o, err = d.load(id)
+		return err
+	})
+	return o, err
+}
+
+// fromCache returns the object of id when the cache holds it.
+func (d *Driver) fromCache(id string) (*object, bool, error) {
+	if !d.caching {
+		return nil, false, nil
+	}
+	d.cacheMu.Lock()
+	defer d.cacheMu.Unlock()
+	if d.closed.Load() {
+		return nil, false, nil
+	}
+	if err := d.catchUp(); err != nil {
+		return nil, false, err
+	}
+	o, ok := d.cache[id]
+	return o, ok, nil
+}
+
+// load is read with the objects locked.
+func (d *Driver) load(id string) (*object, error) {
 	if !d.caching {
 		return d.readFile(id)
 	}
@@ -181,25 +218,33 @@ func (d *Driver) catchUp() error {
 	return nil
 }
 
-// cached records what this driver just wrote: next (nil when removed) as
-// the object of id, and its line of the changes file as seen when nothing
-// unseen precedes it. d.mu and the lock file are held, so no one else
-// wrote to the changes file since change called read.
-func (d *Driver) cached(id string, next *object, line int) {
-	if !d.caching {
-		return
+// record appends id to the changes file and caches next (nil when removed)
+// as its object, the line as seen when nothing unseen precedes it. The
+// objects are locked, so no one else wrote to the changes file since change
+// loaded the object; d.cacheMu is held across the append so that no
+// catchUp reads the line as another's.
+func (d *Driver) record(changes *os.File, id string, next *object) error {
+	if d.caching {
+		d.cacheMu.Lock()
+		defer d.cacheMu.Unlock()
 	}
-	d.cacheMu.Lock()
-	defer d.cacheMu.Unlock()
+	line := id + "\n"
+	if _, err := changes.WriteString(line); err != nil {
+		return err
+	}
+	if !d.caching {
+		return nil
+	}
 	if next == nil {
 		delete(d.cache, id)
 	} else {
 		d.cache[id] = next
 	}
 	if d.seen == d.end {
-		d.seen += int64(line)
+		d.seen += int64(len(line))
 	}
-	d.end += int64(line)
+	d.end += int64(len(line))
+	return nil
 }
 
 // readFile reads the object of id from its file.
@@ -220,36 +265,29 @@ func (d *Driver) readFile(id string) (*object, error) {
 
 // readAll returns every object, by id.
 func (d *Driver) readAll() (map[string]*object, error) {
-	entries, err := os.ReadDir(filepath.Join(d.cfg.StateDir, ObjectsDir))
-	if errors.Is(err, os.ErrNotExist) {
-		return map[string]*object{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("fake driver: %w", err)
-	}
-	objs := make(map[string]*object, len(entries))
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok {
-			continue // a write in progress
-		}
-		o, err := d.read(id)
+	var objs map[string]*object
+	err := d.locked(func(*os.File) error {
+		entries, err := os.ReadDir(filepath.Join(d.cfg.StateDir, ObjectsDir))
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("fake driver: %w", err)
 		}
-		if o != nil {
-			objs[id] = o
+		objs = make(map[string]*object, len(entries))
+		for _, e := range entries {
+			id, ok := strings.CutSuffix(e.Name(), ".json")
+			if !ok {
+				continue // a temporary file of an older version
+			}
+			o, err := d.load(id)
+			if err != nil {
+				return err
+			}
+			if o != nil {
+				objs[id] = o
+			}
 		}
-	}
-	return objs, nil
-}
-
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+		return nil
+	})
+	return objs, err
 }
 
 // update runs fn on a copy of the object of id (nil when there is none)
@@ -267,8 +305,10 @@ func (d *Driver) locked(fn func(changes *os.File) error) error {
 	defer d.mu.Unlock()
 	lock, changes := d.lock, d.changes
 	if lock == nil || d.closed.Load() { // a helper's driver, or a closed one
-		if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, ObjectsDir), 0o700); err != nil {
-			return err
+		for _, dir := range []string{ObjectsDir, freeDir} {
+			if err := os.MkdirAll(filepath.Join(d.cfg.StateDir, dir), 0o700); err != nil {
+				return err
+			}
 		}
 		var err error
 		if lock, changes, err = openShared(d.cfg.StateDir); err != nil {
@@ -286,7 +326,7 @@ func (d *Driver) locked(fn func(changes *os.File) error) error {
 
 // change is update with the objects already locked.
 func (d *Driver) change(changes *os.File, id string, fn func(o *object) (*object, error)) error {
-	cur, err := d.read(id)
+	cur, err := d.load(id)
 	if err != nil {
 		return err
 	}
@@ -300,22 +340,17 @@ func (d *Driver) change(changes *os.File, id string, fn func(o *object) (*object
 		return err
 	}
 	if next == nil {
-		err = os.Remove(d.objectPath(id))
+		err = d.remove(id)
 	} else {
 		var data []byte
 		if data, err = json.Marshal(next); err == nil {
-			err = writeAtomic(d.objectPath(id), data)
+			err = d.replace(id, data)
 		}
 	}
 	if err != nil {
 		return err
 	}
-	line := id + "\n"
-	if _, err := changes.WriteString(line); err != nil {
-		return err
-	}
-	d.cached(id, next, len(line))
-	return nil
+	return d.record(changes, id, next)
 }
 
 // mine reports whether an object carries this gateway's label.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -456,5 +457,127 @@ func TestWatchFollowsChanges(t *testing.T) {
 	}
 	if id := next("the delete"); id != spec.ID {
 		t.Fatalf("after the delete Watch reported %s, want %s", id, spec.ID)
+	}
+}
+
+// inodes returns the inode numbers of the files in the state dir's objects
+// and free dirs, each kept open until the test ends (so that no new file
+// gets the number of one removed meanwhile).
+func inodes(t *testing.T, dir string) map[uint64]bool {
+	t.Helper()
+	got := map[uint64]bool{}
+	for _, sub := range []string{fake.ObjectsDir, "free"} {
+		entries, err := os.ReadDir(filepath.Join(dir, sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			f, err := os.Open(filepath.Join(dir, sub, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			fi, err := f.Stat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[fi.Sys().(*syscall.Stat_t).Ino] = true
+		}
+	}
+	return got
+}
+
+// Steady calls reuse the files of deleted objects and of earlier versions
+// instead of making new ones.
+func TestFilesAreReused(t *testing.T) {
+	dir := t.TempDir()
+	d := newFake(t, dir)
+	cycle := func() {
+		t.Helper()
+		spec := newSpec()
+		for _, call := range []func() error{
+			func() error { return d.Create(ctx(t), spec) },
+			func() error { return d.Start(ctx(t), ref(spec)) },
+			func() error { return d.Stop(ctx(t), ref(spec), driver.StopOptions{}) },
+			func() error { return d.Delete(ctx(t), spec.ID) },
+		} {
+			if err := call(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cycle()
+	warm := inodes(t, dir)
+	for range 20 {
+		cycle()
+	}
+	for ino := range inodes(t, dir) {
+		if !warm[ino] {
+			t.Errorf("inode %d is new after the first cycle (had %v)", ino, warm)
+		}
+	}
+}
+
+// Drivers of two processes (here two New on one state dir, and the Exit
+// helper) share the free files without ever writing one that became
+// another's object.
+func TestFreeFilesShared(t *testing.T) {
+	dir := t.TempDir()
+	d1, d2 := newFake(t, dir), newFake(t, dir)
+	specs := make([]driver.Spec, 8)
+	for i := range specs {
+		specs[i] = newSpec()
+		d := []*fake.Driver{d1, d2}[i%2]
+		if err := d.Create(ctx(t), specs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Start(ctx(t), ref(specs[i])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each deletes the other's half, which fills its free files; then each
+	// creates and changes objects from them, interleaved.
+	for i, spec := range specs[:4] {
+		if err := []*fake.Driver{d2, d1}[i%2].Delete(ctx(t), spec.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 4; i < 8; i++ {
+		d := []*fake.Driver{d1, d2}[i%2]
+		if err := d.Stop(ctx(t), ref(specs[i]), driver.StopOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		specs[i-4] = newSpec()
+		if err := []*fake.Driver{d2, d1}[i%2].Create(ctx(t), specs[i-4]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d1.Start(ctx(t), ref(specs[5])); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.Exit(dir, specs[5].ID, 7); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]driver.State{specs[5].ID: driver.StateStopped}
+	for i := range 4 {
+		want[specs[i].ID] = driver.StateCreated
+	}
+	for _, i := range []int{4, 6, 7} {
+		want[specs[i].ID] = driver.StateStopped
+	}
+	list, err := newFake(t, dir).List(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != len(want) {
+		t.Errorf("%d objects listed, want %d: %+v", len(list), len(want), list)
+	}
+	for _, o := range list {
+		if st, ok := want[o.ID]; !ok || o.State != st {
+			t.Errorf("object %s: state %s, want %q (listed: %v)", o.ID, o.State, st, ok)
+		}
+	}
+	if o, err := d2.Inspect(ctx(t), specs[5].ID); err != nil || o.ExitCode != 7 {
+		t.Errorf("Inspect after Exit from outside: %+v, %v; want exit code 7", o, err)
 	}
 }

@@ -160,3 +160,11 @@ func WaitHeld(ctx context.Context, stateDir, op, id string) error {
 		}
 	}
 }
+
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
