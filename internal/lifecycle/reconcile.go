@@ -109,11 +109,12 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 // act takes one driver action: it shows its phase, makes the attempt and
 // says whether to step again.
 func (m *Manager) act(a *actor, sb *sandbox.Sandbox, act action) (again bool, retryIn time.Duration) {
-	if err := m.showPhase(a, sb, act.phase); err != nil {
-		m.log.Error("record phase", "sandbox", sb.Name, "err", err)
+	op, err := m.journalCall(a, sb, act)
+	if err != nil {
+		m.log.Error("journal a driver call", "sandbox", sb.Name, "call", act.kind, "err", err)
 		return false, m.backoff(a.failures + 1)
 	}
-	if err := m.attempt(a, sb, act); err != nil {
+	if err := m.attempt(a, op, act); err != nil {
 		if errors.Is(err, errPreempted) {
 			return true, 0
 		}
@@ -199,21 +200,43 @@ func (m *Manager) forced(a *actor) bool {
 	return a.force
 }
 
-// showPhase records the phase an action runs in. A sandbox that had
-// converged and drifted gets a fresh deadline for getting back.
-func (m *Manager) showPhase(a *actor, sb *sandbox.Sandbox, phase sandbox.Phase) error {
-	if sb.Phase == phase {
-		return nil
+// journalCall writes the pending entry of an action's driver call, with the
+// phase the action runs in when the record does not show it yet (one
+// write: a sandbox that had converged and drifted gets a fresh deadline for
+// getting back) and the entries the actor settled and has not written yet.
+func (m *Manager) journalCall(a *actor, sb *sandbox.Sandbox, act action) (*sandbox.Operation, error) {
+	now := m.now()
+	op := &sandbox.Operation{
+		SandboxID: sb.ID, Kind: act.kind, State: sandbox.OpPending, Owner: m.cfg.Instance,
+		Attempt: a.failures + 1, Generation: act.gen, StartedAt: now, Deadline: now.Add(m.callTimeout(act)),
+	}
+	if sb.Phase == act.phase {
+		sctx, cancel := storeCtx()
+		err := m.cfg.Store.PutOperation(sctx, append(a.settled, op)...)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		a.settled = nil
+		return op, nil
 	}
 	wasConverged := sb.Converged()
 	_, err := m.mutateStep(a, sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
-		cur.Phase = phase
+		cur.Phase = act.phase
 		if wasConverged {
 			cur.Deadline = m.now().Add(m.deadlineFor(cur.Desired))
 		}
-		return store.Mutation{}, nil
+		return store.Mutation{Put: []*sandbox.Operation{op}}, nil
 	})
-	return err
+	return op, err
+}
+
+// callTimeout is how long an action's driver call may take.
+func (m *Manager) callTimeout(act action) time.Duration {
+	if act.kind == sandbox.OpDriverStop {
+		return m.cfg.CallTimeout + m.cfg.StopTimeout
+	}
+	return m.cfg.CallTimeout
 }
 
 // converge records that a sandbox has reached its intent and settles its
@@ -405,29 +428,13 @@ var errPreempted = errors.New("cancelled by delete")
 // before the call was dispatched.
 var errClosing = errors.New("the gateway is shutting down")
 
-// attempt journals a driver call, makes it with a deadline, and settles
-// the journal entry with the outcome. The pending entry is written (with
-// the entries of earlier calls that are settled but not written yet)
-// before the call; the settled one is left to the actor's next write,
-// which comes before any other call (see actor.settled).
-func (m *Manager) attempt(a *actor, sb *sandbox.Sandbox, act action) error {
-	timeout := m.cfg.CallTimeout
-	if act.kind == sandbox.OpDriverStop {
-		timeout += m.cfg.StopTimeout
-	}
+// attempt makes a journaled driver call (op, its pending entry) with a
+// deadline, and settles the entry with the outcome in memory: it is
+// written with the actor's next write, which comes before any other call
+// (see actor.settled).
+func (m *Manager) attempt(a *actor, op *sandbox.Operation, act action) error {
+	timeout := m.callTimeout(act)
 	now := m.now()
-	op := &sandbox.Operation{
-		SandboxID: sb.ID, Kind: act.kind, State: sandbox.OpPending, Owner: m.cfg.Instance,
-		Attempt: a.failures + 1, Generation: act.gen, StartedAt: now, Deadline: now.Add(timeout),
-	}
-	sctx, cancel := storeCtx()
-	err := m.cfg.Store.PutOperation(sctx, append(a.settled, op)...)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("journal %s: %w", act.kind, err)
-	}
-	a.settled = nil
-
 	m.mu.Lock()
 	if m.closing {
 		m.mu.Unlock()
@@ -438,7 +445,7 @@ func (m *Manager) attempt(a *actor, sb *sandbox.Sandbox, act action) error {
 	a.inFlight, a.inFlightKind, a.preempted = cancelCall, act.kind, false
 	m.mu.Unlock()
 
-	err = m.call(ctx, act)
+	err := m.call(ctx, act)
 	metrics.DriverCall(string(act.kind), m.now().Sub(now))
 
 	m.mu.Lock()
