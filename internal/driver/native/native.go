@@ -11,6 +11,7 @@
 //	sandboxes/ID/gen-N/        the bundle of incarnation N (shim.Bundle)
 //	run/ID-N.sock              the control socket of incarnation N
 //	trash/ID                   a deleted sandbox's files, on their way out
+//	ids/BASE                   the host id range from BASE reserved, by the sandbox named inside (ids.go)
 //
 // A supervisor holds its bundle's lock while it lives, so the driver tells
 // a live incarnation from a gone one without trusting a pid; a new
@@ -66,6 +67,10 @@ type Driver struct {
 	lastBusy time.Time              // when the last of them ended
 
 	idsMu sync.Mutex // held while a sandbox's host id range is chosen and saved
+	// idsIndexed: the ranges of the sandboxes there were at the first
+	// choice are reserved; nextRange: the range tried first next (idsMu).
+	idsIndexed bool
+	nextRange  uint32
 	// imagesMu is read-held by a create from its image's pull until its
 	// object records the image, and held by image removals: none removes
 	// an image a create is about to record.
@@ -465,7 +470,8 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	defer d.lock(id)()
-	if _, err := d.load(id); errors.Is(err, errdefs.ErrNotFound) {
+	o, err := d.load(id)
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
 	} else if err != nil {
 		return err
@@ -488,6 +494,9 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("native delete: %w", err)
 	}
 	if err := os.Rename(d.sandboxDir(id), trash); err != nil {
+		return fmt.Errorf("native delete: %w", err)
+	}
+	if err := d.release(id, o.IDBase); err != nil {
 		return fmt.Errorf("native delete: %w", err)
 	}
 	if err := os.RemoveAll(trash); err != nil {
