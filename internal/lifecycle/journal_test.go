@@ -77,6 +77,42 @@ func TestSettledEntriesRideOnTheNextWrite(t *testing.T) {
 	})
 }
 
+// A driver call's pending entry and the phase it runs in are one write: a
+// ready sandbox whose compute vanished behind the gateway's back is made
+// again, and from the driver's report to the held create call there is
+// one write, the phase provisioning with the pending create.
+func TestPhaseAndPendingEntryInOneWrite(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		counting := &countingStore{}
+		h := newHarness(t, func(c *Config) {
+			counting.Store = c.Store
+			c.Store = counting
+		})
+		sb := h.create("web")
+		h.waitPhase("web", sandbox.PhaseReady)
+		time.Sleep(time.Second) // the bubble's clock: any later step has run
+		h.faults(fake.Rule{Op: "create", Action: "hold"})
+		before := counting.writes.Load()
+		if err := h.drv.Delete(context.Background(), sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		h.held("create", sb.ID)
+		if n := counting.writes.Load() - before; n != 1 {
+			t.Errorf("from the vanished compute to the held create call: %d writes, want 1", n)
+		}
+		got, err := h.m.Get(context.Background(), "web")
+		if err != nil || got.Phase != sandbox.PhaseProvisioning {
+			t.Fatalf("while the create is held the record is %+v (%v), want phase provisioning", got, err)
+		}
+		journal := h.journal(sb.ID)
+		if last := journal[len(journal)-1]; last.Kind != sandbox.OpDriverCreate || last.State != sandbox.OpPending {
+			t.Fatalf("while the create is held the journal is %v, want the create pending", kindsAndStates(journal))
+		}
+		h.faults()
+		h.waitPhase("web", sandbox.PhaseReady)
+	})
+}
+
 // A failed call's settled entry is written with the failure's reason; the
 // actor leaves nothing unwritten while it waits to retry.
 func TestFailedCallSettledWithTheReason(t *testing.T) {
