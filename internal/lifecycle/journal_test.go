@@ -42,17 +42,23 @@ func (c *countingStore) DeleteSandbox(ctx context.Context, id string) error {
 	return c.Store.DeleteSandbox(ctx, id)
 }
 
+// newCountingHarness is a harness whose store counts its writes.
+func newCountingHarness(t *testing.T) (*harness, *countingStore) {
+	counting := &countingStore{}
+	h := newHarness(t, func(c *Config) {
+		counting.Store = c.Store
+		c.Store = counting
+	})
+	return h, counting
+}
+
 // A create that converges is four writes: the request; the create call's
 // pending entry; its settled entry with the start call's pending one; the
 // ready phase with the start call's settled entry. Each settled entry is in
 // the store before the next call is made.
 func TestSettledEntriesRideOnTheNextWrite(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		counting := &countingStore{}
-		h := newHarness(t, func(c *Config) {
-			counting.Store = c.Store
-			c.Store = counting
-		})
+		h, counting := newCountingHarness(t)
 		h.faults(fake.Rule{Op: "start", Action: "hold"})
 		before := counting.writes.Load()
 		sb := h.create("web")
@@ -83,11 +89,7 @@ func TestSettledEntriesRideOnTheNextWrite(t *testing.T) {
 // one write, the phase provisioning with the pending create.
 func TestPhaseAndPendingEntryInOneWrite(t *testing.T) {
 	bubble(t, func(t *testing.T) {
-		counting := &countingStore{}
-		h := newHarness(t, func(c *Config) {
-			counting.Store = c.Store
-			c.Store = counting
-		})
+		h, counting := newCountingHarness(t)
 		sb := h.create("web")
 		h.waitPhase("web", sandbox.PhaseReady)
 		time.Sleep(time.Second) // the bubble's clock: any later step has run
