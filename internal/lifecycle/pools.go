@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -29,6 +30,13 @@ const (
 	refillQuiet    = 300 * time.Millisecond
 	refillMaxDelay = 2 * time.Second
 )
+
+// refillAtOnce bounds the members a refill has being made at once (phase
+// provisioning or starting); the next ones are asked for as those become
+// ready. A burst of claims empties a pool at once, and making all its
+// members together took every CPU from the claimed sandboxes' first execs
+// for seconds (100 claims on 2 CPUs).
+var refillAtOnce = max(2, runtime.NumCPU()/2)
 
 // PoolStatus is a pool with what its unclaimed members are doing.
 type PoolStatus struct {
@@ -275,7 +283,8 @@ func (m *Manager) stopPools() {
 
 // refillPools is one level-based pass: it deletes unclaimed members of
 // pools that are gone and members whose main process ended, and creates
-// members until every pool has its size of them.
+// members until every pool has its size of them, refillAtOnce at a time
+// (a member that becomes ready wakes the loop for the next).
 func (m *Manager) refillPools() {
 	ctx, cancel := storeCtx()
 	defer cancel()
@@ -294,7 +303,7 @@ func (m *Manager) refillPools() {
 		m.log.Error("list sandboxes for pools", "err", err)
 		return
 	}
-	have := map[string]int{}
+	have, making := map[string]int{}, 0
 	for _, p := range pools {
 		have[p.Name] = 0
 	}
@@ -310,9 +319,13 @@ func (m *Manager) refillPools() {
 			continue
 		}
 		have[name]++
+		if sb.Phase == sandbox.PhaseProvisioning || sb.Phase == sandbox.PhaseStarting {
+			making++
+		}
 	}
 	for _, p := range pools {
-		for n := have[p.Name]; n < p.Size; n++ {
+		for n := have[p.Name]; n < p.Size && making < refillAtOnce; n++ {
+			making++
 			if _, _, err := m.create(ctx, p.MemberName(), "", p.Spec, p.Name); err != nil {
 				m.log.Error("create pool member", "pool", p.Name, "err", err)
 				break

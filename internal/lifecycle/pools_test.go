@@ -88,6 +88,23 @@ func TestPoolClaimRefills(t *testing.T) {
 	})
 }
 
+// A refill has refillAtOnce members made at a time; each that becomes
+// ready asks for the next.
+func TestPoolRefillsAFewAtATime(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.faults(fake.Rule{Op: "create", Action: "hold"})
+		size := refillAtOnce + 3
+		h.createPool("warm", size)
+		time.Sleep(time.Second) // the bubble's clock: the pool loop has run
+		if p := h.pool("warm"); p.Members != refillAtOnce {
+			t.Errorf("with every create held the pool has %d members, want the %d being made", p.Members, refillAtOnce)
+		}
+		h.faults()
+		h.waitPool("warm", size)
+	})
+}
+
 func TestPoolClaimWhenEmptyIsCold(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, nil)

@@ -266,6 +266,9 @@ func (m *Manager) converge(a *actor, sb *sandbox.Sandbox) {
 			metrics.Converged(string(sb.LastRequest.Kind), sb.LastRequest.StartedAt)
 		}
 		m.log.Info("sandbox converged", "sandbox", sb.Name, "phase", phase, "generation", sb.Generation)
+		if sb.PoolOf() != "" {
+			m.kickPools() // the next member of a refill
+		}
 	}
 }
 
