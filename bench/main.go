@@ -50,7 +50,7 @@ import (
 )
 
 func main() {
-	which := flag.String("driver", "all", "which benchmarks: docker, native, images, gvisor, files, core, egress, tti or all")
+	which := flag.String("driver", "all", "which benchmarks: "+strings.Join(benchmarks, ", ")+" (tti-native: tti without Docker: corral native, bwrap, the native pool)")
 	n := flag.Int("n", 20, "measured runs per operation")
 	warmup := flag.Int("warmup", 2, "runs discarded before measuring")
 	quick := flag.Bool("quick", false, "a short run of everything (CI): 5 runs each, 1,000 records, 1 s of load")
@@ -59,6 +59,10 @@ func main() {
 		func(v string) error { gatewayArgs = append(gatewayArgs, v); return nil })
 	flag.IntVar(&onlyClients, "clients", 0, "core: measure only the journaled requests/s with this many clients, for 10 s (to profile the gateway meanwhile)")
 	flag.Parse()
+	if !slices.Contains(benchmarks, *which) {
+		fmt.Fprintf(os.Stderr, "bench: -driver %q: no such benchmarks (there are %s)\n", *which, strings.Join(benchmarks, ", "))
+		os.Exit(2)
+	}
 	if *quick {
 		*n, *warmup = 5, 1
 	}
@@ -75,6 +79,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// benchmarks are the values of -driver.
+var benchmarks = []string{"all", "docker", "native", "images", "gvisor", "files", "core", "egress", "tti", "tti-native"}
 
 // report is everything one run measured.
 type report struct {
@@ -185,12 +192,12 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 			return nil, err
 		}
 	}
-	if which == "all" || which == "tti" {
+	if which == "all" || which == "tti" || which == "tti-native" {
 		iterations := 100
 		if quick {
 			iterations = 10
 		}
-		t, figs, err := benchTTI(bin, filepath.Join(dir, "tti"), iterations)
+		t, figs, err := benchTTI(bin, filepath.Join(dir, "tti"), iterations, which == "tti-native")
 		if err != nil {
 			return nil, fmt.Errorf("tti: %w", err)
 		}

@@ -47,29 +47,32 @@ type ttiSubject struct {
 
 // benchTTI measures time to interactive on both drivers, beside `docker
 // run -d` + `docker exec` and a bwrap running the echo, in each mode.
-func benchTTI(bin, dir string, n int) (*table, []*figure, error) {
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return nil, nil, err
-	}
-	defer api.Close()
+func benchTTI(bin, dir string, n int, nativeOnly bool) (*table, []*figure, error) {
 	native, err := startGateway(bin, filepath.Join(dir, "native"), "--driver", "native")
 	if err != nil {
 		return nil, nil, err
 	}
 	defer native.close()
-	docker, err := startGateway(bin, filepath.Join(dir, "docker"), "--driver", "docker", "--image-pull-policy", "never", "--default-image", testenv.TestImage)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer docker.close()
 	subjects := []ttiSubject{
 		{name: "corral native", run: native.interactive, cleanup: native.removeAll},
 		{name: "bwrap echo", run: bwrapEcho, cleanup: func() error { return nil }},
 		poolSubject("corral native pool", native, "", 5*time.Millisecond),
-		{name: "corral docker", run: docker.interactive, cleanup: docker.removeAll},
-		{name: "docker run -d + exec", run: func(i int) (time.Duration, error) { return dockerInteractive(api, i) }, cleanup: func() error { return removeTTIContainers(api) }},
-		poolSubject("corral docker pool", docker, testenv.TestImage, 20*time.Millisecond),
+	}
+	if !nativeOnly {
+		api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			return nil, nil, err
+		}
+		defer api.Close()
+		docker, err := startGateway(bin, filepath.Join(dir, "docker"), "--driver", "docker", "--image-pull-policy", "never", "--default-image", testenv.TestImage)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer docker.close()
+		subjects = append(subjects,
+			ttiSubject{name: "corral docker", run: docker.interactive, cleanup: docker.removeAll},
+			ttiSubject{name: "docker run -d + exec", run: func(i int) (time.Duration, error) { return dockerInteractive(api, i) }, cleanup: func() error { return removeTTIContainers(api) }},
+			poolSubject("corral docker pool", docker, testenv.TestImage, 20*time.Millisecond))
 	}
 	peers := make([]string, 0, len(subjects)-1)
 	for _, s := range subjects[1:] {
