@@ -368,6 +368,10 @@ func (m *Manager) restartBackoff(n int) time.Duration {
 
 // remove deletes the record of a sandbox whose compute is gone.
 func (m *Manager) remove(a *actor, sb *sandbox.Sandbox) {
+	// Its exposed ports stop accepting before the record goes: whoever
+	// sees it gone finds its addresses closed too. (Their records go with
+	// the sandbox's.)
+	m.exposed.drop(sb.ID, 0)
 	sctx, cancel := storeCtx()
 	defer cancel()
 	if err := m.cfg.Store.DeleteSandbox(sctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
@@ -379,7 +383,6 @@ func (m *Manager) remove(a *actor, sb *sandbox.Sandbox) {
 		m.cfg.Egress.Forget(sb.ID)
 	}
 	m.log.Info("sandbox deleted", "sandbox", sb.Name, "id", sb.ID)
-	m.exposed.drop(sb.ID, 0) // its records went with it
 	sb.Phase = sandbox.PhaseDeleting
 	m.events.publish(Event{Type: EventDeleted, Sandbox: sb})
 	m.markGone(a)
