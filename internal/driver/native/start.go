@@ -99,14 +99,30 @@ func (d *Driver) status(id string, gen int64) (string, error) {
 // spawn starts the supervisor of an incarnation, detached from the gateway
 // (its own session and namespaces), and waits for it to report readiness.
 func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
+	if err := os.MkdirAll(b.Dir, 0o700); err != nil {
+		return fmt.Errorf("native start: %w", err)
+	}
+	// The lock comes first, and is inherited by the supervisor (or handed
+	// to a standby): a supervisor that this gateway dies before seeing
+	// still holds it, and is never started twice. Without it nothing of
+	// the incarnation is touched: another gateway starting it at the same
+	// moment may hold it, and clearing its bundle and cgroup killed the
+	// sandbox that one had just started.
+	lock, err := shim.Lock(b.Path(shim.LockFile))
+	if err != nil {
+		return fmt.Errorf("native start: %w", err)
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			lock.Close()
+		}
+	}()
 	for _, f := range []string{shim.ExitFile, shim.PIDFile, supervisor.ProtectionsFile, shim.StdoutFile, shim.StderrFile,
 		shim.StdoutFile + shim.RotatedSuffix, shim.StderrFile + shim.RotatedSuffix, shim.SupervisorLog, shim.GVisorDir} {
 		if err := os.RemoveAll(b.Path(f)); err != nil {
 			return fmt.Errorf("native start: %w", err)
 		}
-	}
-	if err := os.MkdirAll(b.Dir, 0o700); err != nil {
-		return fmt.Errorf("native start: %w", err)
 	}
 	if err := removeCgroup(ctx, o.ID); err != nil { // a killed supervisor's
 		return err
@@ -169,16 +185,8 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 		return fmt.Errorf("native start: %w", err)
 	}
 	defer log.Close()
-	// The lock is taken here and inherited (or handed to a standby): a
-	// supervisor that this gateway dies before seeing still holds it, and
-	// is never started twice.
-	lock, err := shim.Lock(b.Path(shim.LockFile))
-	if err != nil {
-		return fmt.Errorf("native start: %w", err)
-	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
-		lock.Close()
 		return fmt.Errorf("native start: %w", err)
 	}
 	defer readyR.Close()
@@ -186,6 +194,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 	pid, err := d.startSupervisor(b.Dir, readyW, lock, log)
 	readyW.Close()
 	lock.Close() // the supervisor's copy holds it now
+	handed = true
 	if err != nil {
 		return fmt.Errorf("native start: run the supervisor: %w", err)
 	}
