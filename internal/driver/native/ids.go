@@ -110,15 +110,24 @@ func (d *Driver) reserve(base uint32, id string) (bool, error) {
 	return true, errors.Join(err, f.Close())
 }
 
-// holder returns the sandbox whose object holds the range at base, or ""
-// when the range's reservation names a sandbox that has another range or
-// none. ids/lock is held.
-func (d *Driver) holder(base uint32) string {
+// reservedBy returns the sandbox the reservation of the range at base
+// names, "" when there is none. ids/lock is held.
+func (d *Driver) reservedBy(base uint32) string {
 	data, err := os.ReadFile(d.reservation(base))
 	if err != nil {
 		return ""
 	}
-	id := string(data)
+	return string(data)
+}
+
+// holder returns the sandbox whose object holds the range at base, or ""
+// when the range's reservation names a sandbox that has another range or
+// none. ids/lock is held.
+func (d *Driver) holder(base uint32) string {
+	id := d.reservedBy(base)
+	if id == "" {
+		return ""
+	}
 	if o, err := d.loadAny(id); err == nil && o.IDBase == base {
 		return id
 	}
@@ -135,7 +144,7 @@ func (d *Driver) reserveExisting() error {
 	}
 	for _, e := range entries {
 		o, err := d.loadAny(e.Name())
-		if err != nil || o.IDBase == 0 || d.holder(o.IDBase) == o.ID {
+		if err != nil || o.IDBase == 0 || d.reservedBy(o.IDBase) == o.ID {
 			continue
 		}
 		if err := atomicfile.Write(d.reservation(o.IDBase), []byte(o.ID), 0o600); err != nil {
@@ -155,7 +164,7 @@ func (d *Driver) release(id string, base uint32) error {
 		return err
 	}
 	defer unlock()
-	if data, err := os.ReadFile(d.reservation(base)); err != nil || string(data) != id {
+	if d.reservedBy(base) != id {
 		return nil // none, or taken over already
 	}
 	return os.Remove(d.reservation(base))
