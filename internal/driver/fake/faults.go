@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/driver"
 )
 
@@ -41,7 +42,7 @@ func SetFaults(stateDir string, rules ...Rule) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(stateDir, FaultsFile), data)
+	return atomicfile.Write(filepath.Join(stateDir, FaultsFile), data, 0o600)
 }
 
 func readFaults(stateDir string) ([]Rule, error) {
@@ -159,12 +160,4 @@ func WaitHeld(ctx context.Context, stateDir, op, id string) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-}
-
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
