@@ -163,7 +163,7 @@ func TestDockerSIGKILLWithEngineCallInFlight(t *testing.T) {
 			home, label := t.TempDir(), newLabel(t)
 			relay := testenv.NewRelay(t, testenv.DockerSocket())
 			host := "unix://" + relay.Path
-			relay.Hold(`^POST .*/containers/` + map[string]string{"create": "create", "start": "[0-9a-f]+/start"}[call] + `$`)
+			relay.HoldAndCarryOut(`^POST .*/containers/` + map[string]string{"create": "create", "start": "[0-9a-f]+/start"}[call] + `$`)
 			g := dockerGateway(t, home, label, "--docker-host", host)
 			mustCorral(t, home, "sandbox", "create", "--name", "victim", "--detach", "--", "sleep", "1000")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -11,6 +13,7 @@ import (
 	"regexp"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Relay is a Docker Engine API relay on a Unix socket for tests: it passes
@@ -25,6 +28,8 @@ type Relay struct {
 
 	mu       sync.Mutex
 	hold     *regexp.Regexp
+	carryOut bool // held requests are passed on at Release even when their caller went away
+	carrying sync.WaitGroup
 	released chan struct{}
 	held     chan string // a held request's "METHOD path", once per hold
 	seen     []string    // every request's "METHOD request-URI", as sent
@@ -94,6 +99,20 @@ func (r *Relay) Hold(pattern string) {
 	r.released = make(chan struct{})
 }
 
+// HoldAndCarryOut holds as Hold does, but a held request whose caller
+// goes away is still passed on at Release, as the engine carries out a
+// request it has read (a container create) after its client left.
+func (r *Relay) HoldAndCarryOut(pattern string) {
+	r.Hold(pattern)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.carryOut = true
+}
+
+// CarriedOut waits until the requests passed on after their caller went
+// away (HoldAndCarryOut) have had the engine's answer.
+func (r *Relay) CarriedOut() { r.carrying.Wait() }
+
 // Release lets held requests through and stops holding.
 func (r *Relay) Release() {
 	r.mu.Lock()
@@ -101,7 +120,7 @@ func (r *Relay) Release() {
 	if r.released != nil {
 		close(r.released)
 	}
-	r.hold, r.released = nil, nil
+	r.hold, r.released, r.carryOut = nil, nil, false
 }
 
 // Held waits for a request to be held and returns its "METHOD path".
@@ -125,19 +144,54 @@ func (r *Relay) Seen() []string {
 func (r *Relay) serve(w http.ResponseWriter, req *http.Request) {
 	line := req.Method + " " + req.URL.Path
 	r.mu.Lock()
-	hold, released := r.hold, r.released
+	hold, released, carryOut := r.hold, r.released, r.carryOut
 	r.seen = append(r.seen, req.Method+" "+req.RequestURI)
+	held := hold != nil && hold.MatchString(line)
+	if held && carryOut {
+		r.carrying.Add(1)
+	}
 	r.mu.Unlock()
-	if hold != nil && hold.MatchString(line) {
-		select {
-		case r.held <- line:
-		default:
-		}
-		select {
-		case <-released:
-		case <-req.Context().Done():
+	if !held {
+		r.proxy.ServeHTTP(w, req)
+		return
+	}
+	if carryOut {
+		defer r.carrying.Done()
+		body, err := io.ReadAll(req.Body) // before the caller can go
+		if err != nil {
 			return
 		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	r.proxy.ServeHTTP(w, req)
+	select {
+	case r.held <- line:
+	default:
+	}
+	if !carryOut {
+		select {
+		case <-released:
+			r.proxy.ServeHTTP(w, req)
+		case <-req.Context().Done():
+		}
+		return
+	}
+	<-released
+	// A context of its own, never cancelled by the caller's going: one
+	// without Done would make the proxy watch the connection instead.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), time.Minute)
+	defer cancel()
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	r.proxy.ServeHTTP(sw, req.WithContext(ctx))
+	r.t.Logf("relay: %s carried out: %d", line, sw.status)
+}
+
+// statusWriter keeps the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
 }

@@ -28,6 +28,9 @@ var extraEnv []string
 
 // Create implements driver.Driver.
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
+	if err := d.awaitEngine(ctx, spec.ID); err != nil {
+		return err
+	}
 	list, err := d.containers(ctx, spec.ID)
 	if err != nil {
 		return err
@@ -107,7 +110,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("docker create: %w", err) // nothing asked yet: nothing to take back
 	}
-	_, err = d.api.ContainerCreate(ctx, client.ContainerCreateOptions{
+	err = d.createContainer(ctx, spec.ID, client.ContainerCreateOptions{
 		Name: name,
 		Config: &container.Config{
 			Image:      img.name,
@@ -123,9 +126,6 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		},
 		HostConfig: hc,
 	})
-	if err != nil && ctx.Err() != nil {
-		d.takeBack(name)
-	}
 	if cerrdefs.IsConflict(err) {
 		// A create whose reply was lost already made it: adopt it if it is ours.
 		if list, lerr := d.containers(ctx, spec.ID); lerr == nil && len(list) > 0 && generation(list[0].Labels) == spec.Generation {
@@ -135,34 +135,82 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	return d.wrap(err, "create container for sandbox "+spec.Name)
 }
 
-// takeBackWait bounds how long a create cut off by its context waits for
-// the engine to finish what it was asked (dockerd carries out a
-// ContainerCreate whose client went away).
-const takeBackWait = 2 * time.Second
+// engineAnswerWait bounds how long the driver waits for the engine's
+// answer to a ContainerCreate whose caller went away.
+const engineAnswerWait = 5 * time.Minute
 
-// takeBack removes the container of name that a create cut off by its
-// context (a delete preempting it, a shutdown) may have asked for: else
-// the engine can make it after the call returned, and after the delete
-// that preempted it, leaving a container without a record until the
-// orphan collection. A container just made holds nothing (the workdir is
-// the volume's, which stays). It waits at most takeBackWait for it to
-// appear: a request that never reached the engine makes none.
-func (d *Driver) takeBack(name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), takeBackWait)
+// engineCreate is a ContainerCreate the engine is carrying out.
+type engineCreate struct {
+	answered  chan struct{} // closed once answered (and taken back if abandoned)
+	done      bool          // the engine has answered: err is its answer
+	err       error
+	abandoned bool // its caller went away first
+}
+
+// createContainer asks the engine for a container and returns its answer,
+// or ctx's error if ctx ends first. The engine carries out a create whose
+// client went away (dockerd does), at its own pace: under load, seconds
+// after the call returned, and after the delete that preempted it had
+// listed the sandbox's containers. So the request itself is never cut: it
+// goes on without ctx until the engine answers (engineAnswerWait at
+// most), a container made for a caller that went away is removed then
+// (it holds nothing yet: the workdir is the volume's), and the next
+// Create or Delete of the sandbox waits for all that first (awaitEngine).
+func (d *Driver) createContainer(ctx context.Context, id string, opts client.ContainerCreateOptions) error {
+	c := &engineCreate{answered: make(chan struct{})}
+	d.mu.Lock()
+	d.creates[id] = c
+	d.mu.Unlock()
+	go d.carryOut(context.WithoutCancel(ctx), id, c, opts)
+	select {
+	case <-c.answered:
+		return c.err
+	case <-ctx.Done():
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c.done {
+		return c.err
+	}
+	c.abandoned = true
+	return ctx.Err()
+}
+
+// carryOut makes the engine call of createContainer.
+func (d *Driver) carryOut(ctx context.Context, id string, c *engineCreate, opts client.ContainerCreateOptions) {
+	ctx, cancel := context.WithTimeout(ctx, engineAnswerWait)
 	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		res, err := d.api.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
-		if err == nil {
-			_, _ = d.api.ContainerRemove(ctx, res.Container.ID, client.ContainerRemoveOptions{Force: true})
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	res, err := d.api.ContainerCreate(ctx, opts)
+	d.mu.Lock()
+	c.done, c.err = true, err
+	takeBack := c.abandoned && err == nil
+	d.mu.Unlock()
+	if takeBack {
+		_, _ = d.api.ContainerRemove(ctx, res.ID, client.ContainerRemoveOptions{Force: true})
+	}
+	d.mu.Lock()
+	if d.creates[id] == c {
+		delete(d.creates, id)
+	}
+	d.mu.Unlock()
+	close(c.answered)
+}
+
+// awaitEngine waits until the engine has answered every create of the
+// sandbox whose caller went away (createContainer), so that what it made
+// is listed, adopted or taken back before anything else is decided.
+func (d *Driver) awaitEngine(ctx context.Context, id string) error {
+	d.mu.Lock()
+	c := d.creates[id]
+	d.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c.answered:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("docker: the engine has not yet answered an earlier create of sandbox %s: %w", id, ctx.Err())
 	}
 }
 

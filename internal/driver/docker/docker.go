@@ -60,7 +60,8 @@ type Driver struct {
 	mu          sync.Mutex
 	userns      bool // the engine remaps user ids (known once usernsKnown)
 	usernsKnown bool
-	gvisor      *gvisorRuntime // the engine's runsc runtime, once found
+	gvisor      *gvisorRuntime           // the engine's runsc runtime, once found
+	creates     map[string]*engineCreate // by sandbox: the create the engine is carrying out
 }
 
 var (
@@ -101,7 +102,7 @@ func New(cfg driver.Config, opts Options) (*Driver, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("docker driver: %w", err)
 	}
-	return &Driver{cfg: cfg, opts: opts, api: api, host: host}, nil
+	return &Driver{cfg: cfg, opts: opts, api: api, host: host, creates: map[string]*engineCreate{}}, nil
 }
 
 // Name implements driver.Driver.
@@ -304,6 +305,9 @@ func isNotRunning(err error) bool {
 // Delete implements driver.Driver: every container of the sandbox, its
 // workdir volume and its ready files go.
 func (d *Driver) Delete(ctx context.Context, id string) error {
+	if err := d.awaitEngine(ctx, id); err != nil {
+		return err
+	}
 	list, err := d.containers(ctx, id)
 	if err != nil {
 		return err

@@ -255,3 +255,57 @@ func TestCancelledCreateLeavesNoContainer(t *testing.T) {
 		t.Fatal("no create was cut off: the test proves nothing")
 	}
 }
+
+// A delete that preempts a create waits for the engine's answer to it:
+// the engine carries out a ContainerCreate whose client went away, and
+// under load it answers seconds later, after a delete that did not wait
+// had listed nothing and finished, which left a container (and its
+// volume, made again by the create) with no record. The relay holds the
+// create well past the moment the caller goes and then carries it out,
+// as the engine does.
+func TestDeleteWaitsForACutCreate(t *testing.T) {
+	testenv.RequireDocker(t)
+	relay := testenv.NewRelay(t, testenv.DockerSocket())
+	d, err := New(driver.Config{Label: "corral.test.cutcreate." + sandbox.NewID()[:8], StateDir: t.TempDir()},
+		Options{Host: "unix://" + relay.Path, PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	id := sandbox.NewID()
+	spec := driver.Spec{ID: id, Name: "cut", Generation: 1, Image: testenv.TestImage,
+		Command: []string{"sleep", "3600"}, Policy: drivertest.MustPolicy(t, "version: 1\n")}
+	relay.HoldAndCarryOut(`^POST .*/containers/create$`)
+	cctx, cut := context.WithCancel(context.Background())
+	created := make(chan error, 1)
+	go func() { created <- d.Create(cctx, spec) }()
+	wait, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := relay.Held(wait); err != nil {
+		t.Fatal(err)
+	}
+	cut()
+	if err := <-created; err == nil {
+		t.Fatal("a create cut off while the engine held it succeeded")
+	}
+	deleted := make(chan error, 1)
+	go func() { deleted <- d.Delete(wait, id) }()
+	select {
+	case err := <-deleted:
+		t.Errorf("the delete ended (%v) before the engine answered the create it preempted", err)
+		deleted <- err
+	case <-time.After(3 * time.Second):
+	}
+	relay.Release()
+	relay.CarriedOut()
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Delete(context.Background(), id) })
+	if list, err := d.containers(wait, id); err != nil || len(list) > 0 {
+		t.Errorf("containers left after the delete: %v, %v", list, err)
+	}
+	if _, err := d.api.VolumeInspect(wait, d.volumeName(id), client.VolumeInspectOptions{}); err == nil {
+		t.Error("the workdir volume is left after the delete")
+	}
+}
