@@ -48,7 +48,7 @@ func Main(args []string) int {
 func New() *cobra.Command {
 	var main supervisor.Config
 	cmd := &cobra.Command{
-		Use:    "supervise [--ready-file PATH] [--pids-dir DIR --pids N] [--drop-caps] -- CMD [ARGS...]",
+		Use:    "supervise [--ready-file PATH] [--control-socket PATH] [--pids-dir DIR --pids N] [--drop-caps] -- CMD [ARGS...]",
 		Short:  "Run as a sandbox's PID 1 (used inside sandboxes, not by people)",
 		Hidden: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -61,6 +61,7 @@ func New() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&main.ReadyFile, "ready-file", "", "file written once the main process runs")
+	cmd.Flags().StringVar(&main.ControlSocket, "control-socket", "", "serve execs on a Unix socket here (the Docker driver's way in)")
 	cmd.Flags().StringVar(&main.PidsDir, "pids-dir", "", "mount a pids cgroup here to limit the processes started (gVisor)")
 	cmd.Flags().Int64Var(&main.Pids, "pids", 0, "the processes the pids cgroup of --pids-dir allows")
 	cmd.Flags().BoolVar(&main.DropCaps, "drop-caps", false, "keep only the capabilities of a native sandbox in the processes started")

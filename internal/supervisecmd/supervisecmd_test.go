@@ -20,7 +20,8 @@ func TestSuperviseCommandLinesParse(t *testing.T) {
 		use  string
 		args []string
 	}{
-		{append(supervisor.MainArgv("/c", "/r/ready"), command...), "supervise", command},
+		{append(supervisor.MainArgv("/c", "/r/ready", ""), command...), "supervise", command},
+		{append(supervisor.MainArgv("/c", "/r/ready", "/r/control.sock"), command...), "supervise", command},
 		{append(supervisor.GVisorInitArgv("/c", "/r/ready", "/p", 32), command...), "supervise", command},
 		{supervisor.ExecArgv("/c", supervisor.ExecStage{}, command), "exec", command},
 		{supervisor.ExecArgv("/c", supervisor.ExecStage{WaitFD: 3, ReportFD: 4, DropCaps: true, Cgroup: "/g/cgroup.procs"}, command), "exec", command},

@@ -9,9 +9,14 @@ import (
 // internal/cli parses them (its test runs each through the command tree).
 
 // MainArgv is the entrypoint of a Docker sandbox: bin as PID 1, writing
-// readyFile once the main process (the arguments after it) runs.
-func MainArgv(bin, readyFile string) []string {
-	return []string{bin, "supervise", "--ready-file", readyFile, "--"}
+// readyFile once the main process (the arguments after it) runs, and
+// serving execs on controlSocket when it is set.
+func MainArgv(bin, readyFile, controlSocket string) []string {
+	argv := []string{bin, "supervise", "--ready-file", readyFile}
+	if controlSocket != "" {
+		argv = append(argv, "--control-socket", controlSocket)
+	}
+	return append(argv, "--")
 }
 
 // GVisorInitArgv is the init of a native sandbox on gVisor: MainArgv,
@@ -19,7 +24,7 @@ func MainArgv(bin, readyFile string) []string {
 // gVisor's kernel mounted at pidsDir, and only the capabilities of a native
 // sandbox.
 func GVisorInitArgv(bin, readyFile, pidsDir string, pids int64) []string {
-	argv := MainArgv(bin, readyFile)
+	argv := MainArgv(bin, readyFile, "")
 	return append(argv[:len(argv)-1], "--pids-dir", pidsDir, "--pids", strconv.FormatInt(pids, 10), "--drop-caps", "--")
 }
 

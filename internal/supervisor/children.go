@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/control"
 )
 
 // Children starts processes through the exec stage and hands their exit
@@ -75,6 +76,19 @@ func (c *Children) Start(command, env []string, stdio []*os.File, tty bool) (pid
 		done = c.refillAfter(done)
 	}
 	return pid, done, applied, failed, nil
+}
+
+// ExecStarter starts an exec's command through the exec stage, in base's
+// environment and the request's (control.ExecEnv), in its own process
+// group, which its kill kills.
+func (c *Children) ExecStarter(base []string) control.Starter {
+	return func(req control.Request, stdio []*os.File) (int, <-chan int, func(), error) {
+		pid, done, _, _, err := c.Start(req.Command, control.ExecEnv(base, req), stdio, req.TTY) // a command that cannot run exits 126 or 127
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		return pid, done, func() { _ = unix.Kill(-pid, unix.SIGKILL) }, nil
+	}
 }
 
 // spareRefill is how long a command runs before the next spare starts

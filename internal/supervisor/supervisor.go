@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
+	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/files"
 	"github.com/corral-sandbox/corral/internal/policy"
@@ -46,6 +47,10 @@ type Config struct {
 	// DropCaps keeps only the capabilities of a native sandbox in the
 	// processes it starts.
 	DropCaps bool
+	// ControlSocket, when set, is where it serves execs (control.OpExec,
+	// only its owner, root, may connect): each through a spare exec stage
+	// (spare.go) started ahead, without the engine's exec path.
+	ControlSocket string
 }
 
 // forwarded are the signals passed on to the main process.
@@ -90,6 +95,18 @@ func Run(cfg Config) (int, error) {
 		defer procs.Close()
 		c.Procs = procs
 	}
+	if cfg.ControlSocket != "" {
+		// Before the main process, so that it runs by the time readiness
+		// is reported. Without it, the gateway uses the engine's exec.
+		ln, err := control.Listen(cfg.ControlSocket)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "corral supervise: %v; execs go through the engine\n", err)
+		} else {
+			defer ln.Close()
+			c.Spare = true
+			go serveExecs(ln, &c)
+		}
+	}
 	AwaitEgress(os.Environ())
 	main, done, applied, failed, err := c.Start(cfg.Command, os.Environ(), []*os.File{os.Stdin, os.Stdout, os.Stderr}, false)
 	if err != nil {
@@ -119,6 +136,30 @@ func Run(cfg Config) (int, error) {
 			}
 			_ = syscall.Kill(main, sig.(syscall.Signal))
 		}
+	}
+}
+
+// serveExecs answers exec requests on ln with commands started by c, in
+// the supervisor's environment (the container's, the policy's included).
+func serveExecs(ln *net.UnixListener, c *Children) {
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer conn.Close()
+			req, files, err := control.ReadRequest(conn)
+			if err != nil {
+				return
+			}
+			if req.Op != control.OpExec {
+				control.CloseFiles(files)
+				_ = control.WriteReply(conn, control.Reply{Error: fmt.Sprintf("unknown request %q", req.Op)})
+				return
+			}
+			control.ServeExec(conn, req, files, c.ExecStarter(os.Environ()))
+		}()
 	}
 }
 

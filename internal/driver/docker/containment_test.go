@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -172,11 +173,11 @@ func TestWaitReadyTrustsOnlyRegularFiles(t *testing.T) {
 func hostPIDs(t *testing.T, d *Driver, id string) (int, int) {
 	t.Helper()
 	ctx := context.Background()
-	cid, err := d.running(ctx, id)
+	c, err := d.running(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := d.api.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+	res, err := d.api.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
 	if err != nil || res.Container.State == nil || res.Container.State.Pid == 0 {
 		t.Fatalf("inspect: %v %+v", err, res.Container.State)
 	}
@@ -187,11 +188,29 @@ func hostPIDs(t *testing.T, d *Driver, id string) (int, int) {
 		children, _ := os.ReadFile(task)
 		f = append(f, strings.Fields(string(children))...)
 	}
-	if len(f) == 0 {
-		t.Fatalf("the supervisor (host pid %d) has no child", pid)
+	// Its children are the main process and a spare exec stage: the main
+	// one is the pid the ready file names, in the container's namespace.
+	ready, err := supervisor.ReadReport(d.readyDir(id, generation(c.Labels)), readyName)
+	if err != nil {
+		t.Fatal(err)
 	}
-	main, _ := strconv.Atoi(f[0])
-	return pid, main
+	for _, child := range f {
+		ns := strings.Fields(statusField(t, atoi(t, child), "NSpid"))
+		if len(ns) > 0 && ns[len(ns)-1] == strings.TrimSpace(string(ready)) {
+			return pid, atoi(t, child)
+		}
+	}
+	t.Fatalf("no child of the supervisor (host pid %d: %v) is the main process, pid %s in the container", pid, f, ready)
+	return 0, 0
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // statusField is a field of /proc/PID/status on the host.
@@ -311,11 +330,11 @@ func TestLogsAreCapped(t *testing.T) {
 	if err := d.Start(ctx, driver.Ref{ID: id, Generation: 1}); err != nil {
 		t.Fatal(err)
 	}
-	cid, err := d.running(ctx, id)
+	c, err := d.running(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := d.api.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
+	res, err := d.api.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
 	if err != nil || res.Container.LogPath == "" {
 		t.Fatalf("inspect: %v, log path %q", err, res.Container.LogPath)
 	}
@@ -490,5 +509,74 @@ func TestDiskLimit(t *testing.T) {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s after delete: %v; want it gone", p, err)
 		}
+	}
+}
+
+// Execs go in through the supervisor's control socket, not the engine's
+// exec; the workload's user cannot connect to it; and a root workload
+// that puts a symlink to a host socket in its place does not lead the
+// gateway there: the exec goes through the engine instead, and the host
+// socket hears nothing.
+func TestExecThroughControlSocket(t *testing.T) {
+	testenv.RequireDocker(t)
+	relay := testenv.NewRelay(t, testenv.DockerSocket())
+	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: t.TempDir()},
+		Options{Host: "unix://" + relay.Path, PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	engineExecs := func() int {
+		n := 0
+		for _, req := range relay.Seen() {
+			if strings.HasPrefix(req, "POST ") && strings.HasSuffix(req, "/exec") {
+				n++
+			}
+		}
+		return n
+	}
+
+	plain := startPolicySandbox(t, d, "plain", "")
+	if out := mustExec(t, d, plain, "echo hi; id -u"); out != "hi\n1000\n" {
+		t.Errorf("exec: %q", out)
+	}
+	if n := engineExecs(); n != 0 {
+		t.Errorf("%d execs went through the engine; want none (the control socket)", n)
+	}
+	_, out, _ := execIn(t, d, plain, supervisorPath, "supervise", "probe", "connect:"+controlSocket)
+	if !strings.Contains(out, "connect:"+controlSocket+": EACCES") {
+		t.Errorf("the default user connecting to the control socket: %q; want EACCES", out)
+	}
+
+	host := filepath.Join("/run", "corral-control-"+strconv.Itoa(os.Getpid())+".sock")
+	ln, err := net.Listen("unix", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan struct{}, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	root := startPolicySandbox(t, d, "root", rootPolicy)
+	mustExec(t, d, root, "rm "+controlSocket+" && ln -s "+host+" "+controlSocket)
+	before := engineExecs()
+	if out := mustExec(t, d, root, "echo after"); out != "after\n" {
+		t.Errorf("exec after the socket was replaced: %q", out)
+	}
+	if engineExecs() != before+1 {
+		t.Errorf("the exec after the socket was replaced did not go through the engine")
+	}
+	select {
+	case <-accepted:
+		t.Error("the gateway followed a symlink the sandbox planted to a socket of the host")
+	default:
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
@@ -85,7 +86,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		},
 	}
 	egress := d.cfg.Egress != nil
+	ctlSocket := controlSocket // the way in for execs: a socket the host can reach
 	if pol.GVisor() {
+		ctlSocket = "" // gVisor's sockets are its own kernel's
 		g, err := d.gvisorRuntime(ctx)
 		if err != nil {
 			return err
@@ -117,7 +120,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			Hostname:   spec.Name,
 			Labels:     labels,
 			Env:        env,
-			Entrypoint: supervisor.MainArgv(supervisorPath, readyFile),
+			Entrypoint: supervisor.MainArgv(supervisorPath, readyFile, ctlSocket),
 			Cmd:        img.command,
 			WorkingDir: cmp.Or(img.workingDir, workdir),
 			// The supervisor is root, whatever user the image names: the
@@ -218,7 +221,7 @@ func (d *Driver) awaitEngine(ctx context.Context, id string) error {
 // directory (whatever a workload put in their place: RemoveAll follows no
 // symlink).
 func clearRunDir(dir string) {
-	for _, f := range []string{readyName, supervisor.FailedFile, supervisor.ProtectionsFile} {
+	for _, f := range []string{readyName, supervisor.FailedFile, supervisor.ProtectionsFile, controlName} {
 		_ = os.RemoveAll(filepath.Join(dir, f))
 	}
 }
@@ -394,7 +397,7 @@ func (d *Driver) waitReady(ctx context.Context, containerID, dir string) error {
 					return nil // it ran, and is done already
 				}
 				if why, err := supervisor.ReadReport(dir, supervisor.FailedFile); err == nil {
-					return errdefs.InvalidArgument("the sandbox's command cannot run: %s", printable(string(why)))
+					return errdefs.InvalidArgument("the sandbox's command cannot run: %s", control.Printable(string(why)))
 				}
 				return fmt.Errorf("the container exited (code %d) before its main process started: %s", st.ExitCode, d.tail(ctx, containerID))
 			}

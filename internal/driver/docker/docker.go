@@ -47,6 +47,8 @@ const (
 	runDir         = "/.corral/run"
 	readyName      = "ready"
 	readyFile      = runDir + "/" + readyName
+	controlName    = "control.sock"
+	controlSocket  = runDir + "/" + controlName
 	workdir        = "/sandbox"
 )
 

@@ -5,15 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
@@ -23,24 +27,40 @@ var (
 )
 
 // running returns the running container of a sandbox.
-func (d *Driver) running(ctx context.Context, id string) (string, error) {
+func (d *Driver) running(ctx context.Context, id string) (container.Summary, error) {
 	list, err := d.containers(ctx, id)
 	if err != nil {
-		return "", err
+		return container.Summary{}, err
 	}
 	if len(list) == 0 || stateOf(list[0].State) != driver.StateRunning {
-		return "", errdefs.FailedPrecondition("sandbox %s has no running container", id)
+		return container.Summary{}, errdefs.FailedPrecondition("sandbox %s has no running container", id)
 	}
-	return list[0].ID, nil
+	return list[0], nil
 }
 
 // Exec implements driver.Execer: the command runs through the supervisor's
-// exec stage, so what protects the main process protects it too.
+// exec stage, so what protects the main process protects it too. The
+// supervisor, PID 1 of the container, starts it when asked on its control
+// socket (a spare exec stage started ahead takes it: no engine exec, no
+// program start); a container without one (gVisor's, one made by an
+// earlier corral, one whose root replaced it with something else) gets the
+// engine's exec of the exec stage.
 func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (int, error) {
-	cid, err := d.running(ctx, id)
+	c, err := d.running(ctx, id)
 	if err != nil {
 		return 0, err
 	}
+	if c.Labels[labelIsolation] != policy.IsolationGVisor {
+		conn, err := control.Dial(filepath.Join(d.readyDir(id, generation(c.Labels)), controlName))
+		if err == nil {
+			return control.Exec(ctx, conn, id, opts)
+		}
+	}
+	return d.engineExec(ctx, c.ID, opts)
+}
+
+// engineExec runs opts.Command through the exec stage by the engine's exec.
+func (d *Driver) engineExec(ctx context.Context, cid string, opts driver.ExecOptions) (int, error) {
 	size := client.ConsoleSize{Height: opts.Size.Rows, Width: opts.Size.Cols}
 	created, err := d.api.ExecCreate(ctx, cid, client.ExecCreateOptions{
 		Cmd:          supervisor.ExecArgv(supervisorPath, supervisor.ExecStage{}, opts.Command),

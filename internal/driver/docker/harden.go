@@ -6,12 +6,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/distribution/reference"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
@@ -121,7 +121,7 @@ func (d *Driver) protections(ctx context.Context, dir string, gvisor bool) strin
 	if err != nil {
 		return ""
 	}
-	text := printable(string(data))
+	text := control.Printable(string(data))
 	note := ""
 	if gvisor {
 		note = d.gvisorProtections(ctx)
@@ -132,16 +132,4 @@ func (d *Driver) protections(ctx context.Context, dir string, gvisor bool) strin
 		text += "; "
 	}
 	return text + note
-}
-
-// printable keeps a report's printable characters, so that what a sandbox
-// wrote cannot drive the terminal of whoever reads it.
-func printable(s string) string {
-	s = strings.ToValidUTF8(strings.TrimSpace(s), "\uFFFD")
-	return strings.Map(func(r rune) rune {
-		if unicode.IsPrint(r) {
-			return r
-		}
-		return ' '
-	}, s)
 }

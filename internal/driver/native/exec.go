@@ -5,16 +5,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/creack/pty"
-	"golang.org/x/sys/unix"
-
+	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -41,106 +37,11 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 	if err != nil {
 		return 0, err
 	}
-	c, err := shim.Dial(d.socket(id, o.Generation))
+	c, err := control.Dial(d.socket(id, o.Generation))
 	if err != nil {
 		return 0, errdefs.FailedPrecondition("sandbox %s is not running: %v", id, err)
 	}
-	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { c.Close() }) // the command is killed when the caller goes
-	defer stop()
-
-	var copies sync.WaitGroup
-	copyOut := func(w io.Writer, r *os.File) {
-		copies.Add(1)
-		go func() {
-			defer copies.Done()
-			defer r.Close()
-			_, _ = io.Copy(w, r) // a terminal's master ends with EIO once its replica is gone
-		}()
-	}
-	req := shim.Request{Op: shim.OpExec, Command: opts.Command, TTY: opts.TTY,
-		Rows: uint16(opts.Size.Rows), Cols: uint16(opts.Size.Cols)}
-	var theirs []*os.File // the command's stdio, sent to the supervisor
-	if !opts.TTY {
-		stdin, err := stdinFor(opts.Stdin)
-		if err != nil {
-			return 0, err
-		}
-		theirs = append(theirs, stdin)
-		for _, w := range []io.Writer{opts.Stdout, opts.Stderr} {
-			r, wr, err := os.Pipe()
-			if err != nil {
-				shim.CloseFiles(theirs)
-				return 0, fmt.Errorf("exec: %w", err)
-			}
-			widenPipe(r)
-			theirs = append(theirs, wr)
-			copyOut(w, r)
-		}
-	}
-	err = c.Send(req, theirs...)
-	shim.CloseFiles(theirs) // the supervisor has its own copies now
-	if err != nil {
-		return 0, fmt.Errorf("exec: %w", err)
-	}
-	r, master, err := c.RecvFiles()
-	if err == nil && r.Error != "" {
-		shim.CloseFiles(master)
-		return 0, fmt.Errorf("exec %s: %s", opts.Command[0], r.Error)
-	}
-	if err == nil && opts.TTY {
-		if len(master) != 1 {
-			shim.CloseFiles(master)
-			return 0, fmt.Errorf("exec %s: the supervisor sent no terminal", opts.Command[0])
-		}
-		go func() {
-			for s := range opts.Resize {
-				_ = pty.Setsize(master[0], &pty.Winsize{Rows: uint16(s.Rows), Cols: uint16(s.Cols)})
-			}
-		}()
-		if opts.Stdin != nil {
-			go func() { _, _ = io.Copy(master[0], opts.Stdin) }()
-		}
-		copyOut(opts.Stdout, master[0])
-	}
-	if err == nil {
-		r, err = c.Recv()
-	}
-	if ctx.Err() != nil {
-		return 0, ctx.Err()
-	}
-	if err != nil || r.ExitCode == nil {
-		return 0, fmt.Errorf("sandbox %s stopped while %s ran", id, opts.Command[0])
-	}
-	copies.Wait()
-	return *r.ExitCode, nil
-}
-
-// stdinFor returns the read end of a pipe fed from in, or /dev/null.
-func stdinFor(in io.Reader) (*os.File, error) {
-	if in == nil {
-		return os.Open(os.DevNull)
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("exec: %w", err)
-	}
-	widenPipe(w)
-	go func() {
-		// In pieces as large as the pipe: *os.File's ReadFrom would copy 32 KiB at a time.
-		_, _ = io.CopyBuffer(struct{ io.Writer }{w}, in, make([]byte, pipeSize))
-		w.Close()
-	}()
-	return r, nil
-}
-
-// pipeSize is the capacity asked for the pipes of an exec's stdio, so that
-// a stream (a file copied in or out) moves in large pieces.
-const pipeSize = 1 << 20
-
-// widenPipe asks for a pipe of pipeSize; a smaller one still works.
-func widenPipe(f *os.File) {
-	_, _ = unix.FcntlInt(f.Fd(), unix.F_SETPIPE_SZ, pipeSize)
+	return control.Exec(ctx, c, id, opts)
 }
 
 // logPoll is how often Logs looks for new output when it follows.

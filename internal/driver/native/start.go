@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/diskimage"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
@@ -73,8 +74,8 @@ func (d *Driver) awaitRunning(ctx context.Context, id string, gen int64) bool {
 		state, err := d.status(id, gen)
 		switch {
 		case err == nil:
-			return state == shim.StateRunning
-		case !errors.Is(err, shim.ErrGone) || ctx.Err() != nil || time.Now().After(limit):
+			return state == control.StateRunning
+		case !errors.Is(err, control.ErrGone) || ctx.Err() != nil || time.Now().After(limit):
 			return false
 		}
 		time.Sleep(10 * pollInterval)
@@ -83,12 +84,12 @@ func (d *Driver) awaitRunning(ctx context.Context, id string, gen int64) bool {
 
 // status asks a supervisor for its state.
 func (d *Driver) status(id string, gen int64) (string, error) {
-	c, err := shim.Dial(d.socket(id, gen))
+	c, err := control.Dial(d.socket(id, gen))
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	if err := c.Send(shim.Request{Op: shim.OpStatus}); err != nil {
+	if err := c.Send(control.Request{Op: control.OpStatus}); err != nil {
 		return "", err
 	}
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -332,8 +333,8 @@ func (d *Driver) stopIncarnation(ctx context.Context, id string, gen int64, opts
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl.Add(-100 * time.Millisecond) // leave time to kill it
 	}
-	if c, err := shim.Dial(d.socket(id, gen)); err == nil {
-		err = c.Send(shim.Request{Op: shim.OpStop, TimeoutMillis: opts.Timeout.Milliseconds(), Force: opts.Force})
+	if c, err := control.Dial(d.socket(id, gen)); err == nil {
+		err = c.Send(control.Request{Op: control.OpStop, TimeoutMillis: opts.Timeout.Milliseconds(), Force: opts.Force})
 		if err == nil {
 			_ = c.SetDeadline(deadline)
 			for err == nil {

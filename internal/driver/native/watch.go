@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
-	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 )
 
 // scanInterval is how often Watch looks for incarnations it does not
@@ -64,14 +64,14 @@ func (d *Driver) Watch(ctx context.Context, changed func(id string)) error {
 
 // waitEnd returns when the supervisor on socket is gone or ctx ends.
 func waitEnd(ctx context.Context, socket string) {
-	c, err := shim.Dial(socket)
+	c, err := control.Dial(socket)
 	if err != nil {
 		return
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	if c.Send(shim.Request{Op: shim.OpWait}) != nil {
+	if c.Send(control.Request{Op: control.OpWait}) != nil {
 		return
 	}
 	for {

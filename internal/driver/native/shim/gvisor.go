@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
+	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
@@ -276,21 +277,15 @@ func (g *gvisor) awaitInit(children *supervisor.Children, done <-chan int) (stri
 }
 
 // startExec starts an exec's command as a `runsc exec` of the exec stage
-// in the container (an execStart), on the caller's files or on a terminal
-// of the sandbox, which runsc hands to gVisor's kernel as the process's
+// in the container, on the caller's files or on a terminal of the
+// sandbox, which runsc hands to gVisor's kernel as the process's
 // terminal.
-func (g *gvisor) startExec(s *sandboxSupervisor, req Request, env []string, files []*os.File) (int, <-chan int, []*os.File, func(), error) {
-	stdio, master, err := execStdio(req, files)
-	if err != nil {
-		return 0, nil, nil, nil, err
-	}
-	defer CloseFiles(stdio)
+func (g *gvisor) startExec(s *sandboxSupervisor, req control.Request, env []string, stdio []*os.File) (int, <-chan int, func(), error) {
 	n := strconv.FormatInt(g.execs.Add(1), 10)
 	process, pidFile := filepath.Join(g.dir, "oci", "exec-"+n+".json"), filepath.Join(g.dir, "oci", "exec-"+n+".pid")
 	args := supervisor.ExecArgv(gvisorBin, supervisor.ExecStage{Cgroup: path.Join(gvisorPids, supervisor.PidsGroup, "cgroup.procs")}, req.Command)
 	if err := writeJSON(process, g.process(s.cfg, args, env, req.TTY, false)); err != nil {
-		CloseFiles(master)
-		return 0, nil, nil, nil, err
+		return 0, nil, nil, err
 	}
 	argv := g.command("exec", "--process", process, "--internal-pid-file", pidFile, g.id)
 	pid, done, _, failed, err := s.children.Start(argv, hostEnv, stdio, req.TTY)
@@ -298,9 +293,8 @@ func (g *gvisor) startExec(s *sandboxSupervisor, req Request, env []string, file
 		err = failed
 	}
 	if err != nil {
-		CloseFiles(master)
 		os.Remove(process)
-		return 0, nil, nil, nil, fmt.Errorf("runsc exec: %w", err)
+		return 0, nil, nil, fmt.Errorf("runsc exec: %w", err)
 	}
 	ended := make(chan int, 1)
 	go func() {
@@ -315,7 +309,7 @@ func (g *gvisor) startExec(s *sandboxSupervisor, req Request, env []string, file
 		}
 		_ = unix.Kill(-pid, unix.SIGKILL)
 	}
-	return pid, ended, master, kill, nil
+	return pid, ended, kill, nil
 }
 
 // run starts a runsc subcommand on the container and leaves it to the

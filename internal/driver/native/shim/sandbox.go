@@ -16,10 +16,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/netns"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
@@ -87,7 +87,7 @@ type sandboxSupervisor struct {
 	lock     *os.File // held while the supervisor lives
 	bundle   *os.File // the bundle directory, for the exit file after the pivot
 	sigs     chan os.Signal
-	stops    chan Request
+	stops    chan control.Request
 	children supervisor.Children
 	gvisor   *gvisor // set on the gVisor tier
 	main     int
@@ -106,7 +106,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan Request, 4)}
+	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan control.Request, 4)}
 	if cfg.Runsc != "" {
 		// Its children are runsc's processes, which the host's root runs.
 		s.gvisor = newGVisor(cfg, b.Dir)
@@ -148,7 +148,7 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 	if err != nil {
 		return s, err
 	}
-	ln, err := Listen(cfg.Socket)
+	ln, err := control.Listen(cfg.Socket)
 	if err != nil {
 		return s, err
 	}
@@ -379,13 +379,13 @@ func (s *sandboxSupervisor) run() int {
 				s.children.Reap()
 				continue
 			}
-			s.requestStop(Request{Op: OpStop, TimeoutMillis: DefaultStopTimeout.Milliseconds()})
+			s.requestStop(control.Request{Op: control.OpStop, TimeoutMillis: DefaultStopTimeout.Milliseconds()})
 		}
 	}
 }
 
 // requestStop marks the supervisor as stopping and hands the request to run.
-func (s *sandboxSupervisor) requestStop(req Request) {
+func (s *sandboxSupervisor) requestStop(req control.Request) {
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
@@ -453,29 +453,29 @@ func (s *sandboxSupervisor) serve(ln *net.UnixListener) {
 
 func (s *sandboxSupervisor) handle(c *net.UnixConn) {
 	defer c.Close()
-	req, files, err := readRequest(c)
+	req, files, err := control.ReadRequest(c)
 	if err != nil {
 		return
 	}
-	if req.Op == OpExec {
+	if req.Op == control.OpExec {
 		s.exec(c, req, files)
 		return
 	}
-	CloseFiles(files)
+	control.CloseFiles(files)
 	switch req.Op {
-	case OpStatus:
-		state := StateRunning
+	case control.OpStatus:
+		state := control.StateRunning
 		if s.isStopping() {
-			state = StateStopping
+			state = control.StateStopping
 		}
-		_ = writeReply(c, Reply{State: state, MainPID: s.main})
+		_ = control.WriteReply(c, control.Reply{State: state, MainPID: s.main})
 		return
-	case OpStop:
+	case control.OpStop:
 		s.requestStop(req)
-		_ = writeReply(c, Reply{State: StateStopping})
-	case OpWait:
+		_ = control.WriteReply(c, control.Reply{State: control.StateStopping})
+	case control.OpWait:
 	default:
-		_ = writeReply(c, Reply{Error: fmt.Sprintf("unknown request %q", req.Op)})
+		_ = control.WriteReply(c, control.Reply{Error: fmt.Sprintf("unknown request %q", req.Op)})
 		return
 	}
 	_, _ = io.Copy(io.Discard, c) // held open until the supervisor exits
@@ -484,78 +484,17 @@ func (s *sandboxSupervisor) handle(c *net.UnixConn) {
 // exec runs a command in the sandbox with the caller's stdio, or on a
 // terminal of the sandbox whose master goes to the caller; the command is
 // killed if the caller goes away before it ends.
-func (s *sandboxSupervisor) exec(c *net.UnixConn, req Request, files []*os.File) {
-	defer CloseFiles(files)
+func (s *sandboxSupervisor) exec(c *net.UnixConn, req control.Request, files []*os.File) {
 	if s.isStopping() {
-		_ = writeReply(c, Reply{Error: "the sandbox is stopping"})
+		control.CloseFiles(files)
+		_ = control.WriteReply(c, control.Reply{Error: "the sandbox is stopping"})
 		return
 	}
-	env := append(append([]string{}, s.cfg.Env...), req.Env...)
-	if req.TTY {
-		env = append(env, "TERM=xterm")
-	}
-	var start execStart = startExec
-	if s.gvisor != nil {
-		start = s.gvisor.startExec
-	}
-	pid, done, master, kill, err := start(s, req, env, files)
-	if err != nil {
-		_ = writeReply(c, Reply{Error: err.Error()})
-		return
-	}
-	_ = writeReply(c, Reply{PID: pid}, master...)
-	CloseFiles(master)
-	gone := make(chan struct{})
-	go func() { // the caller closes the connection: kill the command
-		_, _ = io.Copy(io.Discard, c)
-		close(gone)
-	}()
-	select {
-	case code := <-done:
-		_ = writeReply(c, Reply{ExitCode: &code})
-	case <-gone:
-		kill()
-		<-done
-	}
-}
-
-// execStart starts an exec's command with the caller's files and returns
-// its pid, its end, the terminal's master (with a TTY) and how to kill it.
-type execStart func(s *sandboxSupervisor, req Request, env []string, files []*os.File) (int, <-chan int, []*os.File, func(), error)
-
-// startExec starts an exec's command through the exec stage.
-func startExec(s *sandboxSupervisor, req Request, env []string, files []*os.File) (int, <-chan int, []*os.File, func(), error) {
-	stdio, master, err := execStdio(req, files)
-	if err != nil {
-		return 0, nil, nil, nil, err
-	}
-	pid, done, _, _, err := s.children.Start(req.Command, env, stdio, req.TTY) // a command that cannot run exits 126 or 127
-	CloseFiles(stdio)
-	if err != nil {
-		CloseFiles(master)
-		return 0, nil, nil, nil, err
-	}
-	return pid, done, master, func() { _ = unix.Kill(-pid, unix.SIGKILL) }, nil
-}
-
-// execStdio returns the stdio of an exec: the caller's three files, or a
-// new terminal's replica three times and its master.
-func execStdio(req Request, files []*os.File) (stdio, master []*os.File, err error) {
-	if len(req.Command) == 0 {
-		return nil, nil, errors.New("exec needs a command")
-	}
-	if !req.TTY {
-		if len(files) != 3 {
-			return nil, nil, errors.New("exec needs its stdin, stdout and stderr")
+	start := s.children.ExecStarter(s.cfg.Env)
+	if g := s.gvisor; g != nil {
+		start = func(req control.Request, stdio []*os.File) (int, <-chan int, func(), error) {
+			return g.startExec(s, req, control.ExecEnv(s.cfg.Env, req), stdio)
 		}
-		return files, nil, nil
 	}
-	ptm, pts, err := pty.Open()
-	if err != nil {
-		return nil, nil, fmt.Errorf("open a terminal: %w", err)
-	}
-	if req.Rows > 0 && req.Cols > 0 {
-		_ = pty.Setsize(ptm, &pty.Winsize{Rows: req.Rows, Cols: req.Cols})
-	}
-	return []*os.File{pts, pts, pts}, []*os.File{ptm}, nil
+	control.ServeExec(c, req, files, start)
 }

@@ -1,4 +1,16 @@
-package shim
+// Package control is the protocol between the gateway and a sandbox's
+// supervisor over a Unix socket (a native sandbox's, and a Docker
+// container's PID 1), and the exec both serve on it: the supervisor
+// starts the command inside the sandbox, on stdio the gateway passes it
+// (SCM_RIGHTS) or on a terminal of the sandbox whose master it passes back.
+//
+// One JSON request per connection, answered by JSON replies. The
+// connection stays open until the supervisor exits, so a client learns
+// that the supervisor is gone from the end of the stream. A client treats
+// what comes back as a sandbox's words: a Docker container's root can
+// replace the socket with one of its own, so replies are bounded and
+// Dial connects only to a socket, never through a symlink.
+package control
 
 import (
 	"bufio"
@@ -15,11 +27,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// The control protocol between the gateway and a native sandbox's
-// supervisor: one JSON request per connection, answered by JSON replies.
-// The connection stays open until the supervisor exits, so a client learns
-// that the supervisor is gone from the end of the stream.
 
 // The requests.
 const (
@@ -61,31 +68,27 @@ type Reply struct {
 // maxSocketPath is the longest path a sockaddr_un holds.
 const maxSocketPath = 107
 
-// inDir runs fn with a path to name in dir that fits a socket address:
-// dir's own path when short enough, else a path through /proc/self/fd.
-func inDir(dir, name string, fn func(path string) error) error {
-	path := filepath.Join(dir, name)
-	if len(path) <= maxSocketPath {
-		return fn(path)
-	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	defer unix.Close(fd)
-	return fn(fmt.Sprintf("/proc/self/fd/%d/%s", fd, name))
-}
+// maxReply bounds a reply line: a supervisor's replies are a few dozen
+// bytes, and one a workload wrote must not grow the gateway's memory.
+const maxReply = 64 << 10
 
-// Listen listens on the control socket at path, replacing a stale file.
+// Listen listens on the socket at path, replacing a stale file. Only its
+// owner may connect (mode 0600): a sandbox's workload runs as another user.
 func Listen(path string) (*net.UnixListener, error) {
-	var l *net.UnixListener
-	err := inDir(filepath.Dir(path), filepath.Base(path), func(p string) error {
-		_ = os.Remove(path)
-		addr := &net.UnixAddr{Name: p, Net: "unix"}
-		var err error
-		l, err = net.ListenUnix("unix", addr)
-		return err
-	})
+	dir, name := filepath.Dir(path), filepath.Base(path)
+	at := path
+	if len(path) > maxSocketPath {
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+		}
+		defer unix.Close(fd)
+		at = fmt.Sprintf("/proc/self/fd/%d/%s", fd, name)
+	}
+	_ = os.Remove(path)
+	old := unix.Umask(0o177) // no moment when others could connect
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: at, Net: "unix"})
+	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
@@ -102,21 +105,35 @@ type Conn struct {
 // ErrGone is returned by Dial when no supervisor listens on the socket.
 var ErrGone = errors.New("no supervisor listens")
 
-// Dial connects to the control socket at path.
+// Dial connects to the socket at path: to the socket file itself, opened
+// without following a symlink (in a directory a sandbox can write, a
+// symlink could point the gateway at a socket of the host).
 func Dial(path string) (*Conn, error) {
-	var c *net.UnixConn
-	err := inDir(filepath.Dir(path), filepath.Base(path), func(p string) error {
-		var err error
-		c, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: p, Net: "unix"})
-		return err
-	})
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
 		return nil, fmt.Errorf("%s: %w", path, ErrGone)
 	}
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	return &Conn{c: c, r: bufio.NewReader(c)}, nil
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket", path)
+	}
+	// Through the descriptor: the inode just checked, whatever the path
+	// names now, and a short address whatever the path's length.
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d", fd), Net: "unix"})
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return nil, fmt.Errorf("%s: %w", path, ErrGone)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", path, err)
+	}
+	return &Conn{c: c, r: bufio.NewReaderSize(c, maxReply)}, nil
 }
 
 // Send sends a request, with files passed as SCM_RIGHTS.
@@ -138,18 +155,18 @@ func (c *Conn) RecvFiles() (Reply, []*os.File, error) {
 		return r, nil, err
 	}
 	line, rest, found := bytes.Cut(buf[:n], []byte("\n"))
-	c.r = bufio.NewReader(io.MultiReader(bytes.NewReader(rest), c.c))
+	c.r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(rest), c.c), maxReply)
 	if !found {
-		more, err := c.r.ReadBytes('\n')
+		more, err := c.readLine()
 		if err != nil {
 			CloseFiles(files)
 			return r, nil, err
 		}
 		line = append(line, more...)
 	}
-	if err := json.Unmarshal(line, &r); err != nil {
+	if err := parseReply(line, &r); err != nil {
 		CloseFiles(files)
-		return r, nil, fmt.Errorf("control reply %q: %w", line, err)
+		return r, nil, err
 	}
 	return r, files, nil
 }
@@ -157,14 +174,30 @@ func (c *Conn) RecvFiles() (Reply, []*os.File, error) {
 // Recv reads the next reply; io.EOF means the supervisor has exited.
 func (c *Conn) Recv() (Reply, error) {
 	var r Reply
-	line, err := c.r.ReadBytes('\n')
+	line, err := c.readLine()
 	if err != nil {
 		return r, err
 	}
-	if err := json.Unmarshal(line, &r); err != nil {
-		return r, fmt.Errorf("control reply %q: %w", line, err)
+	return r, parseReply(line, &r)
+}
+
+// readLine reads up to the next newline, maxReply bytes at most.
+func (c *Conn) readLine() ([]byte, error) {
+	line, err := c.r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		return nil, fmt.Errorf("a control reply longer than %d bytes", maxReply)
 	}
-	return r, nil
+	return line, err
+}
+
+func parseReply(line []byte, r *Reply) error {
+	if len(line) > maxReply {
+		return fmt.Errorf("a control reply longer than %d bytes", maxReply)
+	}
+	if err := json.Unmarshal(line, r); err != nil {
+		return fmt.Errorf("control reply %.200q: %w", line, err)
+	}
+	return nil
 }
 
 // SetDeadline bounds the exchange.
@@ -173,8 +206,8 @@ func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
 // Close closes the connection.
 func (c *Conn) Close() error { return c.c.Close() }
 
-// readRequest reads one request and the files sent with it.
-func readRequest(c *net.UnixConn) (Request, []*os.File, error) {
+// ReadRequest reads one request and the files sent with it.
+func ReadRequest(c *net.UnixConn) (Request, []*os.File, error) {
 	var req Request
 	buf := make([]byte, 64<<10)
 	n, files, err := readMsg(c, buf)
@@ -189,7 +222,7 @@ func readRequest(c *net.UnixConn) (Request, []*os.File, error) {
 }
 
 // maxFiles is the most descriptors one message carries (stdin, stdout,
-// stderr).
+// stderr); the kernel closes any beyond them.
 const maxFiles = 3
 
 // readMsg reads one message into buf, and the files sent with it.
@@ -238,8 +271,8 @@ func CloseFiles(files []*os.File) {
 	}
 }
 
-// writeReply sends one reply, with files as SCM_RIGHTS.
-func writeReply(c *net.UnixConn, r Reply, files ...*os.File) error {
+// WriteReply sends one reply, with files as SCM_RIGHTS.
+func WriteReply(c *net.UnixConn, r Reply, files ...*os.File) error {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return err
