@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"unicode"
 
 	"github.com/creack/pty"
@@ -170,6 +171,9 @@ func Exec(ctx context.Context, c *Conn, id string, opts driver.ExecOptions) (int
 	}
 	if ctx.Err() != nil {
 		return 0, ctx.Err()
+	}
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		return 0, fmt.Errorf("exec %s in sandbox %s: %w", opts.Command[0], id, err)
 	}
 	if err != nil || r.ExitCode == nil {
 		return 0, fmt.Errorf("sandbox %s stopped while %s ran", id, opts.Command[0])
