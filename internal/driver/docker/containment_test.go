@@ -537,7 +537,15 @@ func TestExecThroughControlSocket(t *testing.T) {
 	}
 
 	plain := startPolicySandbox(t, d, "plain", "")
+	before := len(relay.Seen())
 	if out := mustExec(t, d, plain, "echo hi; id -u"); out != "hi\n1000\n" {
+		t.Errorf("exec: %q", out)
+	}
+	if seen := relay.Seen()[before:]; len(seen) != 0 {
+		t.Errorf("an exec in a sandbox the driver started asked the engine %v; want nothing (the control socket)", seen)
+	}
+	d.ran(plain, 0) // as after a restart of the gateway: the engine says where it runs
+	if out := mustExec(t, d, plain, "echo again"); out != "again\n" {
 		t.Errorf("exec: %q", out)
 	}
 	if n := engineExecs(); n != 0 {
@@ -567,7 +575,7 @@ func TestExecThroughControlSocket(t *testing.T) {
 	}()
 	root := startPolicySandbox(t, d, "root", rootPolicy)
 	mustExec(t, d, root, "rm "+controlSocket+" && ln -s "+host+" "+controlSocket)
-	before := engineExecs()
+	before = engineExecs()
 	if out := mustExec(t, d, root, "echo after"); out != "after\n" {
 		t.Errorf("exec after the socket was replaced: %q", out)
 	}

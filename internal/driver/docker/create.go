@@ -312,6 +312,7 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	dir := d.readyDir(ref.ID, ref.Generation)
 	switch stateOf(c.State) {
 	case driver.StateRunning:
+		d.ran(ref.ID, ref.Generation)
 		return d.attachEgress(ctx, ref, c.ID) // a start whose answer was lost may not have
 	case driver.StateStopped:
 		clearRunDir(dir) // a restart of the same incarnation
@@ -325,7 +326,11 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	if err := d.attachEgress(ctx, ref, c.ID); err != nil {
 		return err
 	}
-	return d.waitReady(ctx, c.ID, dir)
+	if err := d.waitReady(ctx, c.ID, dir); err != nil {
+		return err
+	}
+	d.ran(ref.ID, ref.Generation)
+	return nil
 }
 
 // attachEgress serves the egress proxy in the network namespace of a

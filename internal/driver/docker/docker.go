@@ -64,6 +64,7 @@ type Driver struct {
 	usernsKnown bool
 	gvisor      *gvisorRuntime           // the engine's runsc runtime, once found
 	creates     map[string]*engineCreate // by sandbox: the create the engine is carrying out
+	started     map[string]int64         // by sandbox: the generation it last ran (Exec's way to its control socket)
 }
 
 var (
@@ -104,7 +105,7 @@ func New(cfg driver.Config, opts Options) (*Driver, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("docker driver: %w", err)
 	}
-	return &Driver{cfg: cfg, opts: opts, api: api, host: host, creates: map[string]*engineCreate{}}, nil
+	return &Driver{cfg: cfg, opts: opts, api: api, host: host, creates: map[string]*engineCreate{}, started: map[string]int64{}}, nil
 }
 
 // Name implements driver.Driver.
@@ -310,6 +311,7 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	if err := d.awaitEngine(ctx, id); err != nil {
 		return err
 	}
+	d.ran(id, 0)
 	list, err := d.containers(ctx, id)
 	if err != nil {
 		return err

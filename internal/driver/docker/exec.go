@@ -41,22 +41,52 @@ func (d *Driver) running(ctx context.Context, id string) (container.Summary, err
 // Exec implements driver.Execer: the command runs through the supervisor's
 // exec stage, so what protects the main process protects it too. The
 // supervisor, PID 1 of the container, starts it when asked on its control
-// socket (a spare exec stage started ahead takes it: no engine exec, no
+// socket (a spare exec stage started ahead takes it: no engine call, no
 // program start); a container without one (gVisor's, one made by an
 // earlier corral, one whose root replaced it with something else) gets the
 // engine's exec of the exec stage.
 func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (int, error) {
+	if gen, ok := d.lastRan(id); ok {
+		// A supervisor that answers there runs: the engine need not say so.
+		if conn, err := d.dialControl(id, gen); err == nil {
+			return control.Exec(ctx, conn, id, opts)
+		}
+	}
 	c, err := d.running(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	if c.Labels[labelIsolation] != policy.IsolationGVisor {
-		conn, err := control.Dial(filepath.Join(d.readyDir(id, generation(c.Labels)), controlName))
-		if err == nil {
+	if gen := generation(c.Labels); c.Labels[labelIsolation] != policy.IsolationGVisor {
+		d.ran(id, gen)
+		if conn, err := d.dialControl(id, gen); err == nil {
 			return control.Exec(ctx, conn, id, opts)
 		}
 	}
 	return d.engineExec(ctx, c.ID, opts)
+}
+
+// dialControl connects to the control socket of an incarnation.
+func (d *Driver) dialControl(id string, gen int64) (*control.Conn, error) {
+	return control.Dial(filepath.Join(d.readyDir(id, gen), controlName))
+}
+
+// ran notes the generation a sandbox runs (0: none, deleted).
+func (d *Driver) ran(id string, gen int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if gen == 0 {
+		delete(d.started, id)
+		return
+	}
+	d.started[id] = gen
+}
+
+// lastRan returns the generation a sandbox last ran, if this driver saw it.
+func (d *Driver) lastRan(id string) (int64, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	gen, ok := d.started[id]
+	return gen, ok
 }
 
 // engineExec runs opts.Command through the exec stage by the engine's exec.
