@@ -91,6 +91,11 @@ func (c *Children) ExecStarter(base []string) control.Starter {
 	}
 }
 
+// spareAnswerWait bounds how long a spare may take from its request to
+// its command (a few milliseconds here). It kills a spare that has not
+// run its command by then, which could in theory have just done so.
+const spareAnswerWait = 5 * time.Second
+
 // spareRefill is how long a command runs before the next spare starts
 // beside it, if it has not ended by then.
 const spareRefill = 50 * time.Millisecond
@@ -146,7 +151,11 @@ func (c *Children) startOnSpare(command, env []string, stdio []*os.File, tty boo
 	}
 	var msg []byte
 	if err == nil {
+		// A spare that does not answer (a workload that runs as root
+		// stopped it, say) is killed, and the exec starts cold.
+		stuck := time.AfterFunc(spareAnswerWait, func() { _ = unix.Kill(sp.pid, unix.SIGKILL) })
 		msg, _ = io.ReadAll(report) // ends when the command runs, or the exec stage gives up
+		stuck.Stop()
 	}
 	if len(msg) == 0 { // it says what it applied before it runs anything
 		sp.discard()

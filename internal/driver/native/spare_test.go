@@ -51,7 +51,16 @@ func TestExecOnSpare(t *testing.T) {
 	if code, out, errOut := s.exec("echo", "cold"); code != 0 || out != "cold\n" {
 		t.Fatalf("exec after its spare was killed: exit %d, %q, %s", code, out, errOut)
 	}
-	waitSpare(t, supervisor, next.host)
+	// A stopped spare (root in the sandbox may stop it) does not hang the
+	// exec given to it: it is killed, and the exec starts cold.
+	stopped := waitSpare(t, supervisor, next.host)
+	if err := unix.Kill(stopped.host, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := s.exec("echo", "not stuck"); code != 0 || out != "not stuck\n" {
+		t.Fatalf("exec after its spare was stopped: exit %d, %q, %s", code, out, errOut)
+	}
+	waitSpare(t, supervisor, stopped.host)
 }
 
 // spareProc is a spare exec stage: its pid on the host and in the sandbox.
