@@ -203,3 +203,14 @@ func dup(t *testing.T, f *os.File) *os.File {
 	}
 	return os.NewFile(uintptr(fd), f.Name())
 }
+
+// Whoever may ask for an exec cannot ask for it under another policy: the
+// supervisor's CORRAL_* variables come from the sandbox alone.
+func TestExecEnvKeepsTheSupervisorsVariables(t *testing.T) {
+	base := []string{"CORRAL_POLICY={\"version\":1}", "PATH=/bin", "TERM=dumb"}
+	req := Request{TTY: true, Env: []string{"CORRAL_POLICY={}", "FOO=1", "CORRAL_IMAGE_USER=root", "PATH=/usr/bin"}}
+	got := strings.Join(ExecEnv(base, req), " ")
+	if want := `CORRAL_POLICY={"version":1} PATH=/usr/bin TERM=xterm FOO=1`; got != want {
+		t.Errorf("ExecEnv = %s; want %s", got, want)
+	}
+}

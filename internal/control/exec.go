@@ -57,15 +57,42 @@ func ServeExec(c *net.UnixConn, req Request, files []*os.File, start Starter) {
 	}
 }
 
-// ExecEnv is an exec's environment: base, what the request adds, and the
-// terminal's type when it runs on one.
+// ExecEnv is an exec's environment: base, what the request adds or
+// changes, and the terminal's type when it runs on one, each name once (a
+// cold exec stage takes a name's first value, a spare its last). Variables
+// named CORRAL_* are the supervisor's alone (the sandbox's policy, its
+// image's user: what the exec stage applies): a request's are dropped,
+// else whoever may ask for an exec could ask for it under a policy of its
+// own.
 func ExecEnv(base []string, req Request) []string {
-	env := append(append([]string{}, base...), req.Env...)
+	env := append([]string{}, base...)
+	at := map[string]int{}
+	for i, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		at[name] = i
+	}
+	set := func(kv string) {
+		name, _, _ := strings.Cut(kv, "=")
+		if i, ok := at[name]; ok {
+			env[i] = kv
+			return
+		}
+		at[name] = len(env)
+		env = append(env, kv)
+	}
+	for _, kv := range req.Env {
+		if !strings.HasPrefix(kv, reservedEnvPrefix) {
+			set(kv)
+		}
+	}
 	if req.TTY {
-		env = append(env, "TERM=xterm")
+		set("TERM=xterm")
 	}
 	return env
 }
+
+// reservedEnvPrefix names the variables of the supervisor (ExecEnv).
+const reservedEnvPrefix = "CORRAL_"
 
 // execStdio returns the stdio of an exec: the caller's three files, or a
 // new terminal's replica three times and its master.

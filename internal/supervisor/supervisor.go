@@ -153,9 +153,11 @@ func serveExecs(ln *net.UnixListener, c *Children) {
 			if err != nil {
 				return
 			}
-			if req.Op != control.OpExec {
+			if req.Op != control.OpExec || len(req.Env) > 0 {
+				// The gateway asks for execs alone, in the container's
+				// environment: whatever else comes is not its.
 				control.CloseFiles(files)
-				_ = control.WriteReply(conn, control.Reply{Error: fmt.Sprintf("unknown request %q", req.Op)})
+				_ = control.WriteReply(conn, control.Reply{Error: fmt.Sprintf("unknown request %q, or with an environment", req.Op)})
 				return
 			}
 			control.ServeExec(conn, req, files, c.ExecStarter(os.Environ()))

@@ -16,6 +16,7 @@ import (
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
 
+	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/drivertest"
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -544,6 +545,21 @@ func TestExecThroughControlSocket(t *testing.T) {
 	if seen := relay.Seen()[before:]; len(seen) != 0 {
 		t.Errorf("an exec in a sandbox the driver started asked the engine %v; want nothing (the control socket)", seen)
 	}
+	// A request with an environment (a policy of its own, say) is refused:
+	// the gateway never sends one, and root in the container could.
+	conn, err := d.dialControl(plain, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	if err := conn.Send(control.Request{Op: control.OpExec, Command: []string{"id", "-u"}, Env: []string{supervisor.PolicyEnv + `={"version":1}`}}, null, null, null); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := conn.RecvFiles(); err != nil || r.Error == "" || r.PID != 0 {
+		t.Errorf("an exec request with an environment: %+v, %v; want it refused", r, err)
+	}
+	conn.Close()
 	d.ran(plain, 0) // as after a restart of the gateway: the engine says where it runs
 	if out := mustExec(t, d, plain, "echo again"); out != "again\n" {
 		t.Errorf("exec: %q", out)
