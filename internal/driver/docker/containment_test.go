@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -572,23 +571,7 @@ func TestExecThroughControlSocket(t *testing.T) {
 		t.Errorf("the default user connecting to the control socket: %q; want EACCES", out)
 	}
 
-	host := filepath.Join("/run", "corral-control-"+strconv.Itoa(os.Getpid())+".sock")
-	ln, err := net.Listen("unix", host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	accepted := make(chan struct{}, 8)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-			accepted <- struct{}{}
-		}
-	}()
+	host, accepted := testenv.HostSocket(t, "control")
 	root := startPolicySandbox(t, d, "root", rootPolicy)
 	mustExec(t, d, root, "rm "+controlSocket+" && ln -s "+host+" "+controlSocket)
 	before = engineExecs()

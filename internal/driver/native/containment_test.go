@@ -3,7 +3,6 @@ package native
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -141,24 +140,7 @@ func TestContainmentHostFiles(t *testing.T) {
 		t.Cleanup(func() { os.Remove(f.Name()) })
 		planted = append(planted, f.Name())
 	}
-	sock := filepath.Join("/run", "corral-containment-"+strconv.Itoa(os.Getpid())+".sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	accepted := make(chan struct{}, 8)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-			accepted <- struct{}{}
-		}
-	}()
-	os.Chmod(sock, 0o600)
+	sock, accepted := testenv.HostSocket(t, "containment")
 	probeDir := visibleDir(t, corral, "corral")
 	probe := filepath.Join(probeDir, "corral")
 
