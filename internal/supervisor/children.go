@@ -32,6 +32,9 @@ type Children struct {
 	mu      sync.Mutex
 	waiters map[int]chan int
 	spare   *spare // the next Start's, when Spare
+	// spareStarting is set while StartSpare starts one: two calls at once
+	// (an exec's end and the timer of a long one) made two, one wasted.
+	spareStarting bool
 }
 
 // SetProcs makes procs the cgroup of the processes Start starts, and
@@ -203,11 +206,17 @@ func (c *Children) StartSpare() {
 		return
 	}
 	c.mu.Lock()
-	have := c.spare != nil
+	busy := c.spare != nil || c.spareStarting
+	c.spareStarting = true
 	c.mu.Unlock()
-	if have {
+	if busy {
 		return
 	}
+	defer func() {
+		c.mu.Lock()
+		c.spareStarting = false
+		c.mu.Unlock()
+	}()
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return
@@ -227,12 +236,8 @@ func (c *Children) StartSpare() {
 		return
 	}
 	c.mu.Lock()
-	old := c.spare
 	c.spare = &spare{pid: pid, done: done, ctl: ours}
 	c.mu.Unlock()
-	if old != nil { // Starts raced: one spare is enough
-		old.ctl.Close()
-	}
 }
 
 // spareEnv is a spare's environment until its request gives it the

@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/supervisor"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -105,5 +107,33 @@ func TestMissingCommandExits127(t *testing.T) {
 	cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); code != 127 {
 		t.Fatalf("exit %d, want 127", code)
+	}
+}
+
+// Two StartSpare calls at once (an exec's end and the timer of a long
+// exec) start one spare, not one each.
+func TestOneSpareAtATime(t *testing.T) {
+	c := &supervisor.Children{Spare: true, Bin: bin}
+	var wg sync.WaitGroup
+	ready := make(chan struct{})
+	for range 16 {
+		wg.Add(1)
+		go func() { defer wg.Done(); <-ready; c.StartSpare() }()
+	}
+	close(ready)
+	wg.Wait()
+	var spares []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range dirs {
+		cmdline, _ := os.ReadFile(dir + "/cmdline")
+		status, _ := os.ReadFile(dir + "/status")
+		if strings.Contains(string(cmdline), "--spare-fd") && strings.Contains(string(status), fmt.Sprintf("\nPPid:\t%d\n", os.Getpid())) {
+			pid, _ := strconv.Atoi(filepath.Base(dir))
+			spares = append(spares, pid)
+			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+		}
+	}
+	if len(spares) != 1 {
+		t.Errorf("spares started by 16 calls at once: %v; want one", spares)
 	}
 }
