@@ -20,8 +20,7 @@ import (
 func TestStartOnStandby(t *testing.T) {
 	d := newTestDriver(t, "corral.test")
 	startSandbox(t, d, "first", "")
-	sb := waitStandby(t, 0)
-	waitHeld(t, d, sb)
+	sb := waitStandby(t, d, 0)
 	second := startSandbox(t, d, "second", "")
 	if sup, err := readPID(d.bundle(second.id, 1)); err != nil || sup != sb {
 		t.Fatalf("the second sandbox's supervisor is %d (%v); want the standby, %d", sup, err, sb)
@@ -29,7 +28,7 @@ func TestStartOnStandby(t *testing.T) {
 	if code, out, errOut := second.exec("echo", "hi"); code != 0 || out != "hi\n" {
 		t.Fatalf("exec in the sandbox a standby runs: exit %d, %q, %s", code, out, errOut)
 	}
-	next := waitStandby(t, sb)
+	next := waitStandby(t, d, sb)
 	if err := syscall.Kill(next, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +38,7 @@ func TestStartOnStandby(t *testing.T) {
 	if sup, err := readPID(d.bundle(third.id, 1)); err != nil || sup == next {
 		t.Fatalf("the third sandbox's supervisor is %d (%v); want a new one, not the killed standby", sup, err)
 	}
-	last := waitStandby(t, next)
+	last := waitStandby(t, d, next)
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,13 +65,28 @@ func waitHeld(t *testing.T, d *Driver, pid int) {
 	}
 }
 
-// waitStandby waits for the one standby supervisor of this process other
-// than not, and returns its pid.
-func waitStandby(t *testing.T, not int) int {
+// waitStandby waits until the driver holds a standby supervisor other
+// than not, one that runs and shows as corral-standby, and returns its pid.
+// It asks the driver which: a standby of an earlier test's driver may still
+// be exiting, a child of this process with the same name.
+func waitStandby(t *testing.T, d *Driver, not int) int {
 	t.Helper()
-	return waitProcess(t, "standby supervisors", not, func(_, status string) bool {
-		return strings.HasPrefix(status, "Name:\tcorral-standby\n") && strings.Contains(status, fmt.Sprintf("\nPPid:\t%d\n", os.Getpid()))
+	var pid int
+	testenv.Eventually(t, 10*time.Second, func() error {
+		d.standbyMu.Lock()
+		sb := d.standby
+		d.standbyMu.Unlock()
+		if sb == nil || sb.pid == not {
+			return fmt.Errorf("the driver holds no standby other than %d", not)
+		}
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", sb.pid))
+		if err != nil || !strings.HasPrefix(string(status), "Name:\tcorral-standby\n") || strings.Contains(string(status), "\nState:\tZ") {
+			return fmt.Errorf("standby %d does not run as corral-standby (%v)", sb.pid, err)
+		}
+		pid = sb.pid
+		return nil
 	})
+	return pid
 }
 
 // waitExited waits until pid has exited (and been reaped).
