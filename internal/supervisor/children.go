@@ -207,7 +207,9 @@ func (c *Children) StartSpare() {
 	}
 	c.mu.Lock()
 	busy := c.spare != nil || c.spareStarting
-	c.spareStarting = true
+	if !busy {
+		c.spareStarting = true
+	}
 	c.mu.Unlock()
 	if busy {
 		return

@@ -122,6 +122,35 @@ func TestOneSpareAtATime(t *testing.T) {
 	}
 	close(ready)
 	wg.Wait()
+	spares := sparesOf(t)
+	if len(spares) != 1 {
+		t.Fatalf("spares started by 16 calls at once: %v; want one", spares)
+	}
+	c.StartSpare() // with a spare there: nothing to do, and nothing left behind
+	if again := sparesOf(t); len(again) != 1 {
+		t.Fatalf("spares after one more call: %v; want the one", again)
+	}
+	// The next one starts once that one is used.
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	pid, _, _, failed, err := c.Start([]string{"true"}, []string{"PATH=" + os.Getenv("PATH")}, []*os.File{null, null, null}, false)
+	if err != nil || failed != nil || pid != spares[0] {
+		t.Fatalf("Start = pid %d, %v, %v; want it on the spare, %d", pid, failed, err, spares[0])
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if next := sparesOf(t); len(next) != 1 || next[0] == spares[0] {
+			return fmt.Errorf("spares after the first was used: %v; want one new one", next)
+		}
+		return nil
+	})
+}
+
+// sparesOf returns the pids of the spare exec stages this process started
+// that still run (and kills them when the test ends).
+func sparesOf(t *testing.T) []int {
 	var spares []int
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, dir := range dirs {
@@ -133,7 +162,5 @@ func TestOneSpareAtATime(t *testing.T) {
 			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 		}
 	}
-	if len(spares) != 1 {
-		t.Errorf("spares started by 16 calls at once: %v; want one", spares)
-	}
+	return spares
 }
