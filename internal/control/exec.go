@@ -122,14 +122,19 @@ func execStdio(req Request, files []*os.File) (stdio, master []*os.File, err err
 // naming id.
 func Exec(ctx context.Context, c *Conn, id string, opts driver.ExecOptions) (int, error) {
 	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { c.Close() }) // the command is killed when the caller goes
-	defer stop()
-
 	var (
 		copies sync.WaitGroup
 		mu     sync.Mutex
 		reads  []*os.File // closed when ctx ends: a process left in the sandbox may hold the other ends
 	)
+	// When the caller goes, the command is killed (the connection closes)
+	// and the copies of its output end.
+	defer context.AfterFunc(ctx, func() {
+		c.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		CloseFiles(reads)
+	})()
 	copyOut := func(w io.Writer, r *os.File) {
 		mu.Lock()
 		reads = append(reads, r)
@@ -141,11 +146,6 @@ func Exec(ctx context.Context, c *Conn, id string, opts driver.ExecOptions) (int
 			_, _ = io.Copy(w, r) // a terminal's master ends with EIO once its replica is gone
 		}()
 	}
-	defer context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		CloseFiles(reads)
-	})()
 	req := Request{Op: OpExec, Command: opts.Command, TTY: opts.TTY,
 		Rows: uint16(opts.Size.Rows), Cols: uint16(opts.Size.Cols)}
 	var theirs []*os.File // the command's stdio, sent to the supervisor
