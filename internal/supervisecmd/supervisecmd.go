@@ -73,14 +73,17 @@ func New() *cobra.Command {
 			return &ExitError{Code: shim.RunSandbox(args[0])}
 		},
 	})
-	cmd.AddCommand(&cobra.Command{
-		Use:   "standby [-- ROOM]",
+	var spareAhead bool
+	standbyCmd := &cobra.Command{
+		Use:   "standby [--spare-ahead] [-- ROOM]",
 		Short: "Wait, in new namespaces, for the native driver to hand over a sandbox, then run as its PID 1",
 		Args:  cobra.MaximumNArgs(1), // room in the command line for the sandbox's bundle
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return &ExitError{Code: shim.RunStandby()}
+			return &ExitError{Code: shim.RunStandby(spareAhead)}
 		},
-	})
+	}
+	standbyCmd.Flags().BoolVar(&spareAhead, "spare-ahead", false, "start the main process's exec stage now, in a user namespace mapped to the sandbox's ids at the handoff")
+	cmd.AddCommand(standbyCmd)
 	cmd.AddCommand(&cobra.Command{
 		Use:   "probe NAME...",
 		Short: "Try what a sandbox's policy may forbid (mount, ptrace, bpf, keyctl, unshare) and show no_new_privs, seccomp and uid",
@@ -95,12 +98,12 @@ func New() *cobra.Command {
 	})
 	var stage supervisor.ExecStage
 	execCmd := &cobra.Command{
-		Use:   "exec [--wait-fd N] [--report-fd N] [--drop-caps] [--cgroup PROCS] [--spare-fd N] -- CMD [ARGS...]",
+		Use:   "exec [--wait-fd N] [--report-fd N] [--drop-caps] [--cgroup PROCS] [--spare-fd N [--unmapped]] -- CMD [ARGS...]",
 		Short: "Apply the sandbox's protections and exec CMD (with --spare-fd, the CMD it is handed on that socket)",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if stage.SpareFD > 0 {
-				args, err = supervisor.ExecSpare(stage.SpareFD, stage.DropCaps)
+				args, err = supervisor.ExecSpare(stage.SpareFD, stage.DropCaps, stage.Unmapped)
 			} else {
 				err = supervisor.Exec(args, stage)
 			}
@@ -120,6 +123,7 @@ func New() *cobra.Command {
 	execCmd.Flags().BoolVar(&stage.DropCaps, "drop-caps", false, "keep only the capabilities of a native sandbox")
 	execCmd.Flags().StringVar(&stage.Cgroup, "cgroup", "", "join the cgroup of this cgroup.procs file first")
 	execCmd.Flags().IntVar(&stage.SpareFD, "spare-fd", 0, "wait on this socket for the command, its environment and descriptors")
+	execCmd.Flags().BoolVar(&stage.Unmapped, "unmapped", false, "with --spare-fd: started in a user namespace whose ids are mapped later; become its root when asked")
 	cmd.AddCommand(execCmd)
 	cmd.AddCommand(&cobra.Command{
 		Use:   "identity",

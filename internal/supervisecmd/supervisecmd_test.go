@@ -25,8 +25,10 @@ func TestSuperviseCommandLinesParse(t *testing.T) {
 		{append(supervisor.GVisorInitArgv("/c", "/r/ready", "/p", 32), command...), "supervise", command},
 		{supervisor.ExecArgv("/c", supervisor.ExecStage{}, command), "exec", command},
 		{supervisor.ExecArgv("/c", supervisor.ExecStage{WaitFD: 3, ReportFD: 4, DropCaps: true, Cgroup: "/g/cgroup.procs"}, command), "exec", command},
+		{supervisor.ExecArgv("/c", supervisor.ExecStage{SpareFD: 3, DropCaps: true, Unmapped: true}, nil), "exec", nil},
 		{supervisor.SandboxArgv("/bundle"), "sandbox", []string{"/bundle"}},
-		{supervisor.StandbyArgv(), "standby", supervisor.StandbyArgv()[4:]},
+		{supervisor.StandbyArgv(false), "standby", supervisor.StandbyArgv(false)[4:]},
+		{supervisor.StandbyArgv(true), "standby", supervisor.StandbyArgv(true)[5:]},
 		{supervisor.ProbeArgv("/c", "mount", "uid"), "probe", []string{"mount", "uid"}},
 	} {
 		root := &cobra.Command{Use: "corral-supervise"}

@@ -42,6 +42,9 @@ type ExecStage struct {
 	// SpareFD, when > 0, makes the stage a spare waiting on that socket
 	// for its command (ExecSpare); it is then started without one.
 	SpareFD int
+	// Unmapped marks a spare started ahead of its user namespace's ids
+	// (Children.StartSpareAhead).
+	Unmapped bool
 }
 
 // ExecArgv runs command through bin's exec stage.
@@ -62,6 +65,9 @@ func ExecArgv(bin string, stage ExecStage, command []string) []string {
 	if stage.SpareFD > 0 {
 		argv = append(argv, "--spare-fd", strconv.Itoa(stage.SpareFD))
 	}
+	if stage.Unmapped {
+		argv = append(argv, "--unmapped")
+	}
 	return append(append(argv, "--"), command...)
 }
 
@@ -74,9 +80,14 @@ func SandboxArgv(bundle string) []string {
 // StandbyArgv is a native supervisor started ahead of its sandbox
 // (shim.RunStandby); its first word names it in ps. Its last argument is
 // room for the bundle's path in the SandboxArgv it shows once it is handed
-// its sandbox.
-func StandbyArgv() []string {
-	return []string{"corral-supervise", "supervise", "standby", "--", strings.Repeat(".", standbyRoom)}
+// its sandbox. spareAhead starts the main process's exec stage ahead too
+// (shim.RunStandby).
+func StandbyArgv(spareAhead bool) []string {
+	argv := []string{"corral-supervise", "supervise", "standby"}
+	if spareAhead {
+		argv = append(argv, "--spare-ahead")
+	}
+	return append(argv, "--", strings.Repeat(".", standbyRoom))
 }
 
 // standbyRoom is what StandbyArgv leaves for a bundle's path.

@@ -201,7 +201,18 @@ func (c *Children) startCold(command, env []string, stdio []*os.File, tty bool) 
 // pivot_root moves both when they are the old root, "/" here); it runs
 // its command only in the root its request names (spareRequest.Root), in
 // the request's directory.
-func (c *Children) StartSpare() {
+func (c *Children) StartSpare() { c.startSpare(false) }
+
+// StartSpareAhead starts the spare before its user namespace's ids are
+// known (a standby supervisor's, before it has a sandbox): in a user
+// namespace of its own with no ids mapped, keeping the capabilities it has
+// there across its exec (as ambient ones) so that it can become the root
+// of that namespace once AdoptSpare has mapped it. Until its request it
+// runs its own program and nothing else, with the ids it was started with
+// and no capability outside that namespace.
+func (c *Children) StartSpareAhead() { c.startSpare(true) }
+
+func (c *Children) startSpare(ahead bool) {
 	if !c.Spare {
 		return
 	}
@@ -231,15 +242,43 @@ func (c *Children) StartSpare() {
 		return
 	}
 	defer null.Close()
-	argv := ExecArgv("corral", ExecStage{SpareFD: 3, DropCaps: c.DropCaps}, nil)
-	pid, done, err := c.startLocked(argv, c.procAttr("/", spareEnv, []*os.File{null, null, null, theirs}, false))
+	attr := c.procAttr("/", spareEnv, []*os.File{null, null, null, theirs}, false)
+	if ahead {
+		attr.Sys = &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWUSER, AmbientCaps: allCapabilities()}
+	}
+	argv := ExecArgv("corral", ExecStage{SpareFD: 3, DropCaps: c.DropCaps, Unmapped: ahead}, nil)
+	pid, done, err := c.startLocked(argv, attr)
 	if err != nil {
 		ours.Close()
 		return
 	}
 	c.mu.Lock()
-	c.spare = &spare{pid: pid, done: done, ctl: ours}
+	c.spare = &spare{pid: pid, done: done, ctl: ours, unmapped: ahead}
 	c.mu.Unlock()
+}
+
+// AdoptSpare makes a spare started ahead (StartSpareAhead) one of these
+// children: it maps the spare's user namespace to IDs, as procAttr maps an
+// exec stage's. Without IDs, or Spare, it lets the spare go (StartSpare
+// starts one as these children need); so it does when the mapping fails,
+// and returns why.
+func (c *Children) AdoptSpare() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sp := c.spare
+	if sp == nil || !sp.unmapped {
+		return nil
+	}
+	var err error
+	if c.Spare && c.IDs != nil {
+		if err = mapIDs(sp.pid, *c.IDs); err == nil {
+			sp.unmapped = false
+			return nil
+		}
+	}
+	sp.discard()
+	c.spare = nil
+	return err
 }
 
 // spareEnv is a spare's environment until its request gives it the

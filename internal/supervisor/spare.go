@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -55,6 +56,9 @@ type spare struct {
 	pid  int
 	done <-chan int
 	ctl  *os.File // the supervisor's end of its socket
+	// unmapped is set while a spare started ahead has no ids mapped in its
+	// user namespace (Children.StartSpareAhead, AdoptSpare).
+	unmapped bool
 }
 
 // discard lets a spare go, unused: closing its socket ends it, and the
@@ -90,9 +94,11 @@ func (s *spare) ask(req spareRequest, files []*os.File) error {
 
 // ExecSpare is a spare exec stage on descriptor spareFD: it waits for its
 // request, takes its descriptors (stdio as 0, 1, ...; the report kept
-// apart) and environment, and runs the command as Exec does. It returns
-// the command it was given and, like Exec, returns only on failure.
-func ExecSpare(spareFD int, dropCaps bool) ([]string, error) {
+// apart) and environment, and runs the command as Exec does. A spare
+// started ahead (unmapped; Children.StartSpareAhead) first becomes the root
+// of its user namespace, mapped by then. It returns the command it was
+// given and, like Exec, returns only on failure.
+func ExecSpare(spareFD int, dropCaps, unmapped bool) ([]string, error) {
 	// Not dumpable while it waits: no process of the sandbox, root there
 	// included, may read or write its memory through /proc and so run
 	// code in it before the policy applies (exec makes the command
@@ -112,6 +118,12 @@ func ExecSpare(spareFD int, dropCaps bool) ([]string, error) {
 	}
 	report := os.NewFile(uintptr(fds[req.Stdio]), "report")
 	unix.CloseOnExec(fds[req.Stdio])
+	if unmapped {
+		if err := becomeRoot(); err != nil {
+			fmt.Fprintf(report, "error: spare: %v\n", err)
+			return req.Command, err
+		}
+	}
 	if err := enter(req); err != nil {
 		fmt.Fprintf(report, "error: spare: %v\n", err)
 		return req.Command, err
@@ -139,6 +151,26 @@ func ExecSpare(spareFD int, dropCaps bool) ([]string, error) {
 		os.Setenv(k, v)
 	}
 	return req.Command, runStage(req.Command, report, dropCaps)
+}
+
+// becomeRoot makes a spare started ahead what a spare started for its
+// sandbox is from its start: uid and gid 0 of its user namespace (the
+// sandbox's first host ids), no supplementary group, no ambient
+// capability. It fails if its supervisor has not mapped those ids.
+func becomeRoot() error {
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("drop supplementary groups: %w", err)
+	}
+	if err := syscall.Setresgid(0, 0, 0); err != nil {
+		return fmt.Errorf("become gid 0 of its user namespace: %w", err)
+	}
+	if err := syscall.Setresuid(0, 0, 0); err != nil {
+		return fmt.Errorf("become uid 0 of its user namespace: %w", err)
+	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 {
+		return fmt.Errorf("clear ambient capabilities: %w", e)
+	}
+	return nil
 }
 
 // enter checks that the spare's root is the one req names and goes into

@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,4 +164,83 @@ func sparesOf(t *testing.T) []int {
 		}
 	}
 	return spares
+}
+
+// A spare started ahead (a standby's) runs in a user namespace with no ids
+// until AdoptSpare maps it; asked for a command, it first becomes that
+// namespace's root (its range's first host id), without the groups and
+// the ambient capabilities it was started with, even for a command that
+// no policy applies to. Without ids to map, AdoptSpare lets it go.
+func TestSpareStartedAhead(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := syscall.Setgroups([]int{0, 4}); err != nil { // host groups it must not keep
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setgroups(nil) })
+	c := &supervisor.Children{Spare: true, Bin: bin}
+	c.StartSpareAhead()
+	spares := sparesOf(t)
+	if len(spares) != 1 {
+		t.Fatalf("spares started ahead: %v; want one", spares)
+	}
+	const base = 2_000_000_000
+	c.IDs = &supervisor.IDRange{Base: base, Size: 65536}
+	if err := c.AdoptSpare(); err != nil {
+		t.Fatal(err)
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	pid, _, _, failed, err := c.Start([]string{"cat", "/proc/self/status", "/proc/self/uid_map"}, []string{"PATH=" + os.Getenv("PATH")}, []*os.File{null, w, null}, false)
+	w.Close()
+	if err != nil || failed != nil || pid != spares[0] {
+		t.Fatalf("Start = pid %d, %v, %v; want it on the spare, %d", pid, failed, err, spares[0])
+	}
+	status, _ := io.ReadAll(r) // until cat exits (nothing reaps it here)
+	// As the command sees itself: ids 0 of its namespace, which maps them
+	// to base (an unmapped id would show as 65534).
+	lines := map[string]string{}
+	for _, line := range strings.Split(string(status), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		lines[k] = strings.Join(strings.Fields(v), " ")
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "0" {
+			lines["uid_map"] = line
+		}
+	}
+	for k, want := range map[string]string{
+		"Uid": "0 0 0 0", "Gid": "0 0 0 0", "Groups": "", "CapAmb": "0000000000000000",
+		"uid_map": fmt.Sprintf("0 %d 65536", base),
+	} {
+		if got := strings.Join(strings.Fields(lines[k]), " "); got != want {
+			t.Errorf("the command on the spare started ahead: %s %q; want %q (all it says:\n%s)", k, got, want, status)
+		}
+	}
+
+	unmapped := &supervisor.Children{Spare: true, Bin: bin}
+	unmapped.StartSpareAhead()
+	left := sparesOf(t)
+	if err := unmapped.AdoptSpare(); err != nil { // no IDs
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		for _, p := range left {
+			if err := syscall.Kill(p, 0); err == nil && !zombie(p) {
+				return fmt.Errorf("spare %d started ahead still runs after AdoptSpare without ids", p)
+			}
+		}
+		return nil
+	})
+}
+
+// zombie says whether pid has exited and awaits its parent's wait.
+func zombie(pid int) bool {
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return strings.Contains(string(status), "\nState:\tZ")
 }

@@ -116,7 +116,9 @@ func (d *Driver) startStandby() (*standby, error) {
 	}
 	ours, theirs := os.NewFile(uintptr(pair[0]), "standby"), os.NewFile(uintptr(pair[1]), "standby")
 	defer theirs.Close()
-	cmd := d.supervisorCmd(supervisor.StandbyArgv())
+	// Its sandbox's exec stage ahead, when sandboxes get id ranges: a
+	// driver that runs as root.
+	cmd := d.supervisorCmd(supervisor.StandbyArgv(os.Geteuid() == 0))
 	cmd.ExtraFiles = []*os.File{theirs} // shim.StandbyFD
 	if err := cmd.Start(); err != nil {
 		ours.Close()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -98,4 +99,93 @@ func waitExited(t *testing.T, pid int) {
 		}
 		return nil
 	})
+}
+
+// A standby starts its sandbox's exec stage ahead, in a user namespace
+// with no ids mapped; the sandbox handed to it runs its main process on
+// that spare, mapped to the sandbox's id range, with the credentials a
+// spare started for the sandbox gives (ids, groups, capabilities,
+// no_new_privs, seccomp), and none of the host's.
+func TestMainProcessOnSpareStartedAhead(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	// Supplementary groups of the host's, which the standby and its spare
+	// inherit: no process of a sandbox may keep them.
+	if err := syscall.Setgroups([]int{0, 4}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setgroups(nil) })
+	// As root of its user namespace: the policy's user is not switched
+	// to, so what the spare was is what the command gets.
+	const asRoot = "version: 1\nprocess: {run_as_user: 0}\n"
+	first := startSandbox(t, d, "first", asRoot)
+	sb := waitStandby(t, d, 0)
+	var spare int
+	testenv.Eventually(t, 10*time.Second, func() error {
+		spare = childNamed(sb, "corral-spare")
+		if spare == 0 {
+			return fmt.Errorf("standby %d has no corral-spare child", sb)
+		}
+		return nil
+	})
+	if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", spare)); err != nil || len(m) != 0 {
+		t.Fatalf("the spare started ahead has uid_map %q (%v); want none yet", m, err)
+	}
+	second := startSandbox(t, d, "second", asRoot)
+	if main := second.mainPID("sleep"); main != spare {
+		t.Fatalf("the main process is %d; want the spare the standby started ahead, %d", main, spare)
+	}
+	o1, err := d.load(first.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o2, err := d.load(second.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", spare)); strings.Fields(string(m))[1] != fmt.Sprint(o2.IDBase) {
+		t.Errorf("the main process's uid_map is %q; want the sandbox's range at %d", m, o2.IDBase)
+	}
+	want, got := credentials(t, first.mainPID("sleep"), o1.IDBase), credentials(t, spare, o2.IDBase)
+	if got != want {
+		t.Errorf("main process on the spare started ahead:\n%s\nwant, as on a spare started for its sandbox:\n%s", got, want)
+	}
+}
+
+// childNamed returns the pid of a child of parent named name, or 0.
+func childNamed(parent int, name string) int {
+	kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent, parent))
+	for _, f := range strings.Fields(string(kids)) {
+		comm, _ := os.ReadFile("/proc/" + f + "/comm")
+		if strings.TrimSpace(string(comm)) == name {
+			pid, _ := strconv.Atoi(f)
+			return pid
+		}
+	}
+	return 0
+}
+
+// credentials returns what /proc/PID/status says of pid's ids (less base,
+// its sandbox's first host id), groups, capabilities and protections.
+func credentials(t *testing.T, pid int, base uint32) string {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(status), "\n") {
+		key, value, _ := strings.Cut(line, ":")
+		switch key {
+		case "Uid", "Gid":
+			var ids []string
+			for _, f := range strings.Fields(value) {
+				n, _ := strconv.ParseUint(f, 10, 32)
+				ids = append(ids, fmt.Sprint(int64(n)-int64(base)))
+			}
+			out = append(out, key+": base + "+strings.Join(ids, " "))
+		case "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Seccomp_filters":
+			out = append(out, key+": "+strings.TrimSpace(value))
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -55,12 +55,16 @@ const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 // new namespaces with the bundle directory, it joins the sandbox's cgroup,
 // builds the root file system, starts the main process, serves the control
 // socket and exits when the main process has ended, after recording how.
-func RunSandbox(dir string) int {
+func RunSandbox(dir string) int { return runSandbox(dir, new(supervisor.Children)) }
+
+// runSandbox is RunSandbox with the children a standby may have started
+// for it (a spare started ahead).
+func runSandbox(dir string, children *supervisor.Children) int {
 	// Inherited, so not closed on exec: the sandbox's processes get neither.
 	unix.CloseOnExec(ReadyFD)
 	unix.CloseOnExec(LockFD)
 	ready := os.NewFile(ReadyFD, "ready")
-	s, err := setUp(Bundle{Dir: dir})
+	s, err := setUp(Bundle{Dir: dir}, children)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "corral supervise: %v\n", err)
 		// Never started: the incarnation is still just created.
@@ -88,7 +92,7 @@ type sandboxSupervisor struct {
 	bundle   *os.File // the bundle directory, for the exit file after the pivot
 	sigs     chan os.Signal
 	stops    chan control.Request
-	children supervisor.Children
+	children *supervisor.Children
 	gvisor   *gvisor // set on the gVisor tier
 	main     int
 	mainDone <-chan int
@@ -100,16 +104,18 @@ type sandboxSupervisor struct {
 
 // setUp prepares the sandbox and starts its main process. On failure it
 // returns what it set up so far (nil before the bundle is open), so that
-// the caller can undo what marks the incarnation as started.
-func setUp(b Bundle) (*sandboxSupervisor, error) {
+// the caller can undo what marks the incarnation as started. children are
+// the sandbox's processes' (a standby's may hold a spare started ahead).
+func setUp(b Bundle, children *supervisor.Children) (*sandboxSupervisor, error) {
 	cfg, err := b.ReadConfig()
 	if err != nil {
 		return nil, err
 	}
-	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan control.Request, 4)}
+	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan control.Request, 4), children: children}
 	if cfg.Runsc != "" {
 		// Its children are runsc's processes, which the host's root runs.
 		s.gvisor = newGVisor(cfg, b.Dir)
+		s.children.Dir, s.children.DropCaps, s.children.IDs, s.children.Spare = "", false, nil, false
 	} else {
 		s.children.Dir, s.children.DropCaps, s.children.IDs = cmp.Or(cfg.Dir, "/sandbox"), true, cfg.IDs
 		s.children.Spare = true // an exec needs no Go program start of its own
@@ -125,14 +131,18 @@ func setUp(b Bundle) (*sandboxSupervisor, error) {
 		_ = os.WriteFile(b.Path(PIDFile), []byte(strconv.Itoa(pid)+"\n"), 0o644)
 	}
 	if s.children.Spare {
-		// The main process's exec stage: its program starts beside the
-		// set-up (StartSpare says how it comes into the root, and the
-		// cgroup takes it before it is asked anything).
+		// The main process's exec stage: a standby's started ahead, or its
+		// program starts now, beside the set-up (StartSpare says how it
+		// comes into the root, and the cgroup takes it before it is asked
+		// anything).
 		if err := ownProc(); err != nil {
 			return s, err
 		}
-		s.children.StartSpare()
 	}
+	if err := s.children.AdoptSpare(); err != nil {
+		fmt.Fprintf(os.Stderr, "corral supervise: the spare started ahead: %v\n", err)
+	}
+	s.children.StartSpare()
 	if err := s.cgroups(); err != nil {
 		return s, err
 	}
@@ -226,7 +236,7 @@ func (s *sandboxSupervisor) startMain(root string, stdio []*os.File) (int, <-cha
 	if err != nil {
 		return 0, nil, "", fmt.Errorf("run runsc: %w", err)
 	}
-	applied, err := g.awaitInit(&s.children, done)
+	applied, err := g.awaitInit(s.children, done)
 	if err != nil {
 		return 0, nil, "", err
 	}

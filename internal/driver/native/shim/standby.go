@@ -65,9 +65,17 @@ func Handoff(conn *os.File, bundle string, ready, lock, log *os.File) error {
 // waits on StandbyFD for a Handoff, takes what it is handed as the
 // descriptors RunSandbox expects, and goes on as RunSandbox of the bundle.
 // It exits, having done nothing, when the socket closes without a
-// handoff (the gateway gone, or done with it).
-func RunStandby() int {
+// handoff (the gateway gone, or done with it). With spareAhead, it starts
+// the main process's exec stage before it waits (Children.StartSpareAhead),
+// so that its program start is off the start's path too: a sandbox with an
+// id range gets it mapped to that range, any other lets it go.
+func RunStandby(spareAhead bool) int {
 	supervisor.SetProcessName(standbyName)
+	children := new(supervisor.Children)
+	if spareAhead {
+		children.Spare, children.DropCaps = true, true
+		children.StartSpareAhead()
+	}
 	ctl := os.NewFile(StandbyFD, "standby")
 	fds, bundle, err := fdpass.Receive(ctl, maxHandoff)
 	ctl.Close()
@@ -104,7 +112,7 @@ func RunStandby() int {
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
-	return RunSandbox(dir)
+	return runSandbox(dir, children)
 }
 
 // handedBundle checks a handoff of files descriptors and the message msg:
