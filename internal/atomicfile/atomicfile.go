@@ -17,7 +17,17 @@ func Write(path string, data []byte, mode os.FileMode) error {
 
 // WriteFrom is Write of what r holds, copied in the kernel where r is a
 // file (copy_file_range: no buffer in this process for the bytes).
-func WriteFrom(path string, r io.Reader, mode os.FileMode) error {
+func WriteFrom(path string, r io.Reader, mode os.FileMode) error { return writeFrom(path, r, mode, true) }
+
+// WriteVolatileFrom is WriteFrom without the fsync: readers see the old
+// content or the new, but after a crash of the machine the file may be
+// missing, empty or a part. It is for files that their reader checks and
+// that can be made again.
+func WriteVolatileFrom(path string, r io.Reader, mode os.FileMode) error {
+	return writeFrom(path, r, mode, false)
+}
+
+func writeFrom(path string, r io.Reader, mode os.FileMode, sync bool) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
@@ -27,9 +37,11 @@ func WriteFrom(path string, r io.Reader, mode os.FileMode) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return err

@@ -3,13 +3,20 @@ package atomicfile
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
 func TestWriteReplacesWhole(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "f")
-	for _, content := range []string{"first", "second, longer"} {
-		if err := WriteDurable(path, []byte(content), 0o640); err != nil {
+	for i, content := range []string{"first", "second, longer", "third"} {
+		write := WriteDurable
+		if i == 2 {
+			write = func(path string, data []byte, mode os.FileMode) error {
+				return WriteVolatileFrom(path, strings.NewReader(string(data)), mode)
+			}
+		}
+		if err := write(path, []byte(content), 0o640); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(path)

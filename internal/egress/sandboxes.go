@@ -3,7 +3,6 @@ package egress
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -68,54 +67,84 @@ type box struct {
 }
 
 // Prepare implements driver.Egress: it makes the sandbox's CA once and
-// writes its trust directory.
+// writes its trust directory, or mends them (see ca).
 func (s *Sandboxes) Prepare(id string) (string, error) {
-	trust := filepath.Join(s.Dir, id, "trust")
-	if _, err := os.Stat(filepath.Join(trust, driver.BundleFile)); err == nil {
-		return trust, nil // made at an earlier start; the proxy parses the CA when it attaches
-	}
 	_, trust, err := s.ca(id)
 	return trust, err
 }
 
-// ca loads or makes the CA of sandbox id and its trust directory.
+// ca loads or makes the CA of sandbox id and its trust directory. Its
+// files are written without an fsync (a first start paid seven): what a
+// crash of the machine leaves of them, ca finds and mends. A CA that does
+// not load (missing, empty, a part, a key of another write) is made
+// anew: the sandbox's processes that trusted the old one did not outlive
+// the crash, and each start mounts the bundle again. A bundle that does
+// not end with the CA is written again.
 func (s *Sandboxes) ca(id string) (*CA, string, error) {
 	dir := filepath.Join(s.Dir, id)
 	trust := filepath.Join(dir, "trust")
 	certPEM, cerr := os.ReadFile(filepath.Join(trust, driver.CAFile))
 	keyPEM, kerr := os.ReadFile(filepath.Join(dir, "key.pem"))
+	var ca *CA
 	if cerr == nil && kerr == nil {
-		ca, err := LoadCA(certPEM, keyPEM)
-		if err != nil {
+		var err error
+		if ca, err = LoadCA(certPEM, keyPEM); err != nil && s.Logger != nil {
+			s.Logger.Warn("egress: the sandbox's CA does not load; making another", "id", id, "err", err)
+		}
+	}
+	if ca == nil {
+		var err error
+		if ca, certPEM, err = s.newCA(id, dir, trust); err != nil {
 			return nil, "", err
 		}
-		// A gateway killed between the CA and its bundle left no bundle,
-		// which every start mounts.
-		if _, serr := os.Stat(filepath.Join(trust, driver.BundleFile)); errors.Is(serr, os.ErrNotExist) {
-			if err := s.writeBundle(trust, certPEM); err != nil {
-				return nil, "", err
-			}
-		}
-		return ca, trust, nil
 	}
+	if !endsWith(filepath.Join(trust, driver.BundleFile), certPEM) {
+		if err := s.writeBundle(trust, certPEM); err != nil {
+			return nil, "", err
+		}
+	}
+	return ca, trust, nil
+}
+
+// newCA makes the CA of sandbox id, its key in dir and its certificate in
+// trust, and returns it and the certificate.
+func (s *Sandboxes) newCA(id, dir, trust string) (*CA, []byte, error) {
 	if err := os.MkdirAll(trust, 0o755); err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	ca, err := NewCA("corral egress CA " + id)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	certPEM, keyPEM = ca.PEM()
-	if err := atomicfile.WriteDurable(filepath.Join(dir, "key.pem"), keyPEM, 0o600); err != nil {
-		return nil, "", err
+	certPEM, keyPEM := ca.PEM()
+	if err := atomicfile.WriteVolatileFrom(filepath.Join(dir, "key.pem"), bytes.NewReader(keyPEM), 0o600); err != nil {
+		return nil, nil, err
 	}
-	if err := atomicfile.WriteDurable(filepath.Join(trust, driver.CAFile), certPEM, 0o644); err != nil {
-		return nil, "", err
+	if err := atomicfile.WriteVolatileFrom(filepath.Join(trust, driver.CAFile), bytes.NewReader(certPEM), 0o644); err != nil {
+		return nil, nil, err
 	}
-	return ca, trust, s.writeBundle(trust, certPEM)
+	return ca, certPEM, nil
+}
+
+// endsWith says whether the file at path ends with tail.
+func endsWith(path string, tail []byte) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() < int64(len(tail)) {
+		return false
+	}
+	got := make([]byte, len(tail))
+	if _, err := f.ReadAt(got, fi.Size()-int64(len(tail))); err != nil {
+		return false
+	}
+	return bytes.Equal(got, tail)
 }
 
 // writeBundle writes the trust directory's bundle: the host's CAs, then
@@ -129,7 +158,7 @@ func (s *Sandboxes) writeBundle(trust string, certPEM []byte) error {
 			bundle = io.MultiReader(host, bytes.NewReader([]byte{'\n'}), bundle)
 		}
 	}
-	return atomicfile.WriteDurableFrom(filepath.Join(trust, driver.BundleFile), bundle, 0o644)
+	return atomicfile.WriteVolatileFrom(filepath.Join(trust, driver.BundleFile), bundle, 0o644)
 }
 
 // Attach implements driver.Egress: it serves the sandbox's proxy inside

@@ -84,3 +84,48 @@ func TestPrepareSaysWhenTheBundleCannotBeMended(t *testing.T) {
 		t.Fatal("Prepare succeeded although the missing bundle could not be written")
 	}
 }
+
+// The CA's files are written without an fsync: what a crash of the
+// machine leaves of them (an empty key, a certificate cut short, a bundle
+// cut short) the next Prepare mends, with a new CA when the old one does
+// not load, and the same one when only the bundle is broken.
+func TestPrepareMendsWhatACrashLeft(t *testing.T) {
+	for _, tc := range []struct {
+		file  string // relative to the sandbox's directory
+		keep  int    // bytes kept
+		newCA bool
+	}{
+		{"key.pem", 0, true},
+		{"trust/" + driver.CAFile, 100, true},
+		{"trust/" + driver.BundleFile, 0, false},
+		{"trust/" + driver.BundleFile, 300, false},
+	} {
+		s := &Sandboxes{Dir: t.TempDir()}
+		trust, err := s.Prepare("id1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, err := os.ReadFile(filepath.Join(trust, driver.CAFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(filepath.Join(s.Dir, "id1", tc.file), int64(tc.keep)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Prepare("id1"); err != nil {
+			t.Fatalf("%s cut to %d bytes: Prepare: %v", tc.file, tc.keep, err)
+		}
+		after, _ := os.ReadFile(filepath.Join(trust, driver.CAFile))
+		key, _ := os.ReadFile(filepath.Join(s.Dir, "id1", "key.pem"))
+		if _, err := LoadCA(after, key); err != nil {
+			t.Fatalf("%s cut to %d bytes: after Prepare the CA does not load: %v", tc.file, tc.keep, err)
+		}
+		bundle, _ := os.ReadFile(filepath.Join(trust, driver.BundleFile))
+		if !bytes.HasSuffix(bundle, after) || len(after) == 0 {
+			t.Errorf("%s cut to %d bytes: the bundle does not end with the CA", tc.file, tc.keep)
+		}
+		if renewed := !bytes.Equal(before, after); renewed != tc.newCA {
+			t.Errorf("%s cut to %d bytes: a new CA %v; want %v", tc.file, tc.keep, renewed, tc.newCA)
+		}
+	}
+}
