@@ -19,6 +19,11 @@ func Write(path string, data []byte, mode os.FileMode) error {
 // file (copy_file_range: no buffer in this process for the bytes).
 func WriteFrom(path string, r io.Reader, mode os.FileMode) error { return writeFrom(path, r, mode, true) }
 
+// WriteVolatile is Write without the fsync: see WriteVolatileFrom.
+func WriteVolatile(path string, data []byte, mode os.FileMode) error {
+	return writeFrom(path, bytes.NewReader(data), mode, false)
+}
+
 // WriteVolatileFrom is WriteFrom without the fsync: readers see the old
 // content or the new, but after a crash of the machine the file may be
 // missing, empty or a part. It is for files that their reader checks and

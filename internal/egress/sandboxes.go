@@ -120,10 +120,10 @@ func (s *Sandboxes) newCA(id, dir, trust string) (*CA, []byte, error) {
 		return nil, nil, err
 	}
 	certPEM, keyPEM := ca.PEM()
-	if err := atomicfile.WriteVolatileFrom(filepath.Join(dir, "key.pem"), bytes.NewReader(keyPEM), 0o600); err != nil {
+	if err := atomicfile.WriteVolatile(filepath.Join(dir, "key.pem"), keyPEM, 0o600); err != nil {
 		return nil, nil, err
 	}
-	if err := atomicfile.WriteVolatileFrom(filepath.Join(trust, driver.CAFile), bytes.NewReader(certPEM), 0o644); err != nil {
+	if err := atomicfile.WriteVolatile(filepath.Join(trust, driver.CAFile), certPEM, 0o644); err != nil {
 		return nil, nil, err
 	}
 	return ca, certPEM, nil

@@ -99,13 +99,15 @@ const (
 // Path returns the path of a bundle file.
 func (b Bundle) Path(name string) string { return filepath.Join(b.Dir, name) }
 
-// WriteConfig stores cfg in the bundle.
+// WriteConfig stores cfg in the bundle, for the supervisor about to start
+// on it. Not synced: only that supervisor reads it, which a crash of the
+// machine ends too, and every start writes it again.
 func (b Bundle) WriteConfig(cfg SandboxConfig) error {
 	data, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(b.Path(ConfigFile), data, ConfigFileMode)
+	return atomicfile.WriteVolatile(b.Path(ConfigFile), data, ConfigFileMode)
 }
 
 // ReadConfig loads the bundle's configuration.
