@@ -22,18 +22,25 @@ import (
 
 // testImageRefs makes the test image and returns the names it goes by: a
 // `docker save` archive, an OCI layout, and a registry that the test
-// serves on loopback.
-func testImageRefs(t *testing.T) map[string]string {
+// serves on loopback. With engine set, what a Docker gateway puts into
+// the engine from them is removed when the test ends: the archive's tag
+// and the registry's name (of its port: a new one each run).
+func testImageRefs(t *testing.T, engine bool) map[string]string {
 	t.Helper()
 	img, err := testenv.TestOCIImage(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]string{
+	refs := map[string]string{
 		"archive":  "docker-archive:" + img.DockerArchive,
 		"layout":   "oci:" + img.Layout,
 		"registry": testenv.ServeImage(t, "corral/probe:1", img.Image),
 	}
+	if engine {
+		archiveTag(t, img.Image)
+		t.Cleanup(func() { forceRemoveImage(t, refs["registry"]) })
+	}
+	return refs
 }
 
 // The same image shows the same files, user, working directory,
@@ -43,14 +50,14 @@ func TestImageOnNative(t *testing.T) {
 	testenv.RequireRoot(t)
 	home := t.TempDir()
 	nativeGateway(t, home)
-	probeImage(t, home, testImageRefs(t))
+	probeImage(t, home, testImageRefs(t, false))
 }
 
 func TestImageOnDocker(t *testing.T) {
 	testenv.RequireDocker(t)
 	home := t.TempDir()
 	dockerGateway(t, home, newLabel(t), "--image-pull-policy", "if_not_present")
-	refs := testImageRefs(t)
+	refs := testImageRefs(t, true)
 	if testenv.Podman() {
 		t.Logf("not the registry's image on Podman: %s", testenv.PodmanRegistryTLS)
 		delete(refs, "registry")
