@@ -288,11 +288,17 @@ func (c *Children) AdoptSpare() error {
 var spareEnv = []string{"GOMAXPROCS=1"}
 
 // takeSpare returns the spare, if any, for one Start.
+// A spare started ahead that no AdoptSpare mapped could not become its
+// namespace's root: it is let go, and that Start starts cold.
 func (c *Children) takeSpare() *spare {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sp := c.spare
 	c.spare = nil
+	if sp != nil && sp.unmapped {
+		sp.discard()
+		return nil
+	}
 	return sp
 }
 

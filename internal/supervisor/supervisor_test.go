@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -223,9 +224,27 @@ func TestSpareStartedAhead(t *testing.T) {
 		}
 	}
 
+	// One that nothing mapped is not asked anything: the Start runs cold.
+	forgotten := &supervisor.Children{Spare: true, Bin: bin}
+	forgotten.StartSpareAhead()
+	ahead := sparesOf(t)
+	pid, _, _, failed, err = forgotten.Start([]string{"true"}, []string{"PATH=" + os.Getenv("PATH")}, []*os.File{null, null, null}, false)
+	if err != nil || failed != nil || slices.Contains(ahead, pid) {
+		t.Fatalf("Start with an unmapped spare = pid %d, %v, %v; want it cold, not on %v", pid, failed, err, ahead)
+	}
+
+	before := sparesOf(t) // the others' refills among them
 	unmapped := &supervisor.Children{Spare: true, Bin: bin}
 	unmapped.StartSpareAhead()
-	left := sparesOf(t)
+	var left []int
+	for _, p := range sparesOf(t) {
+		if !slices.Contains(before, p) {
+			left = append(left, p)
+		}
+	}
+	if len(left) != 1 {
+		t.Fatalf("spares started ahead: %v; want one", left)
+	}
 	if err := unmapped.AdoptSpare(); err != nil { // no IDs
 		t.Fatal(err)
 	}
