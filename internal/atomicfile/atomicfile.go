@@ -17,7 +17,9 @@ func Write(path string, data []byte, mode os.FileMode) error {
 
 // WriteFrom is Write of what r holds, copied in the kernel where r is a
 // file (copy_file_range: no buffer in this process for the bytes).
-func WriteFrom(path string, r io.Reader, mode os.FileMode) error { return writeFrom(path, r, mode, true) }
+func WriteFrom(path string, r io.Reader, mode os.FileMode) error {
+	return writeFrom(path, r, mode, true)
+}
 
 // WriteVolatile is Write without the fsync: see WriteVolatileFrom.
 func WriteVolatile(path string, data []byte, mode os.FileMode) error {
