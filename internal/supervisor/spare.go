@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -167,7 +168,15 @@ func becomeRoot() error {
 	if err := syscall.Setresuid(0, 0, 0); err != nil {
 		return fmt.Errorf("become uid 0 of its user namespace: %w", err)
 	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); e != 0 {
+	// The command is exec'd from this thread, locked to it from now on;
+	// the other threads' sets are cleared too where the build allows it
+	// (a build with cgo cannot reach them: ENOTSUP).
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	_, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0)
+	if e != 0 && e != syscall.ENOTSUP {
 		return fmt.Errorf("clear ambient capabilities: %w", e)
 	}
 	return nil
