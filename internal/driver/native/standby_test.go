@@ -119,14 +119,7 @@ func TestMainProcessOnSpareStartedAhead(t *testing.T) {
 	const asRoot = "version: 1\nprocess: {run_as_user: 0}\n"
 	first := startSandbox(t, d, "first", asRoot)
 	sb := waitStandby(t, d, 0)
-	var spare int
-	testenv.Eventually(t, 10*time.Second, func() error {
-		spare = childNamed(sb, "corral-spare")
-		if spare == 0 {
-			return fmt.Errorf("standby %d has no corral-spare child", sb)
-		}
-		return nil
-	})
+	spare := waitSpare(t, sb, 0).host
 	if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", spare)); err != nil || len(m) != 0 {
 		t.Fatalf("the spare started ahead has uid_map %q (%v); want none yet", m, err)
 	}
@@ -149,19 +142,6 @@ func TestMainProcessOnSpareStartedAhead(t *testing.T) {
 	if got != want {
 		t.Errorf("main process on the spare started ahead:\n%s\nwant, as on a spare started for its sandbox:\n%s", got, want)
 	}
-}
-
-// childNamed returns the pid of a child of parent named name, or 0.
-func childNamed(parent int, name string) int {
-	kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent, parent))
-	for _, f := range strings.Fields(string(kids)) {
-		comm, _ := os.ReadFile("/proc/" + f + "/comm")
-		if strings.TrimSpace(string(comm)) == name {
-			pid, _ := strconv.Atoi(f)
-			return pid
-		}
-	}
-	return 0
 }
 
 // credentials returns what /proc/PID/status says of pid's ids (less base,
