@@ -14,6 +14,7 @@ type actor struct {
 	wake    chan struct{} // capacity 1: a pending wake-up
 	running bool          // a goroutine is working on this sandbox
 	retry   *time.Timer   // a scheduled retry, if any
+	urgent  bool          // kicked, not only nudged, since its step began
 	gone    bool          // the record no longer exists
 
 	// inFlight cancels the driver call in progress, if any.
@@ -40,12 +41,27 @@ type actor struct {
 	observed func()
 }
 
-// kick wakes the actor of a sandbox, starting its goroutine if needed.
-func (m *Manager) kick(id string) { m.kickObserved(id, nil) }
+// kick wakes the actor of a sandbox, starting its goroutine if needed: a
+// changed intent, which cancels a scheduled retry and acts at once.
+func (m *Manager) kick(id string) { m.wakeActor(id, nil, true) }
+
+// nudge wakes the actor of a sandbox unless a retry is scheduled: a driver
+// event, a resync or a request that changed nothing. The retry observes
+// the driver anyway, and a failure that recurs on every observation (a
+// start that fails at once and makes an event each time) never runs
+// faster than its backoff.
+func (m *Manager) nudge(id string) { m.wakeActor(id, nil, false) }
 
 // kickObserved is kick that has observed called after the actor's next
 // step. It reports false, calling nothing, when the manager is closing.
 func (m *Manager) kickObserved(id string, observed func()) bool {
+	return m.wakeActor(id, observed, true)
+}
+
+// wakeActor wakes the actor of id, cancelling a scheduled retry when
+// now is set and leaving the actor to it otherwise. It reports false,
+// calling nothing, when the manager is closing.
+func (m *Manager) wakeActor(id string, observed func(), now bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closing {
@@ -60,9 +76,13 @@ func (m *Manager) kickObserved(id string, observed func()) bool {
 		a.observed = observed
 	}
 	if a.retry != nil {
+		if !now {
+			return true
+		}
 		a.retry.Stop()
 		a.retry = nil
 	}
+	a.urgent = a.urgent || now
 	select {
 	case a.wake <- struct{}{}:
 	default:
@@ -97,6 +117,7 @@ func (m *Manager) run(a *actor) {
 			m.writeSettled(a.id, settled)
 			return
 		}
+		a.urgent = false
 		m.mu.Unlock()
 
 		again, retryIn := m.step(a)
@@ -121,6 +142,12 @@ func (m *Manager) run(a *actor) {
 			}
 			id := a.id
 			a.retry = time.AfterFunc(retryIn, func() { m.kick(id) })
+			if !a.urgent { // only nudged meanwhile (the failure's own event, say): wait for the retry
+				select {
+				case <-a.wake:
+				default:
+				}
+			}
 		}
 		m.mu.Unlock()
 	}

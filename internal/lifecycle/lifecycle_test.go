@@ -289,6 +289,43 @@ func TestFailuresRetryAndTurnToErrorPastTheDeadline(t *testing.T) {
 	})
 }
 
+func TestDriverEventsDoNotShortenTheBackoff(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.RetryBase, c.RetryMax = 10*time.Second, 10*time.Second })
+		h.faults(fake.Rule{Op: "start", Action: "fail", Error: "argument list too long"})
+		sb := h.create("doomed")
+		failedStarts := func() int {
+			n := 0
+			for _, op := range h.journal(sb.ID) {
+				if op.Kind == sandbox.OpDriverStart && op.State == sandbox.OpFailed {
+					n++
+				}
+			}
+			return n
+		}
+		h.waitFor("a failed start", func() bool { return failedStarts() >= 1 })
+		for range 50 { // a driver event or a resync every 100 ms, for 5 s: half the backoff
+			if err := h.m.Resync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		synctest.Wait()
+		if n := failedStarts(); n != 1 {
+			t.Fatalf("%d failed starts within half of a 10 s backoff, want 1: resyncs cut the backoff short", n)
+		}
+		time.Sleep(6 * time.Second) // past the backoff: the retry comes
+		synctest.Wait()
+		if n := failedStarts(); n != 2 {
+			t.Fatalf("%d failed starts after the backoff, want 2", n)
+		}
+		if _, err := h.m.Delete(context.Background(), "doomed", false); err != nil { // a changed intent acts at once
+			t.Fatal(err)
+		}
+		h.waitGone("doomed")
+	})
+}
+
 func TestDeleteFinishesInEveryPhase(t *testing.T) {
 	cases := []struct {
 		name  string

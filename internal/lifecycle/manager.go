@@ -220,7 +220,7 @@ func (m *Manager) WatchDriver() {
 		for n := 1; ; n++ {
 			err := w.Watch(ctx, func(id string) {
 				m.log.Debug("driver event", "id", id)
-				m.kick(id)
+				m.nudge(id)
 			})
 			if ctx.Err() != nil {
 				return
@@ -247,7 +247,7 @@ func (m *Manager) Resync(ctx context.Context) error {
 		return err
 	}
 	for _, sb := range list {
-		m.kick(sb.ID)
+		m.nudge(sb.ID)
 	}
 	return nil
 }

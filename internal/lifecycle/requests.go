@@ -258,7 +258,7 @@ func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbo
 	})
 	switch {
 	case errors.Is(err, errNoChange):
-		m.kick(id)
+		m.nudge(id)
 		return m.Get(ctx, id)
 	case errors.Is(err, errdefs.ErrNotFound):
 		return nil, errdefs.NotFound("sandbox %q not found", nameOrID)
