@@ -46,7 +46,19 @@ type Config struct {
 	// /metrics over plain HTTP.
 	MetricsListen string  `toml:"metrics_listen"`
 	TLS           TLS     `toml:"tls"`
+	Egress        Egress  `toml:"egress"`
 	Drivers       Drivers `toml:"drivers"`
+}
+
+// Egress is the [egress] table: what one sandbox can make its egress proxy
+// hold.
+type Egress struct {
+	// MaxConnections bounds a sandbox's open connections to its proxy.
+	MaxConnections int `toml:"max_connections"`
+	// HeaderTimeout bounds the reading of a request's header, IdleTimeout
+	// how long a keep-alive connection waits for its next request.
+	HeaderTimeout time.Duration `toml:"header_timeout"`
+	IdleTimeout   time.Duration `toml:"idle_timeout"`
 }
 
 // TLS is the [tls] table. Without cert_file and key_file the gateway makes
@@ -95,6 +107,7 @@ func Default() Config {
 		OrphanGrace:         5 * time.Minute,
 		LogLevel:            "info",
 		SandboxLogMaxSize:   "10Mi",
+		Egress:              Egress{MaxConnections: 256, HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute},
 	}
 }
 
@@ -128,10 +141,14 @@ func (c *Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"shutdown_timeout": c.ShutdownTimeout, "provisioning_timeout": c.ProvisioningTimeout,
 		"stop_timeout": c.StopTimeout, "resync_interval": c.ResyncInterval, "orphan_grace": c.OrphanGrace,
+		"egress.header_timeout": c.Egress.HeaderTimeout, "egress.idle_timeout": c.Egress.IdleTimeout,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s: want a positive duration such as 10s", name, d))
 		}
+	}
+	if c.Egress.MaxConnections < 1 {
+		errs = append(errs, fmt.Errorf("egress.max_connections %d: want at least 1", c.Egress.MaxConnections))
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
 		errs = append(errs, fmt.Errorf("log_level %q: want debug, info, warn or error", c.LogLevel))

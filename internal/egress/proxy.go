@@ -33,7 +33,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/elazarl/goproxy"
 
@@ -64,6 +66,47 @@ type Config struct {
 	RootCAs *x509.CertPool
 	// DialTimeout bounds a connection to a server; 0: 10 s.
 	DialTimeout time.Duration
+	// Limits bound what the sandbox can make the proxy hold; zero fields
+	// take DefaultLimits'.
+	Limits Limits
+	// Budget, when set, is shared with other proxies: each connection takes
+	// one of its slots as well as one of Limits.MaxConns.
+	Budget *Budget
+}
+
+// Limits bound what one sandbox can make its proxy hold.
+type Limits struct {
+	// MaxConns bounds the sandbox's open connections to the proxy (each
+	// holds at most one connection to a server too); one more is closed at
+	// once and reported as denied.
+	MaxConns int
+	// HeaderTimeout bounds the reading of a request's header, and
+	// IdleTimeout how long a keep-alive connection waits for the next one.
+	HeaderTimeout, IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's line and header.
+	MaxHeaderBytes int
+}
+
+// DefaultLimits are the limits a proxy takes where its Config says 0.
+var DefaultLimits = Limits{MaxConns: 256, HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
+
+// withDefaults fills l's zero fields from DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defd := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.MaxConns, DefaultLimits.MaxConns)
+	def(&l.MaxHeaderBytes, DefaultLimits.MaxHeaderBytes)
+	defd(&l.HeaderTimeout, DefaultLimits.HeaderTimeout)
+	defd(&l.IdleTimeout, DefaultLimits.IdleTimeout)
+	return l
 }
 
 // Decision is one connection or request the proxy decided.
@@ -98,6 +141,7 @@ type Proxy struct {
 	live    map[*flow]struct{}
 	servers map[*http.Server]struct{}
 	closed  bool
+	conns   int // open client connections
 }
 
 // New makes a proxy; Serve puts it to work.
@@ -105,6 +149,7 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	pins := make(map[string][]netip.Addr, len(cfg.Hosts))
 	for name, addrs := range cfg.Hosts { // names are matched lower-case, without a trailing dot
 		pins[strings.TrimSuffix(strings.ToLower(name), ".")] = slices.Clone(addrs)
@@ -117,7 +162,8 @@ func New(cfg Config) (*Proxy, error) {
 		Proxy:               nil, // never the gateway's own proxy settings
 		DialContext:         p.dialChecked,
 		TLSClientConfig:     &tls.Config{RootCAs: cfg.RootCAs},
-		MaxIdleConnsPerHost: 32,
+		MaxIdleConns:        32,
+		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true, // bodies pass as the server sends them
 	}
@@ -142,8 +188,9 @@ func New(cfg Config) (*Proxy, error) {
 func (p *Proxy) Serve(l net.Listener) error {
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(p.serveHTTP),
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       5 * time.Minute,
+		ReadHeaderTimeout: p.cfg.Limits.HeaderTimeout,
+		IdleTimeout:       p.cfg.Limits.IdleTimeout,
+		MaxHeaderBytes:    p.cfg.Limits.MaxHeaderBytes,
 		ErrorLog:          log.New(io.Discard, "", 0),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
@@ -156,7 +203,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 	}
 	p.servers[srv] = struct{}{}
 	p.mu.Unlock()
-	err := srv.Serve(listener{l})
+	err := srv.Serve(listener{Listener: l, p: p})
 	_ = srv.Close() // its clients' connections go with it (tunnels stay, until SetRules or Close)
 	p.mu.Lock()
 	delete(p.servers, srv)
@@ -301,8 +348,31 @@ func (p *Proxy) emit(f *flow, r result) {
 	if p.cfg.OnDecision == nil || (r.verdict == Allowed && !p.cfg.LogAllowed) {
 		return
 	}
-	p.cfg.OnDecision(Decision{Time: time.Now(), Sandbox: p.cfg.Sandbox, Host: f.host, Port: f.port, Addr: f.addr,
-		Method: f.method, Path: f.path, Verdict: r.verdict, Policy: r.m.policy, Reason: r.reason})
+	p.cfg.OnDecision(Decision{Time: time.Now(), Sandbox: p.cfg.Sandbox, Host: clip(f.host, maxHostLen), Port: f.port, Addr: f.addr,
+		Method: clip(f.method, maxMethodLen), Path: clip(f.path, maxPathLen), Verdict: r.verdict, Policy: r.m.policy,
+		Reason: clip(r.reason, maxReasonLen)})
+}
+
+// What a Decision keeps of a request, at most: a sandbox chooses the
+// host, method and path it sends, and a reason may quote them.
+const (
+	maxHostLen   = 256
+	maxMethodLen = 32
+	maxPathLen   = 1024
+	maxReasonLen = 2048
+)
+
+// clip cuts s to at most n bytes (on a UTF-8 boundary), saying how much
+// was cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…(%d bytes more)", s[:cut], len(s)-cut)
 }
 
 // resolve returns the addresses of host: itself for an IP address, its
@@ -363,10 +433,13 @@ func cmpOr(a, b error) error {
 	return b
 }
 
-// forbidden is the 403 answer to a refused request or CONNECT.
+// forbidden is the 403 answer to a refused request or CONNECT. It closes
+// the connection: a sandbox cannot keep a refused one for its next try.
 func forbidden(req *http.Request, reason string) *http.Response {
-	resp := goproxy.NewResponse(req, goproxy.ContentTypeText, http.StatusForbidden, "corral egress: denied: "+reason+"\n")
+	resp := goproxy.NewResponse(req, goproxy.ContentTypeText, http.StatusForbidden, "corral egress: denied: "+clip(reason, maxReasonLen)+"\n")
 	resp.Header.Set("X-Corral-Egress", "denied")
+	resp.Header.Set("Connection", "close")
+	resp.Close = true
 	return resp
 }
 
@@ -391,16 +464,70 @@ func hostPort(hostport string, defaultPort int) (string, int, error) {
 type connKey struct{}
 
 // listener wraps a listener's connections so that closing one tells the
-// proxy (MITM tunnels are flows as long as their connection lives).
-type listener struct{ net.Listener }
+// proxy (MITM tunnels are flows as long as their connection lives), and
+// closes at once the connections past the proxy's limits.
+type listener struct {
+	net.Listener
+	p *Proxy
+}
 
 func (l listener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		release, refusal := l.p.takeConn()
+		if refusal != "" {
+			_ = c.Close()
+			l.p.emit(&flow{}, result{verdict: Denied, reason: refusal})
+			continue
+		}
+		return &clientConn{Conn: c, onClose: []func(){release}}, nil
 	}
-	return &clientConn{Conn: c}, nil
 }
+
+// takeConn counts a new client connection against the proxy's limit and
+// the shared budget: it returns the function that gives it back, or why
+// the connection is refused.
+func (p *Proxy) takeConn() (release func(), refusal string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns >= p.cfg.Limits.MaxConns {
+		return nil, fmt.Sprintf("too many connections: the sandbox has %d open to the proxy (the limit, egress max_connections)", p.conns)
+	}
+	if p.cfg.Budget != nil && !p.cfg.Budget.take() {
+		return nil, fmt.Sprintf("too many connections: the gateway's egress proxies hold %d, all it can (egress budget)", p.cfg.Budget.size)
+	}
+	p.conns++
+	return sync.OnceFunc(func() {
+		p.mu.Lock()
+		p.conns--
+		p.mu.Unlock()
+		if p.cfg.Budget != nil {
+			p.cfg.Budget.give()
+		}
+	}), ""
+}
+
+// Budget is a number of connections that several proxies share.
+type Budget struct {
+	size int
+	used atomic.Int64
+}
+
+// NewBudget returns a budget of n connections.
+func NewBudget(n int) *Budget { return &Budget{size: n} }
+
+func (b *Budget) take() bool {
+	if b.used.Add(1) > int64(b.size) {
+		b.used.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (b *Budget) give() { b.used.Add(-1) }
 
 // clientConn is a sandbox client's connection to the proxy.
 type clientConn struct {

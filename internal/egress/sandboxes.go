@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -28,8 +29,14 @@ type Network struct {
 	Hosts []string // add_hosts: "NAME:IP"
 }
 
-// keptDecisions is how many decisions are kept of each sandbox.
-const keptDecisions = 1000
+// What is kept and logged of each sandbox's refusals: the last
+// keptDecisions, at most keptBytes of them, and at most loggedPerSecond
+// log lines a second (the rest are counted, and the count logged).
+const (
+	keptDecisions   = 1000
+	keptBytes       = 256 << 10
+	loggedPerSecond = 20
+)
 
 // Sandboxes serves the egress proxies of a gateway's sandboxes: one Proxy
 // each, served inside every incarnation's network namespace at
@@ -47,6 +54,10 @@ type Sandboxes struct {
 	// before its own CA ("": none).
 	HostBundle string
 	Logger     *slog.Logger
+	// Limits bound each sandbox's proxy; Budget, when set, all of them
+	// together.
+	Limits Limits
+	Budget *Budget
 
 	mu    sync.Mutex
 	boxes map[string]*box
@@ -62,8 +73,13 @@ type box struct {
 	ns  [2]uint64    // the device and inode of its network namespace
 	ln  net.Listener // nil: not served
 
-	decisions []Decision // the last keptDecisions, oldest first
+	decisions []Decision // the last kept, oldest first
+	keptSize  int        // their size, as decisionSize counts
 	watchers  map[chan Decision]struct{}
+
+	logSecond time.Time // the second logged counts
+	logged    int       // lines logged in it
+	unlogged  int       // refusals not logged since the last line
 }
 
 // Prepare implements driver.Egress: it makes the sandbox's CA once and
@@ -222,7 +238,7 @@ func (s *Sandboxes) box(ctx context.Context, id string) (*box, error) {
 	}
 	b = &box{name: nw.Name, rules: nw.Rules, watchers: map[chan Decision]struct{}{}}
 	b.proxy, err = New(Config{Sandbox: nw.Name, Rules: nw.Rules, Hosts: hosts, CA: ca, Deny: s.Deny,
-		OnDecision: func(d Decision) { s.record(b, d) }, LogAllowed: true})
+		OnDecision: func(d Decision) { s.record(b, d) }, LogAllowed: true, Limits: s.Limits, Budget: s.Budget})
 	if err != nil {
 		return nil, err
 	}
@@ -262,20 +278,49 @@ func (s *Sandboxes) record(b *box, d Decision) {
 	if d.Verdict == Allowed {
 		return
 	}
-	if s.Logger != nil {
-		s.Logger.Info("egress "+d.Verdict, "sandbox", d.Sandbox, "host", d.Host, "port", d.Port, "method", d.Method,
-			"path", d.Path, "policy", d.Policy, "reason", d.Reason)
-	}
-	if len(b.decisions) == keptDecisions {
+	s.log(b, d)
+	b.decisions = append(b.decisions, d)
+	b.keptSize += decisionSize(d)
+	for len(b.decisions) > keptDecisions || b.keptSize > keptBytes {
+		b.keptSize -= decisionSize(b.decisions[0])
+		b.decisions[0] = Decision{}
 		b.decisions = b.decisions[1:]
 	}
-	b.decisions = append(b.decisions, d)
 	for ch := range b.watchers {
 		select {
 		case ch <- d:
 		default: // a watcher that falls behind misses decisions, never slows the proxy
 		}
 	}
+}
+
+// log logs a refusal, at most loggedPerSecond a second per sandbox; the
+// first line after a second past the bound says how many were not logged.
+// s.mu is held.
+func (s *Sandboxes) log(b *box, d Decision) {
+	if s.Logger == nil {
+		return
+	}
+	if now := d.Time.Truncate(time.Second); !now.Equal(b.logSecond) {
+		b.logSecond, b.logged = now, 0
+	}
+	if b.logged >= loggedPerSecond {
+		b.unlogged++
+		return
+	}
+	b.logged++
+	args := []any{"sandbox", d.Sandbox, "host", d.Host, "port", d.Port, "method", d.Method,
+		"path", d.Path, "policy", d.Policy, "reason", d.Reason}
+	if b.unlogged > 0 {
+		args = append(args, "not_logged_before", b.unlogged)
+		b.unlogged = 0
+	}
+	s.Logger.Info("egress "+d.Verdict, args...)
+}
+
+// decisionSize is about what a kept decision holds in memory.
+func decisionSize(d Decision) int {
+	return 128 + len(d.Sandbox) + len(d.Host) + len(d.Method) + len(d.Path) + len(d.Policy) + len(d.Reason)
 }
 
 // Attached reports whether incarnation ref's proxy is served.

@@ -102,7 +102,10 @@ func Run(opts Options) error {
 		return err
 	}
 	defer st.Close()
-	eg := &egress.Sandboxes{Dir: filepath.Join(opts.Home, "egress"), Deny: hostAddrs(), HostBundle: driver.SystemBundle, Logger: log}
+	files := raiseFileLimit()
+	eg := &egress.Sandboxes{Dir: filepath.Join(opts.Home, "egress"), Deny: hostAddrs(), HostBundle: driver.SystemBundle, Logger: log,
+		Limits: egress.Limits{MaxConns: cfg.Egress.MaxConnections, HeaderTimeout: cfg.Egress.HeaderTimeout, IdleTimeout: cfg.Egress.IdleTimeout},
+		Budget: egress.NewBudget(egressBudget(files))}
 	compute, drv, err := openCompute(startCtx, cfg, opts.Home, log, eg)
 	if err != nil {
 		return err
@@ -119,7 +122,7 @@ func Run(opts Options) error {
 	}
 	mgr := lifecycle.New(lcfg)
 	eg.Lookup = mgr.NetworkOf
-	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "pid", os.Getpid())
+	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "pid", os.Getpid(), "open_files", files)
 	if startCtx.Err() != nil {
 		log.Info("stopped during start-up, before recovery")
 		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, nil) // settles what dead instances left
