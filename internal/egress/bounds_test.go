@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
-	"net/url"
 	"testing"
 	"time"
 
