@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/elazarl/goproxy"
+	"golang.org/x/net/http/httpguts"
 )
 
 // tunnelOf is a MITM tunnel's destination, carried by goproxy from the
@@ -215,8 +217,10 @@ func copyHalf(dst, src net.Conn) {
 
 // checkServerName reads what a tunnel's client sends first and returns it,
 // to be sent on; when it is a TLS ClientHello whose server name (SNI) is not
-// the CONNECT's host, the tunnel is refused: a pass-through endpoint cannot
-// front for another name on the same server.
+// the CONNECT's host, or that has none, the tunnel is refused: a
+// pass-through endpoint cannot front for another name on the same server.
+// (What the encrypted stream carries next, such as a Host header, it
+// cannot see: an endpoint that must decide requests inspects them.)
 func (p *Proxy) checkServerName(f *flow, r result) func(io.Reader) ([]byte, error) {
 	return func(client io.Reader) ([]byte, error) {
 		br := bufio.NewReaderSize(client, 16<<10)
@@ -230,7 +234,13 @@ func (p *Proxy) checkServerName(f *flow, r result) func(io.Reader) ([]byte, erro
 			if err != nil {
 				return nil, err
 			}
-			if _, isIP := netip.ParseAddr(f.host); name != "" && isIP != nil && !strings.EqualFold(strings.TrimSuffix(name, "."), f.host) {
+			_, notIP := netip.ParseAddr(f.host)
+			switch {
+			case notIP == nil: // a CONNECT to an address: no name to compare
+			case name == "":
+				p.emit(f, result{m: r.m, verdict: Denied, reason: fmt.Sprintf("a TLS ClientHello without a server name, on a tunnel to %s: the server would choose the name", f.host)})
+				return nil, errors.New("no server name")
+			case !strings.EqualFold(strings.TrimSuffix(name, "."), f.host):
 				p.emit(f, result{m: r.m, verdict: Denied, reason: fmt.Sprintf("the TLS server name %q is not the CONNECT's host %s", name, f.host)})
 				return nil, errors.New("server name differs")
 			}
@@ -331,7 +341,10 @@ func (p *Proxy) onRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 			return req, forbidden(req, fmt.Sprintf("the Host header %q is not the request's host %s port %d", req.Host, host, port))
 		}
 	}
-	f := &flow{host: host, port: port, method: req.Method, path: req.URL.EscapedPath()}
+	f := &flow{host: host, port: port, method: req.Method, path: req.URL.EscapedPath(), override: methodOverride(req)}
+	if httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade") {
+		f.upgrade = cmp.Or(req.Header.Get("Upgrade"), "an unnamed protocol")
+	}
 	addrs, r, gen := p.admit(req.Context(), f)
 	if r.verdict == Denied {
 		return req, forbidden(req, r.reason)
@@ -357,6 +370,18 @@ func (p *Proxy) onRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	context.AfterFunc(req.Context(), func() { p.unregister(f) })
 	rctx = context.WithValue(rctx, targetKey{}, target{addrs: addrs, allowed: r.m.endpoint.AllowedIPs, port: port})
 	return req.WithContext(rctx), nil
+}
+
+// methodOverride returns the method a request asks a server to take it
+// for instead of its own (the headers and the query parameter frameworks
+// honour), upper-cased; "" when it asks for none.
+func methodOverride(req *http.Request) string {
+	for _, h := range []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"} {
+		if v := req.Header.Get(h); v != "" {
+			return strings.ToUpper(strings.TrimSpace(v))
+		}
+	}
+	return strings.ToUpper(req.URL.Query().Get("_method"))
 }
 
 // onResponse turns a failure to reach the server into a 502 that says why

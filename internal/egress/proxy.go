@@ -268,7 +268,9 @@ type flow struct {
 	host         string
 	port         int
 	addr         netip.Addr
-	method, path string // a request's; "" for a tunnel
+	method, path string // a request's (the path as sent); "" for a tunnel
+	override     string // a request's method override header, if any
+	upgrade      string // a request's Upgrade header, if any
 	tunnel       bool
 	plain        bool // a tunnel spliced without inspection
 	kill         func()
@@ -298,7 +300,7 @@ func judge(rules []policy.NetworkPolicy, f *flow, deny []netip.Addr) result {
 		return result{m: m, verdict: Denied, reason: r.reason + " now inspects requests; a plain tunnel cannot be"}
 	}
 	if f.method != "" && m.endpoint.Inspects() {
-		ok, why := m.allowsRequest(f.method, f.path)
+		ok, why := m.allowsRequest(f)
 		r.reason = why
 		switch {
 		case !ok && m.endpoint.Enforcement == policy.Audit:

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -48,18 +49,37 @@ var (
 	readWrite = []string{"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"}
 )
 
-// allowsRequest decides an HTTP request on an inspected endpoint: a
-// matching deny rule refuses; then access, then any allow rule, allows.
-// An endpoint with only deny_rules allows what they do not refuse. It
-// returns the rule that decided, or why nothing allowed the request.
-func (m match) allowsRequest(method, path string) (bool, string) {
-	e := m.endpoint
+// allowsRequest decides an HTTP request on an inspected endpoint, on its
+// normal path (see normalPath): a protocol upgrade the endpoint does not
+// allow refuses; a method override header is decided as a second method,
+// and both must be allowed. It returns the rule that decided, or why
+// nothing allowed the request.
+func (m match) allowsRequest(f *flow) (bool, string) {
 	where := fmt.Sprintf("network_policies.%s.endpoints[%d]", m.policy, m.index)
-	if dotSegments(path) {
-		return false, fmt.Sprintf("%s: the path %q has . or .. segments or an encoded /", where, path)
+	path, err := normalPath(f.path)
+	if err != nil {
+		return false, fmt.Sprintf("%s: the path %q %v", where, f.path, err)
 	}
+	if f.upgrade != "" && !m.endpoint.AllowUpgrade {
+		return false, fmt.Sprintf("%s inspects requests, and a switch to %q would end that: allow_upgrade: true allows it", where, f.upgrade)
+	}
+	ok, why := m.allowsMethod(where, f.method, path)
+	if ok && f.override != "" && f.override != f.method {
+		if ok, why = m.allowsMethod(where, f.override, path); !ok {
+			why = fmt.Sprintf("a method override to %s: %s", f.override, why)
+		}
+	}
+	return ok, why
+}
+
+// allowsMethod decides method on a normal path: a matching deny rule
+// refuses (its path compared without case); then access, then any allow
+// rule, allows. An endpoint with only deny_rules allows what they do not
+// refuse.
+func (m match) allowsMethod(where, method, path string) (bool, string) {
+	e := m.endpoint
 	for i, r := range e.DenyRules {
-		if r.Matches(method, path) {
+		if r.MatchesFold(method, path) {
 			return false, fmt.Sprintf("%s.deny_rules[%d] (%s %s)", where, i, r.Method, r.Path)
 		}
 	}
@@ -83,13 +103,47 @@ func (m match) allowsRequest(method, path string) (bool, string) {
 	return false, why
 }
 
-// dotSegments says whether a request path could mean another path to the
-// server than to the rules: "." or ".." segments, an encoded "/" or "\".
-func dotSegments(path string) bool {
-	for _, s := range strings.Split(path, "/") {
-		if s == "." || s == ".." {
-			return true
+// normalPath is the path a request names, as the rules see it: its
+// percent-encoding decoded once. A path that a server could read as
+// another one is refused instead, with why: "." or ".." segments (encoded
+// or not), an empty segment ("//admin"), an encoded "/" or "\", a "\",
+// ";" (path parameters: /admin;x), a control character, or an escape left
+// after decoding (encoded twice: %2561).
+func normalPath(raw string) (string, error) {
+	if raw == "" {
+		return "/", nil
+	}
+	lower := strings.ToLower(raw)
+	for _, bad := range []string{"%2f", "%5c", "%00"} {
+		if strings.Contains(lower, bad) {
+			return "", fmt.Errorf("has an encoded / or \\ or NUL (%s)", bad)
 		}
 	}
-	return strings.ContainsAny(path, `\`) || strings.Contains(strings.ToLower(path), "%2f") || strings.Contains(strings.ToLower(path), "%5c")
+	path, err := url.PathUnescape(raw)
+	if err != nil {
+		return "", fmt.Errorf("is not percent-encoded right: %v", err)
+	}
+	if i := strings.IndexByte(path, '%'); i >= 0 && i+2 < len(path) && isHex(path[i+1]) && isHex(path[i+2]) {
+		return "", fmt.Errorf("is encoded twice (%s)", path[i:i+3])
+	}
+	if strings.ContainsAny(path, "\\;") || strings.ContainsFunc(path, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return "", fmt.Errorf(`has a "\\", a ";" or a control character`)
+	}
+	if !strings.HasPrefix(path, "/") {
+		return "", fmt.Errorf("does not start with /")
+	}
+	segs := strings.Split(path[1:], "/")
+	for i, seg := range segs {
+		switch {
+		case seg == "." || seg == "..":
+			return "", fmt.Errorf("has . or .. segments")
+		case seg == "" && i < len(segs)-1:
+			return "", fmt.Errorf("has an empty segment (//)")
+		}
+	}
+	return path, nil
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }

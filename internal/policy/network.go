@@ -33,6 +33,10 @@ type Endpoint struct {
 	// AllowedIPs are the loopback, private, link-local or gateway addresses
 	// this endpoint may reach; others are refused whatever the host.
 	AllowedIPs []netip.Prefix `json:"allowed_ips,omitempty"`
+	// AllowUpgrade lets a request on an inspected endpoint switch
+	// protocols (a WebSocket): what follows the switch is not HTTP, and
+	// no rule sees it.
+	AllowUpgrade bool `json:"allow_upgrade,omitempty"`
 }
 
 // HTTPRule is an allow or deny rule of an inspected endpoint. Method is an
@@ -176,6 +180,10 @@ func endpoint(n *yaml.Node, field string) (Endpoint, error) {
 			e.AllowedIPs, err = prefixes(n, f)
 			return err
 		},
+		"allow_upgrade": func(n *yaml.Node, f string) (err error) {
+			e.AllowUpgrade, err = boolean(n, f)
+			return err
+		},
 	})
 	switch {
 	case err != nil:
@@ -184,6 +192,8 @@ func endpoint(n *yaml.Node, field string) (Endpoint, error) {
 		return e, &Error{Line: n.Line, Field: field + ".host", Msg: "every endpoint needs a host"}
 	case e.Ports == nil:
 		return e, &Error{Line: n.Line, Field: field + ".port", Msg: "every endpoint needs a port or ports"}
+	case e.AllowUpgrade && !e.Inspects():
+		return e, &Error{Line: n.Line, Field: field + ".allow_upgrade", Msg: "only an endpoint with access, rules or deny_rules inspects requests; a pass-through one passes upgrades already"}
 	}
 	return e, nil
 }
@@ -350,10 +360,18 @@ func prefixes(n *yaml.Node, field string) ([]netip.Prefix, error) {
 // Matches says whether the rule applies to a request: the same method (or
 // the rule's "*"), and a path (without its query) whose segments match the
 // rule's, "*" matching one non-empty segment and a last "**" the rest.
-func (r HTTPRule) Matches(method, path string) bool {
+func (r HTTPRule) Matches(method, path string) bool { return r.matches(method, path, false) }
+
+// MatchesFold is Matches with the path's letters compared without case: a
+// deny rule's, which must also refuse /ADMIN to a server that serves
+// /admin for it.
+func (r HTTPRule) MatchesFold(method, path string) bool { return r.matches(method, path, true) }
+
+func (r HTTPRule) matches(method, path string, fold bool) bool {
 	if r.Method != "*" && r.Method != method {
 		return false
 	}
+	same := func(a, b string) bool { return a == b || fold && strings.EqualFold(a, b) }
 	pat := strings.Split(strings.TrimPrefix(r.Path, "/"), "/")
 	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
 	for i, p := range pat {
@@ -362,7 +380,7 @@ func (r HTTPRule) Matches(method, path string) bool {
 			return true
 		case i >= len(segs):
 			return false
-		case p == "*" && segs[i] == "", p != "*" && p != segs[i]:
+		case p == "*" && segs[i] == "", p != "*" && !same(p, segs[i]):
 			return false
 		}
 	}
