@@ -103,13 +103,29 @@ const (
 	LabelSandboxID  = "corral.sandbox.id"
 	LabelGeneration = "corral.sandbox.generation"
 	LabelName       = "corral.sandbox.name"
+	// LabelGateway is the identity of the gateway (its store's) that made
+	// an object: gateways that share an engine and a label key tell their
+	// objects apart by it.
+	LabelGateway = "corral.gateway"
 )
+
+// OwnerOf returns the identity of the gateway that made an object of
+// these labels, and whether that is another gateway than gateway. An
+// object without one (made before gateways had identities) is taken as
+// gateway's own.
+func OwnerOf(labels map[string]string, gateway string) (owner string, foreign bool) {
+	owner = labels[LabelGateway]
+	return owner, owner != "" && gateway != "" && owner != gateway
+}
 
 // Config is what every driver is constructed with.
 type Config struct {
 	// Label is the key of the label that marks this gateway's objects;
 	// its value is always "true".
 	Label string
+	// Gateway is this gateway's identity, put on every object as
+	// LabelGateway.
+	Gateway string
 	// StateDir is a directory the driver may keep files in.
 	StateDir string
 	// LogMaxBytes caps what is kept on disk of each sandbox's output
@@ -182,13 +198,16 @@ type LogOptions struct {
 }
 
 // ObjectLabels are the labels of a compute object for spec: the spec's own,
-// the gateway's label, the sandbox id, name and generation.
-func ObjectLabels(spec Spec, gatewayLabel string) map[string]string {
-	labels := make(map[string]string, len(spec.Labels)+4)
+// the gateway's label and identity, the sandbox id, name and generation.
+func (c Config) ObjectLabels(spec Spec) map[string]string {
+	labels := make(map[string]string, len(spec.Labels)+5)
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
-	labels[gatewayLabel] = "true"
+	labels[c.Label] = "true"
+	if c.Gateway != "" {
+		labels[LabelGateway] = c.Gateway
+	}
 	labels[LabelSandboxID] = spec.ID
 	labels[LabelName] = spec.Name
 	labels[LabelGeneration] = strconv.FormatInt(spec.Generation, 10)

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,13 +58,6 @@ var computeDrivers = registry.New(
 	},
 )
 
-// openCompute builds the configured compute driver ("auto": docker when an
-// engine answers, else native when this host can run it, else an error
-// that says what to install or run) and returns its registry entry.
-func openCompute(ctx context.Context, cfg config.Config, home string, log *slog.Logger, eg driver.Egress) (registry.Entry, driver.Driver, error) {
-	return computeDrivers.Open(ctx, registry.Env{Config: cfg, Home: home, Log: log, Egress: eg})
-}
-
 // noEgress says why a driver's sandboxes cannot have an egress proxy with
 // these settings, or "" when they can: the gateway must enter each
 // sandbox's network namespace, which takes root, and on Docker the
@@ -95,7 +87,7 @@ func openFake(_ context.Context, env registry.Env) (driver.Driver, error) {
 	if dir == "" {
 		dir = filepath.Join(env.Home, "fake")
 	}
-	return fake.New(driver.Config{Label: env.Config.SandboxLabel, StateDir: dir})
+	return fake.New(driver.Config{Label: env.Config.SandboxLabel, Gateway: env.Gateway, StateDir: dir})
 }
 
 func openNative(_ context.Context, env registry.Env) (driver.Driver, error) {
@@ -167,7 +159,7 @@ func dockerHost(cfg config.Config) string {
 // only where the driver can serve it (noEgress).
 func driverConfig(env registry.Env, driverName, stateDir string) driver.Config {
 	logMax, _ := env.Config.SandboxLogMaxBytes() // validated with the rest
-	c := driver.Config{Label: env.Config.SandboxLabel, StateDir: stateDir, LogMaxBytes: logMax}
+	c := driver.Config{Label: env.Config.SandboxLabel, Gateway: env.Gateway, StateDir: stateDir, LogMaxBytes: logMax}
 	if noEgress(driverName, env.Config) == "" {
 		c.Egress = env.Egress
 	}

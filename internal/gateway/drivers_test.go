@@ -139,9 +139,9 @@ func TestExplicitDrivers(t *testing.T) {
 	}
 }
 
-// openDriver is openCompute's driver.
+// openDriver is the driver the registry opens for cfg.
 func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (driver.Driver, error) {
-	_, d, err := openCompute(ctx, cfg, home, log, nil)
+	_, d, err := computeDrivers.Open(ctx, registry.Env{Config: cfg, Home: home, Log: log})
 	return d, err
 }
 

@@ -28,6 +28,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/registry"
 	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/metrics"
@@ -106,14 +107,21 @@ func Run(opts Options) error {
 	eg := &egress.Sandboxes{Dir: filepath.Join(opts.Home, "egress"), Deny: hostAddrs(), HostBundle: driver.SystemBundle, Logger: log,
 		Limits: egress.Limits{MaxConns: cfg.Egress.MaxConnections, HeaderTimeout: cfg.Egress.HeaderTimeout, IdleTimeout: cfg.Egress.IdleTimeout},
 		Budget: egress.NewBudget(egressBudget(files))}
-	compute, drv, err := openCompute(startCtx, cfg, opts.Home, log, eg)
+	identity, err := st.Identity(context.Background())
+	if err != nil {
+		return err
+	}
+	// The configured compute driver ("auto": docker when an engine answers,
+	// else native when this host can run it, else an error that says what
+	// to install or run).
+	compute, drv, err := computeDrivers.Open(startCtx, registry.Env{Config: cfg, Home: opts.Home, Gateway: identity, Log: log, Egress: eg})
 	if err != nil {
 		return err
 	}
 	defer drv.Close()
 
 	lcfg := lifecycle.Config{
-		Store: st, Driver: drv, Instance: instance, Logger: log,
+		Store: st, Driver: drv, Instance: instance, Gateway: identity, Logger: log,
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
 		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace, ImagePullPolicy: cfg.ImagePullPolicy,
 	}
@@ -122,7 +130,7 @@ func Run(opts Options) error {
 	}
 	mgr := lifecycle.New(lcfg)
 	eg.Lookup = mgr.NetworkOf
-	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "pid", os.Getpid(), "open_files", files)
+	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
 	if startCtx.Err() != nil {
 		log.Info("stopped during start-up, before recovery")
 		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, nil) // settles what dead instances left
@@ -146,6 +154,9 @@ func Run(opts Options) error {
 	}
 	cancelRecover()
 	close(late)
+	if err := mgr.ReportForeign(startCtx); err != nil && startCtx.Err() == nil {
+		log.Warn("could not look for other gateways' objects", "err", err)
+	}
 	mgr.WatchDriver()
 	if err := mgr.ServeExposed(startCtx); err != nil {
 		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, fmt.Errorf("exposed ports: %w", err))

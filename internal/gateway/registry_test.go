@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/corral-sandbox/corral/internal/driver/native"
+	"github.com/corral-sandbox/corral/internal/driver/registry"
 )
 
 // The drivers of this build, their order for auto and their defaults.
@@ -71,7 +72,7 @@ func TestAutoLogsItsChoice(t *testing.T) {
 // unless the settings name one.
 func TestOpenComputeGivesTheEntry(t *testing.T) {
 	cfg, home := autoConfig(t, "fake")
-	e, d, err := openCompute(context.Background(), cfg, home, quiet(), nil)
+	e, d, err := computeDrivers.Open(context.Background(), registry.Env{Config: cfg, Home: home, Log: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestOpenComputeGivesTheEntry(t *testing.T) {
 	}
 
 	cfg.ComputeDriver = "kubernetes"
-	if _, _, err := openCompute(context.Background(), cfg, home, quiet(), nil); err == nil ||
+	if _, _, err := computeDrivers.Open(context.Background(), registry.Env{Config: cfg, Home: home, Log: quiet()}); err == nil ||
 		err.Error() != `unknown compute driver "kubernetes": this build has auto, docker, native and fake` {
 		t.Fatalf("err = %v", err)
 	}

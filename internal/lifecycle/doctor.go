@@ -77,10 +77,16 @@ func (m *Manager) Doctor(ctx context.Context) ([]Finding, error) {
 		}
 	}
 	for id, o := range byID {
+		if owner, foreign := driver.OwnerOf(o.Labels, m.cfg.Gateway); foreign {
+			out = append(out, Finding{id, fmt.Sprintf("compute object (%q, generation %d, %s) of another gateway (%s) under this one's label",
+				o.Labels[driver.LabelName], o.Generation, o.State, owner),
+				"left alone: that gateway owns it; give each gateway a sandbox_label of its own"})
+			continue
+		}
 		out = append(out, Finding{id, fmt.Sprintf("compute object (%q, generation %d, %s) without a record", o.Labels[driver.LabelName], o.Generation, o.State), m.orphanAction(id)})
 	}
 	for _, o := range left {
-		if !known[o.ID] {
+		if _, foreign := driver.OwnerOf(o.Labels, m.cfg.Gateway); !known[o.ID] && !foreign {
 			out = append(out, Finding{o.ID, "storage without a compute object or a record: " + o.Message, m.orphanAction(o.ID)})
 		}
 	}

@@ -22,7 +22,10 @@ import (
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
-const label = "corral.test"
+const (
+	label     = "corral.test"
+	gatewayID = "0123456789abcdef"
+)
 
 // harness is a manager on a real SQLite store and a fake driver, which can
 // be restarted as a new gateway instance over the same files.
@@ -52,13 +55,13 @@ func (h *harness) start() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.drv, err = fake.New(driver.Config{Label: label, StateDir: h.stateDir})
+	h.drv, err = fake.New(driver.Config{Label: label, Gateway: gatewayID, StateDir: h.stateDir})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	h.n++
 	cfg := Config{
-		Store: h.st, Driver: h.drv, Instance: "test-" + string(rune('a'+h.n)),
+		Store: h.st, Driver: h.drv, Instance: "test-" + string(rune('a'+h.n)), Gateway: gatewayID,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		RetryBase: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond, RestartBase: 5 * time.Millisecond,
 	}
@@ -795,6 +798,55 @@ func TestOrphanGraceOutlivesRestarts(t *testing.T) {
 		}
 		if kinds := h.gatewayJournal(orphan); kinds != "orphan_found,orphan_removed" {
 			t.Fatalf("gateway journal for the orphan = %s; want one report, then the removal", kinds)
+		}
+	})
+}
+
+// Another gateway on the same engine and label (a second home, a test
+// instance) has objects this one has no record of: they are never
+// collected as orphans, and the doctor names their gateway.
+func TestAnotherGatewaysObjectsAreLeftAlone(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.OrphanGrace = 50 * time.Millisecond })
+		other, err := fake.New(driver.Config{Label: label, Gateway: "fedcba9876543210", StateDir: h.stateDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		theirs := sandbox.NewID()
+		if err := other.Create(context.Background(), driver.Spec{ID: theirs, Name: "theirs", Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+		mine := sandbox.NewID()
+		if err := h.drv.Create(context.Background(), driver.Spec{ID: mine, Name: "stray", Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for range 3 { // past the grace period, three times
+			if err := h.m.CollectOrphans(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(60 * time.Millisecond)
+		}
+		if _, ok := h.object(theirs); !ok {
+			t.Fatal("another gateway's object was removed as an orphan")
+		}
+		if _, ok := h.object(mine); ok {
+			t.Fatal("this gateway's own orphan survived its grace period")
+		}
+		if kinds := h.gatewayJournal(theirs); kinds != "" {
+			t.Errorf("gateway journal for another gateway's object = %q; want nothing", kinds)
+		}
+		findings, err := h.m.Doctor(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var said bool
+		for _, f := range findings {
+			said = said || f.Sandbox == theirs && strings.Contains(f.Problem, "another gateway (fedcba9876543210)") && strings.Contains(f.Action, "left alone")
+		}
+		if !said {
+			t.Errorf("doctor findings %+v; want the other gateway's object named and left alone", findings)
 		}
 	})
 }

@@ -26,7 +26,11 @@ type Config struct {
 	Driver driver.Driver
 	// Instance identifies this gateway process in the journal.
 	Instance string
-	Logger   *slog.Logger
+	// Gateway is this gateway's identity (its store's), which the driver
+	// puts on its objects: an object of another gateway is never
+	// collected as an orphan.
+	Gateway string
+	Logger  *slog.Logger
 
 	// ProvisioningTimeout bounds reaching running (create or start).
 	ProvisioningTimeout time.Duration
@@ -100,6 +104,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	orphans  map[string]time.Time // sandbox id -> when first seen without a record
+	foreign  map[string]bool      // other gateways whose objects were reported
 	actors   map[string]*actor
 	closing  bool
 	wg       sync.WaitGroup // one count per running actor goroutine

@@ -15,7 +15,8 @@ import (
 // for the orphan grace period, counted from that report in the journal: a
 // gateway restarted more often than the grace still collects it. The
 // driver is listed before the store, so an object whose record is being
-// written is never mistaken for an orphan.
+// written is never mistaken for an orphan. An object of another gateway
+// (driver.OwnerOf) is left alone, and reported once.
 // Storage a driver lists as Leftovers is collected the same way.
 func (m *Manager) CollectOrphans(ctx context.Context) error {
 	lctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
@@ -45,6 +46,10 @@ func (m *Manager) CollectOrphans(ctx context.Context) error {
 			return ctx.Err()
 		}
 		if known[o.ID] {
+			continue
+		}
+		if owner, foreign := driver.OwnerOf(o.Labels, m.cfg.Gateway); foreign {
+			m.reportForeign(owner)
 			continue
 		}
 		present[o.ID] = true
@@ -97,6 +102,39 @@ func (m *Manager) CollectOrphans(ctx context.Context) error {
 		}
 	}
 	m.mu.Unlock()
+	return nil
+}
+
+// reportForeign logs, once per gateway, that another gateway's objects
+// share this one's engine and label.
+func (m *Manager) reportForeign(owner string) {
+	m.mu.Lock()
+	seen := m.foreign[owner]
+	if m.foreign == nil {
+		m.foreign = map[string]bool{}
+	}
+	m.foreign[owner] = true
+	m.mu.Unlock()
+	if !seen {
+		m.log.Warn("another gateway's compute objects share this engine and label; they are left alone (give each gateway a sandbox_label of its own)",
+			"other_gateway", owner, "gateway", m.cfg.Gateway)
+	}
+}
+
+// ReportForeign lists the driver's objects and reports those of other
+// gateways: run at start, so that a shared engine is said at once.
+func (m *Manager) ReportForeign(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	objs, err := m.cfg.Driver.List(lctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("list driver objects: %w", err)
+	}
+	for _, o := range objs {
+		if owner, foreign := driver.OwnerOf(o.Labels, m.cfg.Gateway); foreign {
+			m.reportForeign(owner)
+		}
+	}
 	return nil
 }
 

@@ -45,6 +45,11 @@ type Store interface {
 	// settled.
 	SettlePending(ctx context.Context, owners Owners, state sandbox.OpState, at time.Time, reason string) (int, error)
 
+	// Identity is the store's identity, made with it and never changed:
+	// the gateway that keeps its records in it puts it on its compute
+	// objects.
+	Identity(ctx context.Context) (string, error)
+
 	// AddGatewayEvent journals something the gateway did that belongs to
 	// no sandbox record, such as removing an orphaned compute object.
 	AddGatewayEvent(ctx context.Context, ev GatewayEvent) error

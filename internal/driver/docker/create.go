@@ -73,7 +73,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		return err
 	}
 	l := pol.Limits
-	labels := driver.ObjectLabels(spec, d.cfg.Label)
+	labels := d.cfg.ObjectLabels(spec)
 	hc := &container.HostConfig{
 		Resources: container.Resources{Memory: l.MemoryBytes, MemorySwap: l.MemoryBytes,
 			NanoCPUs: l.CPUMillis * 1e6, PidsLimit: ptr(l.PidsMax())},

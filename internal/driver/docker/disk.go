@@ -67,7 +67,7 @@ func (d *Driver) workdirMount(ctx context.Context, spec driver.Spec, pol policy.
 	// volume labels. A create of a volume that exists returns it.
 	name := d.volumeName(spec.ID)
 	if _, err := d.api.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name,
-		Labels: map[string]string{d.cfg.Label: "true", driver.LabelSandboxID: spec.ID}}); err != nil {
+		Labels: map[string]string{d.cfg.Label: "true", driver.LabelGateway: d.cfg.Gateway, driver.LabelSandboxID: spec.ID}}); err != nil {
 		return mount.Mount{}, d.wrap(err, "create volume "+name)
 	}
 	return mount.Mount{Type: mount.TypeVolume, Source: name, Target: workdir}, nil

@@ -387,7 +387,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 				starts = o.Starts
 			}
 			return &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateCreated,
-				Labels: driver.ObjectLabels(spec, d.cfg.Label), Starts: starts, Command: slices.Clone(spec.Command)}, nil
+				Labels: d.cfg.ObjectLabels(spec), Starts: starts, Command: slices.Clone(spec.Command)}, nil
 		})
 	})
 }
@@ -477,7 +477,7 @@ func Seed(stateDir, label string, specs []driver.Spec) error {
 		for _, spec := range specs {
 			err := d.change(changes, spec.ID, func(*object) (*object, error) {
 				return &object{ID: spec.ID, Generation: spec.Generation, State: driver.StateRunning,
-					Labels: driver.ObjectLabels(spec, label), Starts: 1}, nil
+					Labels: d.cfg.ObjectLabels(spec), Starts: 1}, nil
 			})
 			if err != nil {
 				return err

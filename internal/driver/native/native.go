@@ -413,7 +413,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	}
 	o := &object{
 		ID: spec.ID, Name: spec.Name, Generation: spec.Generation, RootFS: rootfs,
-		Labels: driver.ObjectLabels(spec, d.cfg.Label), Command: spec.Command, Policy: pol,
+		Labels: d.cfg.ObjectLabels(spec), Command: spec.Command, Policy: pol,
 	}
 	if old != nil {
 		o.IDBase = old.IDBase // its files in /sandbox keep their owners

@@ -28,7 +28,9 @@ type Env struct {
 	Config config.Config
 	// Home is the gateway's home; a driver keeps its state under it.
 	Home string
-	Log  *slog.Logger
+	// Gateway is the gateway's identity, for driver.Config.Gateway.
+	Gateway string
+	Log     *slog.Logger
 	// Egress is the gateway's egress proxy, for the drivers that can
 	// attach their sandboxes to it.
 	Egress driver.Egress

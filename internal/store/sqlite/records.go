@@ -489,6 +489,15 @@ func (s *Store) SettlePending(ctx context.Context, owners store.Owners, state sa
 	return int(n), err
 }
 
+// Identity implements store.Store.
+func (s *Store) Identity(ctx context.Context) (string, error) {
+	var id string
+	if err := s.db.QueryRowContext(ctx, "SELECT id FROM identity").Scan(&id); err != nil {
+		return "", fmt.Errorf("read the store's identity: %w", err)
+	}
+	return id, nil
+}
+
 // AddGatewayEvent implements store.Store.
 func (s *Store) AddGatewayEvent(ctx context.Context, ev store.GatewayEvent) error {
 	return s.w.write(ctx, func(q *stmts) error {

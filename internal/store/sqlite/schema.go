@@ -58,6 +58,11 @@ var migrations = []string{
 		spec       TEXT NOT NULL,
 		created_at INTEGER NOT NULL
 	);`,
+
+	// The store's identity: the gateway's, on every compute object it
+	// makes, made once with the store.
+	`CREATE TABLE identity (id TEXT NOT NULL);
+	INSERT INTO identity (id) VALUES (lower(hex(randomblob(8))));`,
 }
 
 // SchemaVersion is the schema version this build writes.

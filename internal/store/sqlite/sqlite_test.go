@@ -1012,3 +1012,22 @@ func TestIntegrityCheck(t *testing.T) {
 		t.Errorf("IntegrityCheck on a fresh store: %v", err)
 	}
 }
+
+// A store's identity is made once, kept across opens, and another store's
+// differs.
+func TestIdentityIsMadeOnceAndKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "corral.db")
+	s := openStore(t, path)
+	id, err := s.Identity(testCtx(t))
+	if err != nil || len(id) != 16 {
+		t.Fatalf("Identity = %q, %v; want 16 hex digits", id, err)
+	}
+	s.Close()
+	again, err := openStore(t, path).Identity(testCtx(t))
+	if err != nil || again != id {
+		t.Errorf("after a reopen Identity = %q, %v; want %q", again, err, id)
+	}
+	if other, err := newStore(t).Identity(testCtx(t)); err != nil || other == id {
+		t.Errorf("another store's identity = %q, %v; want another than %q", other, err, id)
+	}
+}
