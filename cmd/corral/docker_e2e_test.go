@@ -335,3 +335,37 @@ func TestDockerOrphanedContainerIsRemovedAfterGrace(t *testing.T) {
 	})
 	mustCorral(t, home, "sandbox", "delete", "owned")
 }
+
+// Two gateways (two homes) on one engine with one label: each sees the
+// other's containers, and for longer than the orphan grace neither touches
+// them; each says so at its start, and doctor names the other gateway.
+func TestDockerTwoGatewaysOnOneLabelLeaveEachOthersSandboxes(t *testing.T) {
+	testenv.RequireDocker(t)
+	label := newLabel(t)
+	homeA, homeB := t.TempDir(), t.TempDir()
+	a := dockerGateway(t, homeA, label, "--orphan-grace", "1s", "--resync-interval", "300ms")
+	mustCorral(t, homeA, "sandbox", "create", "--name", "first", "--", "sleep", "1000")
+	waitPhase(t, api(t, homeA), "first", "ready")
+	b := dockerGateway(t, homeB, label, "--orphan-grace", "1s", "--resync-interval", "300ms")
+	mustCorral(t, homeB, "sandbox", "create", "--name", "second", "--", "sleep", "1000")
+	waitPhase(t, api(t, homeB), "second", "ready")
+	time.Sleep(4 * time.Second) // four orphan graces, a dozen resyncs each
+	if got := containersOf(t, label); len(got) != 2 {
+		t.Fatalf("containers under the shared label: %v; want both gateways' sandboxes", got)
+	}
+	for home, name := range map[string]string{homeA: "first", homeB: "second"} {
+		if phase := getJSON(t, home, name)["phase"]; phase != "ready" {
+			t.Errorf("%s: phase %v; want ready", name, phase)
+		}
+	}
+	if !strings.Contains(b.logs.String(), "another gateway's compute objects share this engine") {
+		t.Error("the second gateway did not say at start that another's objects share its engine")
+	}
+	for _, g := range []*gatewayProc{a, b} {
+		if out := mustCorral(t, g.home, "gateway", "doctor"); !strings.Contains(out, "of another gateway") {
+			t.Errorf("doctor of %s:\n%s\nwant the other gateway's container named", g.home, out)
+		}
+	}
+	mustCorral(t, homeA, "sandbox", "delete", "first")
+	mustCorral(t, homeB, "sandbox", "delete", "second")
+}

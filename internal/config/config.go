@@ -21,7 +21,8 @@ type Config struct {
 	// ComputeDriver is auto, fake, or a real driver's name.
 	ComputeDriver string `toml:"compute_driver"`
 	// SandboxLabel is the label key that marks this gateway's compute
-	// objects; gateways sharing one engine must use different ones.
+	// objects; gateways sharing one engine and label tell theirs apart by
+	// their identities (driver.LabelGateway).
 	SandboxLabel    string `toml:"sandbox_label"`
 	ImagePullPolicy string `toml:"image_pull_policy"`
 	// DefaultImage is the image of sandboxes created without one; empty
