@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,4 +89,41 @@ func TestDockerMissingImageFailsFast(t *testing.T) {
 		t.Errorf("an invalid image made a record:\n%s", out)
 	}
 	mustCorral(t, home, "sandbox", "delete", "--all")
+}
+
+// A root workload without file lists cannot open the memory of the
+// sandbox's PID 1 (its supervisor), nor of another exec's command, for
+// writing: code written there would run outside the policy (PID 1 is
+// outside the seccomp filter; an exec stage or spare has not applied the
+// policy yet). No ptrace call is needed to try, so seccomp alone does not
+// stop it.
+func TestDockerWorkloadCannotReachOtherProcessesMemory(t *testing.T) {
+	testenv.RequireDocker(t)
+	home, label := t.TempDir(), newLabel(t)
+	dockerGateway(t, home, label)
+	pol := filepath.Join(t.TempDir(), "root.yaml")
+	if err := os.WriteFile(pol, []byte("version: 1\nprocess: {run_as_user: 0}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustCorral(t, home, "sandbox", "create", "--name", "prober", "--policy", pol, "--", "sleep", "1000")
+	go corral(t, home, "sandbox", "exec", "prober", "--", "sleep", "77") // another exec's command, to aim at
+	var sleeper string
+	testenv.Eventually(t, 20*time.Second, func() error {
+		out, _, _ := corral(t, home, "sandbox", "exec", "prober", "--", "sh", "-c", "for p in /proc/[0-9]*; do [ \"$(cat $p/cmdline 2>/dev/null | tr '\\0' ' ')\" = 'sleep 77 ' ] && echo ${p#/proc/}; done")
+		if sleeper = strings.TrimSpace(out); sleeper == "" {
+			return fmt.Errorf("the other exec's sleep is not running yet")
+		}
+		return nil
+	})
+	for _, pid := range []string{"1", sleeper} {
+		out, errOut, code := corral(t, home, "sandbox", "exec", "prober", "--", "sh", "-c",
+			"exec 3<>/proc/"+pid+"/mem && echo OPENED")
+		if code == 0 || strings.Contains(out, "OPENED") {
+			t.Errorf("a root workload opened /proc/%s/mem for writing (exit %d):\n%s%s", pid, code, out, errOut)
+		}
+	}
+	if prot := getJSON(t, home, "prober")["protections"]; !strings.Contains(fmt.Sprint(prot), "landlock") {
+		t.Errorf("protections %v; want the Landlock domain named", prot)
+	}
+	mustCorral(t, home, "sandbox", "delete", "--force", "prober")
 }

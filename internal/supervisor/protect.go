@@ -98,14 +98,24 @@ func PolicyJSON(p policy.Policy) string {
 // error; with best_effort it is reported.
 func protect(p policy.Policy) ([]string, error) {
 	var applied []string
-	if p.Filesystem.Set {
+	noNewPrivs := p.Process.NoNewPrivileges || p.Process.Seccomp != policy.SeccompUnconfined || p.Filesystem.Set
+	switch {
+	case p.Filesystem.Set:
 		what, err := restrictFiles(p)
 		if err != nil {
 			return nil, err
 		}
 		applied = append(applied, what)
+	case noNewPrivs:
+		what, err := landlockDomain()
+		if err != nil {
+			return nil, err
+		}
+		if what != "" {
+			applied = append(applied, what)
+		}
 	}
-	if p.Process.NoNewPrivileges || p.Process.Seccomp != policy.SeccompUnconfined || p.Filesystem.Set {
+	if noNewPrivs {
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			return nil, fmt.Errorf("no_new_privs: %w", err)
 		}
@@ -186,6 +196,30 @@ func restrictFiles(p policy.Policy) (string, error) {
 		return "", fmt.Errorf("landlock: %w", err)
 	}
 	return fmt.Sprintf("landlock ABI %d", used), nil
+}
+
+// landlockDomain puts the process in a Landlock domain of its own that
+// restricts no file it may reach (only the making of block devices, which
+// no sandbox's capabilities allow): a process in a domain cannot ptrace,
+// nor open /proc/PID/mem of, a process outside it. So a workload without
+// file lists, root or not, cannot reach the memory of its supervisor, of
+// an exec stage or spare that has not applied its policy yet, or of
+// another exec's command. It says "" where the kernel has no Landlock.
+// It needs no_new_privs (which it sets), so it is applied only where the
+// policy sets it anyway.
+func landlockDomain() (string, error) {
+	abi := landlockABI()
+	if abi == 0 {
+		return "", nil
+	}
+	cfg, err := landlock.NewConfig(landlock.AccessFSSet(llsyscall.AccessFSMakeBlock))
+	if err != nil {
+		return "", fmt.Errorf("landlock: %w", err)
+	}
+	if err := cfg.RestrictPaths(); err != nil {
+		return "", fmt.Errorf("landlock: %w", err)
+	}
+	return fmt.Sprintf("landlock ABI %d (a domain: no file lists, other processes out of reach)", abi), nil
 }
 
 // splitDirs sorts paths into directories and the rest (files, devices);

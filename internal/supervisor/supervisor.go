@@ -66,6 +66,13 @@ func Run(cfg Config) (int, error) {
 	if len(cfg.Command) == 0 {
 		return 0, errors.New("supervise: no command to run")
 	}
+	// Not dumpable, before any process of the sandbox exists: none, root
+	// there included, may open /proc/1/mem and run code as PID 1, outside
+	// the policy (the exec stages it starts are dumpable again, and each
+	// workload is kept out of them by its Landlock domain, see protect).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("supervise: %w", err)
+	}
 	// Signals first, so none is lost between the start and the wait.
 	sigs := make(chan os.Signal, 32)
 	signal.Notify(sigs, append(forwarded, syscall.SIGCHLD)...)
