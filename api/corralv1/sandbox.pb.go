@@ -624,8 +624,19 @@ func (x *GetSandboxRequest) GetName() string {
 	return ""
 }
 
+// ListSandboxesRequest selects sandboxes, oldest first, a page at a time.
 type ListSandboxesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limit bounds the sandboxes of one reply (0: the most, 1000). A reply
+	// also ends before it would pass the API's message size; then too it
+	// carries next_page_token.
+	Limit int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// page_token continues a list from a reply's next_page_token.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// labels each must be on a sandbox, with that value.
+	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// phase, when set, is the phase a sandbox must be in.
+	Phase         string `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -660,9 +671,39 @@ func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
 	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
+func (x *ListSandboxesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListSandboxesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListSandboxesRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ListSandboxesRequest) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
 type ListSandboxesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sandboxes     []*Sandbox             `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Sandboxes []*Sandbox             `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	// next_page_token, when set, lists the next page: more sandboxes match.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -702,6 +743,13 @@ func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
 		return x.Sandboxes
 	}
 	return nil
+}
+
+func (x *ListSandboxesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type StopSandboxRequest struct {
@@ -3182,10 +3230,19 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\vpool_reason\x18\x04 \x01(\tR\n" +
 	"poolReason\"'\n" +
 	"\x11GetSandboxRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
-	"\x14ListSandboxesRequest\"I\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xe1\x01\n" +
+	"\x14ListSandboxesRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12C\n" +
+	"\x06labels\x18\x03 \x03(\v2+.corral.v1.ListSandboxesRequest.LabelsEntryR\x06labels\x12\x14\n" +
+	"\x05phase\x18\x04 \x01(\tR\x05phase\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
 	"\x15ListSandboxesResponse\x120\n" +
-	"\tsandboxes\x18\x01 \x03(\v2\x12.corral.v1.SandboxR\tsandboxes\"(\n" +
+	"\tsandboxes\x18\x01 \x03(\v2\x12.corral.v1.SandboxR\tsandboxes\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"(\n" +
 	"\x12StopSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\")\n" +
 	"\x13StartSandboxRequest\x12\x12\n" +
@@ -3378,7 +3435,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),              // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                  // 1: corral.v1.Sandbox
@@ -3430,92 +3487,94 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*ListPoolsResponse)(nil),        // 47: corral.v1.ListPoolsResponse
 	(*DeletePoolRequest)(nil),        // 48: corral.v1.DeletePoolRequest
 	nil,                              // 49: corral.v1.SandboxSpec.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 50: google.protobuf.Timestamp
+	nil,                              // 50: corral.v1.ListSandboxesRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 51: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
 	49, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	50, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	50, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	50, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	51, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	51, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	51, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	50, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	50, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	50, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	51, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	51, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	51, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
-	1,  // 11: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
-	1,  // 12: corral.v1.DeleteSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
-	1,  // 13: corral.v1.SandboxEvent.sandbox:type_name -> corral.v1.Sandbox
-	2,  // 14: corral.v1.ListOperationsResponse.operations:type_name -> corral.v1.Operation
-	17, // 15: corral.v1.ExecStart.size:type_name -> corral.v1.TerminalSize
-	18, // 16: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
-	17, // 17: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
-	24, // 18: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
-	26, // 19: corral.v1.DoctorReport.tiers:type_name -> corral.v1.IsolationTier
-	50, // 20: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
-	27, // 21: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
-	27, // 22: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
-	27, // 23: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
-	50, // 24: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
-	39, // 25: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
-	43, // 26: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
-	50, // 27: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
-	43, // 28: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
-	44, // 29: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
-	3,  // 30: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
-	5,  // 31: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
-	6,  // 32: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
-	8,  // 33: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
-	9,  // 34: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 35: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	11, // 36: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
-	13, // 37: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	15, // 38: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	19, // 39: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	21, // 40: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	23, // 41: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	28, // 42: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
-	30, // 43: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
-	32, // 44: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
-	33, // 45: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
-	35, // 46: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
-	37, // 47: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
-	38, // 48: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
-	40, // 49: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
-	41, // 50: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
-	45, // 51: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
-	46, // 52: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
-	48, // 53: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
-	4,  // 54: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 55: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 56: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 57: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 58: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	12, // 59: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	1,  // 60: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
-	14, // 61: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	16, // 62: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	20, // 63: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	22, // 64: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	25, // 65: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	29, // 66: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
-	31, // 67: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
-	27, // 68: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
-	34, // 69: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
-	36, // 70: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
-	37, // 71: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
-	39, // 72: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
-	39, // 73: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
-	42, // 74: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
-	44, // 75: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
-	47, // 76: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
-	44, // 77: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
-	54, // [54:78] is the sub-list for method output_type
-	30, // [30:54] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	50, // 11: corral.v1.ListSandboxesRequest.labels:type_name -> corral.v1.ListSandboxesRequest.LabelsEntry
+	1,  // 12: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
+	1,  // 13: corral.v1.DeleteSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
+	1,  // 14: corral.v1.SandboxEvent.sandbox:type_name -> corral.v1.Sandbox
+	2,  // 15: corral.v1.ListOperationsResponse.operations:type_name -> corral.v1.Operation
+	17, // 16: corral.v1.ExecStart.size:type_name -> corral.v1.TerminalSize
+	18, // 17: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
+	17, // 18: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
+	24, // 19: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
+	26, // 20: corral.v1.DoctorReport.tiers:type_name -> corral.v1.IsolationTier
+	51, // 21: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
+	27, // 22: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
+	27, // 23: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
+	27, // 24: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
+	51, // 25: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
+	39, // 26: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
+	43, // 27: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
+	51, // 28: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
+	43, // 29: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
+	44, // 30: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
+	3,  // 31: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
+	5,  // 32: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
+	6,  // 33: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
+	8,  // 34: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
+	9,  // 35: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
+	10, // 36: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	11, // 37: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
+	13, // 38: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	15, // 39: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	19, // 40: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	21, // 41: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	23, // 42: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	28, // 43: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
+	30, // 44: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
+	32, // 45: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
+	33, // 46: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
+	35, // 47: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
+	37, // 48: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
+	38, // 49: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
+	40, // 50: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
+	41, // 51: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
+	45, // 52: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
+	46, // 53: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
+	48, // 54: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
+	4,  // 55: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 56: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 57: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 58: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 59: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	12, // 60: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 61: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	14, // 62: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	16, // 63: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	20, // 64: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	22, // 65: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	25, // 66: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	29, // 67: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
+	31, // 68: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
+	27, // 69: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
+	34, // 70: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
+	36, // 71: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
+	37, // 72: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
+	39, // 73: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
+	39, // 74: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
+	42, // 75: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
+	44, // 76: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
+	47, // 77: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
+	44, // 78: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
+	55, // [55:79] is the sub-list for method output_type
+	31, // [31:55] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_sandbox_proto_init() }
@@ -3541,7 +3600,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

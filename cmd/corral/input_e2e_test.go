@@ -447,3 +447,42 @@ exec setpriv --reuid 1000 --regid 1000 --clear-groups "$@"`
 		t.Errorf("the API socket exists: %v", err)
 	}
 }
+
+// `sandbox list` pages for its user: every sandbox by default, --limit
+// of them with the token to go on, filtered by --label and --phase.
+func TestListPagesAndFiltersThroughCLI(t *testing.T) {
+	home := t.TempDir()
+	startGateway(t, home)
+	for i, team := range []string{"a", "b", "a"} {
+		mustCorral(t, home, "sandbox", "create", "--name", fmt.Sprintf("p%d", i), "--label", "team="+team, "--", "sleep", "1d")
+		time.Sleep(2 * time.Millisecond) // creation times apart: the list's order
+	}
+	names := func(out string) string {
+		var got []string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] { // the table, without its header
+			got = append(got, strings.Fields(line)[0])
+		}
+		return strings.Join(got, " ")
+	}
+	if out := mustCorral(t, home, "sandbox", "list"); names(out) != "p0 p1 p2" {
+		t.Errorf("list:\n%s", out)
+	}
+	out, errOut, code := corral(t, home, "sandbox", "list", "--limit", "2")
+	token := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(errOut), "more sandboxes match: add --continue"))
+	if code != 0 || names(out) != "p0 p1" || token == "" || strings.ContainsAny(token, " \n") {
+		t.Fatalf("list --limit 2: exit %d\n%s%s", code, out, errOut)
+	}
+	if out := mustCorral(t, home, "sandbox", "list", "--continue", token); names(out) != "p2" {
+		t.Errorf("list --continue:\n%s", out)
+	}
+	if out := mustCorral(t, home, "sandbox", "list", "-l", "team=a"); names(out) != "p0 p2" {
+		t.Errorf("list -l team=a:\n%s", out)
+	}
+	waitPhase(t, api(t, home), "p2", "ready")
+	if out := mustCorral(t, home, "sandbox", "list", "--phase", "ready", "--label", "team=b"); names(out) != "p1" {
+		t.Errorf("list --phase ready --label team=b:\n%s", out)
+	}
+	if _, errOut, code := corral(t, home, "sandbox", "list", "--phase", "sleepy"); code == 0 || !strings.Contains(errOut, `phase "sleepy"`) {
+		t.Errorf("list --phase sleepy: exit %d, %s; want the phase refused", code, errOut)
+	}
+}

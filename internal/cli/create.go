@@ -46,16 +46,12 @@ cold, and a line on stderr says so.`,
 			} else if len(args) > 0 {
 				return fmt.Errorf("unexpected argument %q: give the sandbox name with --name and the command after --", args[0])
 			}
-			spec := &corralv1.SandboxSpec{Image: image, Command: command, Labels: map[string]string{},
-				RestartPolicy: restart, MaxRestarts: maxRestarts, AddHosts: addHosts}
-			for _, l := range labels {
-				k, v, ok := strings.Cut(l, "=")
-				if !ok || k == "" {
-					return fmt.Errorf("--label %q: want key=value", l)
-				}
-				spec.Labels[k] = v
+			parsed, err := parseLabels(labels)
+			if err != nil {
+				return err
 			}
-			var err error
+			spec := &corralv1.SandboxSpec{Image: image, Command: command, Labels: parsed,
+				RestartPolicy: restart, MaxRestarts: maxRestarts, AddHosts: addHosts}
 			if spec.Policy, err = readPolicyFlag(policyFile); err != nil {
 				return err
 			}
@@ -130,4 +126,17 @@ func readPolicyFlag(file string) (string, error) {
 		return "", fmt.Errorf("--policy: %w", err)
 	}
 	return text, nil
+}
+
+// parseLabels reads --label flags: key=value each.
+func parseLabels(flags []string) (map[string]string, error) {
+	labels := map[string]string{}
+	for _, l := range flags {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--label %q: want key=value", l)
+		}
+		labels[k] = v
+	}
+	return labels, nil
 }

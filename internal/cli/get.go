@@ -67,11 +67,56 @@ func newGetCmd(g *globals) *cobra.Command {
 }
 
 func newListCmd(g *globals) *cobra.Command {
-	return listCommand(g, "List sandboxes",
+	var (
+		limit      int
+		pageToken  string
+		labels     []string
+		phase      string
+		selectedBy map[string]string
+	)
+	cmd := listCommand(g, "List sandboxes, oldest first (every page, or --limit of them)",
 		func(ctx context.Context, c *client) ([]*corralv1.Sandbox, error) {
-			resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
-			return resp.GetSandboxes(), err
+			req := &corralv1.ListSandboxesRequest{Limit: int32(limit), PageToken: pageToken, Labels: selectedBy, Phase: phase}
+			list, next, err := listSandboxes(ctx, c, req)
+			if next != "" {
+				fmt.Fprintf(g.stderr, "more sandboxes match: add --continue %s\n", next)
+			}
+			return list, err
 		}, viewOf, printSandboxes)
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if limit < 0 {
+			return fmt.Errorf("--limit %d: want 1 or more (0: every sandbox)", limit)
+		}
+		var err error
+		selectedBy, err = parseLabels(labels)
+		return err
+	}
+	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many, and say how to continue (0: every sandbox)")
+	cmd.Flags().StringVar(&pageToken, "continue", "", "go on after the last sandbox of an earlier --limit list")
+	cmd.Flags().StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with this label (key=value; repeat for more)")
+	cmd.Flags().StringVar(&phase, "phase", "", "only sandboxes in this phase (ready, stopped, error, ...)")
+	return cmd
+}
+
+// listSandboxes asks for req's sandboxes page after page, until req.Limit
+// of them (0: all); next continues past the last one when more match.
+func listSandboxes(ctx context.Context, c *client, req *corralv1.ListSandboxesRequest) (list []*corralv1.Sandbox, next string, err error) {
+	want := int(req.GetLimit())
+	for {
+		if want > 0 {
+			req.Limit = int32(want - len(list))
+		}
+		resp, err := c.ListSandboxes(ctx, req)
+		if err != nil {
+			return list, "", err
+		}
+		list = append(list, resp.GetSandboxes()...)
+		next = resp.GetNextPageToken()
+		if next == "" || want > 0 && len(list) >= want {
+			return list, next, nil
+		}
+		req.PageToken = next
+	}
 }
 
 // listCommand is a `list` command: list fetches the items, which print as

@@ -52,11 +52,11 @@ func newIntentCmd(g *globals, ic intentCmd) *cobra.Command {
 			defer c.Close()
 			ctx := cmd.Context()
 			if all {
-				resp, err := c.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+				list, _, err := listSandboxes(ctx, c, &corralv1.ListSandboxesRequest{})
 				if err != nil {
 					return c.explain(err)
 				}
-				for _, sb := range resp.Sandboxes {
+				for _, sb := range list {
 					names = append(names, sb.Name)
 				}
 			}

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"sync"
 
+	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
@@ -23,34 +24,59 @@ type Event struct {
 }
 
 // watchBuffer is how many events a watcher may fall behind before it is cut off.
-const watchBuffer = 1024
+const watchBuffer = 256
+
+// What watches are held at once: by one caller, and by all.
+const (
+	maxWatchesPerCaller = 256
+	maxWatches          = 8192
+)
 
 // broadcaster fans record changes out to watchers. A watcher that falls
 // more than watchBuffer events behind has its channel closed, so one slow
-// reader never slows the gateway.
+// reader never slows the gateway; a caller holds at most
+// maxWatchesPerCaller watches, and all together maxWatches.
 type broadcaster struct {
-	mu   sync.Mutex
-	subs map[chan Event]struct{}
+	mu       sync.Mutex
+	subs     map[chan Event]string // the caller of each
+	byCaller map[string]int
 }
 
-func (b *broadcaster) subscribe() (<-chan Event, func()) {
-	ch := make(chan Event, watchBuffer)
+func (b *broadcaster) subscribe(caller string) (<-chan Event, func(), error) {
 	b.mu.Lock()
-	if b.subs == nil {
-		b.subs = map[chan Event]struct{}{}
+	defer b.mu.Unlock()
+	switch {
+	case b.byCaller[caller] >= maxWatchesPerCaller:
+		return nil, nil, errdefs.ResourceExhausted("%s holds %d watches, the most one caller may: end one first", caller, b.byCaller[caller])
+	case len(b.subs) >= maxWatches:
+		return nil, nil, errdefs.ResourceExhausted("the gateway holds %d watches, the most it serves: try again later", len(b.subs))
 	}
-	b.subs[ch] = struct{}{}
-	b.mu.Unlock()
-	return ch, func() { b.drop(ch) }
+	if b.subs == nil {
+		b.subs, b.byCaller = map[chan Event]string{}, map[string]int{}
+	}
+	ch := make(chan Event, watchBuffer)
+	b.subs[ch] = caller
+	b.byCaller[caller]++
+	return ch, func() { b.drop(ch) }, nil
 }
 
 func (b *broadcaster) drop(ch chan Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, ok := b.subs[ch]; ok {
-		delete(b.subs, ch)
-		close(ch)
+	b.remove(ch)
+}
+
+// remove ends a watch; b.mu is held.
+func (b *broadcaster) remove(ch chan Event) {
+	caller, ok := b.subs[ch]
+	if !ok {
+		return
 	}
+	delete(b.subs, ch)
+	if b.byCaller[caller]--; b.byCaller[caller] == 0 {
+		delete(b.byCaller, caller)
+	}
+	close(ch)
 }
 
 func (b *broadcaster) publish(ev Event) {
@@ -60,8 +86,7 @@ func (b *broadcaster) publish(ev Event) {
 		select {
 		case ch <- ev:
 		default:
-			delete(b.subs, ch)
-			close(ch)
+			b.remove(ch)
 		}
 	}
 }
@@ -71,7 +96,6 @@ func (b *broadcaster) closeAll() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for ch := range b.subs {
-		delete(b.subs, ch)
-		close(ch)
+		b.remove(ch)
 	}
 }

@@ -316,9 +316,13 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 	return err
 }
 
-// Watch subscribes to record changes. The channel closes when cancel is
-// called, the watcher falls behind, or the gateway shuts down.
-func (m *Manager) Watch() (<-chan Event, func()) { return m.events.subscribe() }
+// Watch subscribes caller (who asks, as the journal names them) to record
+// changes. The channel closes when cancel is called, the watcher falls
+// behind, or the gateway shuts down. A caller that holds too many watches,
+// or a gateway that does, is errdefs.ErrResourceExhausted.
+func (m *Manager) Watch(caller string) (<-chan Event, func(), error) {
+	return m.events.subscribe(caller)
+}
 
 // mutate runs a store mutation and publishes the result.
 func (m *Manager) mutate(id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -32,6 +33,7 @@ type Lifecycle interface {
 	Create(ctx context.Context, name, requestID string, spec sandbox.Spec) (*sandbox.Sandbox, bool, error)
 	Get(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	List(ctx context.Context) ([]*sandbox.Sandbox, error)
+	ListPage(ctx context.Context, opts lifecycle.ListOptions) (*lifecycle.Page, error)
 	Operations(ctx context.Context, nameOrID string) ([]*sandbox.Operation, error)
 	Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
@@ -43,7 +45,7 @@ type Lifecycle interface {
 	Denials(ctx context.Context, nameOrID string, follow bool) ([]egress.Decision, <-chan egress.Decision, func(), error)
 	Doctor(ctx context.Context) ([]lifecycle.Finding, error)
 	Tiers(ctx context.Context) []driver.Tier
-	Watch() (<-chan lifecycle.Event, func())
+	Watch(caller string) (<-chan lifecycle.Event, func(), error)
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
 	Imager
@@ -86,6 +88,7 @@ func StreamOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(streamWindow),
 		grpc.ReadBufferSize(streamBuffer), grpc.WriteBufferSize(streamBuffer),
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 	}
 }
 
@@ -94,6 +97,9 @@ func StreamOptions() []grpc.ServerOption {
 const (
 	streamWindow = 4 << 20
 	streamBuffer = 256 << 10
+	// maxStreamsPerConn bounds the calls one client connection has open
+	// at once (watches, execs, logs): the rest wait for one to end.
+	maxStreamsPerConn = 256
 )
 
 func (s *service) CreateSandbox(ctx context.Context, req *corralv1.CreateSandboxRequest) (*corralv1.CreateSandboxResponse, error) {
@@ -126,14 +132,27 @@ func (s *service) UpdateSandbox(ctx context.Context, req *corralv1.UpdateSandbox
 	return toProto(sb), nil
 }
 
-func (s *service) ListSandboxes(ctx context.Context, _ *corralv1.ListSandboxesRequest) (*corralv1.ListSandboxesResponse, error) {
-	list, err := s.m.List(ctx)
+// listReplyBytes bounds a ListSandboxes reply: under the 4 MiB a gRPC
+// client receives by default, whatever the sandboxes' policies and labels.
+const listReplyBytes = 3 << 20
+
+func (s *service) ListSandboxes(ctx context.Context, req *corralv1.ListSandboxesRequest) (*corralv1.ListSandboxesResponse, error) {
+	page, err := s.m.ListPage(ctx, lifecycle.ListOptions{Labels: req.GetLabels(), Phase: sandbox.Phase(req.GetPhase()),
+		Limit: int(req.GetLimit()), After: req.GetPageToken()})
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	resp := &corralv1.ListSandboxesResponse{}
-	for _, sb := range list {
-		resp.Sandboxes = append(resp.Sandboxes, toProto(sb))
+	resp := &corralv1.ListSandboxesResponse{NextPageToken: page.Next}
+	size := 0
+	for i, sb := range page.Sandboxes {
+		p := toProto(sb)
+		n := proto.Size(p) + 8 // the field's tag and length
+		if size+n > listReplyBytes && i > 0 {
+			resp.NextPageToken = lifecycle.PageToken(page.Sandboxes[i-1])
+			break
+		}
+		size += n
+		resp.Sandboxes = append(resp.Sandboxes, p)
 	}
 	return resp, nil
 }
@@ -212,7 +231,10 @@ func (s *service) ListOperations(ctx context.Context, req *corralv1.ListOperatio
 
 func (s *service) WatchSandboxes(req *corralv1.WatchSandboxesRequest, stream corralv1.SandboxService_WatchSandboxesServer) error {
 	ctx := stream.Context()
-	events, cancel := s.m.Watch() // subscribe first, so no change between list and stream is missed
+	events, cancel, err := s.m.Watch(caller(ctx)) // subscribe first, so no change between list and stream is missed
+	if err != nil {
+		return toGRPC(err)
+	}
 	defer cancel()
 	match := func(name, id string) bool { return req.GetName() == "" || req.GetName() == name || req.GetName() == id }
 	list, err := s.m.List(ctx)
