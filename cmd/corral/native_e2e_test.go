@@ -382,3 +382,19 @@ func TestNativeMissingImageFailsFast(t *testing.T) {
 		t.Errorf("a create with an image native cannot run made a record:\n%s", out)
 	}
 }
+
+// A root directory given to `create --image` on the native driver is used
+// where it is: the CLI's pull ahead of the create does not take it for a
+// registry's image.
+func TestNativeCreateWithARootDirectory(t *testing.T) {
+	home := t.TempDir()
+	nativeGateway(t, home)
+	out, errOut, code := corral(t, home, "sandbox", "create", "--name", "rootdir", "--image", "/", "--", "sleep", "1000")
+	if code != 0 {
+		t.Fatalf("create --image /: exit %d\n%s%s", code, out, errOut)
+	}
+	if sb := waitPhase(t, api(t, home), "rootdir", "ready"); sb.GetSpec().GetImage() != "/" {
+		t.Errorf("the sandbox's image: %q; want /", sb.GetSpec().GetImage())
+	}
+	mustCorral(t, home, "sandbox", "delete", "rootdir")
+}

@@ -230,6 +230,14 @@ type Imager interface {
 	PruneImages(ctx context.Context) ([]ImageInfo, error)
 }
 
+// LocalImager is an Imager some of whose images are used where they are,
+// never pulled (the native driver's host and root directories).
+type LocalImager interface {
+	Imager
+	// LocalImage says whether image is one of those.
+	LocalImage(image string) bool
+}
+
 // ImageInfo describes an image of a driver's store.
 type ImageInfo struct {
 	ID      string // "sha256:…"

@@ -50,6 +50,9 @@ func (m *Manager) PullImage(ctx context.Context, ref string, ifNeeded bool, prog
 	if err != nil {
 		return nil, err
 	}
+	if local, ok := im.(driver.LocalImager); ok && ifNeeded && local.LocalImage(ref) {
+		return nil, nil // a create uses it where it is
+	}
 	if err := checkImageRef(ref); err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ type Images interface {
 }
 
 var (
-	_ driver.Imager = (*Driver)(nil)
+	_ driver.LocalImager = (*Driver)(nil)
 	_ Images        = (*images.Store)(nil)
 )
 
@@ -36,6 +36,10 @@ var (
 func ociImage(image string) bool {
 	return image != "" && image != HostImage && !filepath.IsAbs(image)
 }
+
+// LocalImage implements driver.LocalImager: the host's operating system
+// and a root directory are used where they are.
+func (d *Driver) LocalImage(image string) bool { return image != "" && !ociImage(image) }
 
 // checkOCI says why this driver cannot run an OCI image, if it cannot.
 func (d *Driver) checkOCI(image string) error {
