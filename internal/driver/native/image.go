@@ -27,7 +27,7 @@ type Images interface {
 
 var (
 	_ driver.LocalImager = (*Driver)(nil)
-	_ Images        = (*images.Store)(nil)
+	_ Images             = (*images.Store)(nil)
 )
 
 // ociImage tells an OCI image reference ("python:3.12", "oci:/dir",
