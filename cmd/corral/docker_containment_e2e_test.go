@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,4 +127,36 @@ func TestDockerWorkloadCannotReachOtherProcessesMemory(t *testing.T) {
 		t.Errorf("protections %v; want the Landlock domain named", prot)
 	}
 	mustCorral(t, home, "sandbox", "delete", "--force", "prober")
+}
+
+// A root workload that fills its run directory (its supervisor's reports,
+// a bind of the gateway's home) fills a tmpfs of a few megabytes, not the
+// disk of the gateway's store; the sandbox is then deleted as any other.
+func TestDockerRootWorkloadCannotFillTheGatewaysDisk(t *testing.T) {
+	testenv.RequireDocker(t)
+	testenv.RequireRoot(t)
+	home, label := t.TempDir(), newLabel(t)
+	dockerGateway(t, home, label)
+	pol := filepath.Join(t.TempDir(), "root.yaml")
+	if err := os.WriteFile(pol, []byte("version: 1\nprocess: {run_as_user: 0}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(mustCorral(t, home, "sandbox", "create", "--name", "filler", "--policy", pol, "--", "sleep", "1000"))
+	out, _, _ := corral(t, home, "sandbox", "exec", "filler", "--", "sh", "-c",
+		"dd if=/dev/zero of=/.corral/run/fill bs=64k count=1600 2>&1; echo dd exit $?")
+	if !strings.Contains(out, "No space left") || strings.Contains(out, "dd exit 0") {
+		t.Errorf("dd of 100 MiB into the run directory:\n%s\nwant it stopped by a full file system", out)
+	}
+	runDir := filepath.Join(home, "docker", "run", id+"-1")
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(runDir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if size := fs.Blocks * uint64(fs.Bsize); fs.Type != 0x01021994 || size > 8<<20 {
+		t.Errorf("the run directory on the host: file system type %#x of %d bytes; want a tmpfs of a few megabytes", fs.Type, size)
+	}
+	mustCorral(t, home, "sandbox", "delete", "filler")
+	if _, err := os.Stat(runDir); !os.IsNotExist(err) {
+		t.Errorf("the run directory after delete: %v; want it gone", err)
+	}
 }

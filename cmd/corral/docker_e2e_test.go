@@ -20,6 +20,7 @@ import (
 // own, so that tests never see each other's containers.
 func dockerGateway(t *testing.T, home, label string, args ...string) *gatewayProc {
 	t.Helper()
+	testenv.UnmountUnder(t, home) // the run directories of sandboxes a test leaves
 	return startGateway(t, home, dockerArgs(label, args...)...)
 }
 

@@ -47,22 +47,18 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			return err
 		}
 	}
+	if err := d.removeRunDirs(spec.ID, spec.Generation); err != nil { // older incarnations'
+		return err
+	}
 	img, err := d.prepareImage(ctx, spec)
 	if err != nil {
 		return err
 	}
 	pol, env := imageUser(spec.Policy, img.user)
-	// The run directory is the gateway's (root's, when the gateway runs as
-	// root) and not writable by others: a workload as policy.DefaultUser cannot
-	// touch the reports. Only the supervisor, root in the container, writes.
 	dir := d.readyDir(spec.ID, spec.Generation)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("docker create: %w", err)
+	if err := d.makeRunDir(dir); err != nil {
+		return err
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return fmt.Errorf("docker create: %w", err)
-	}
-	clearRunDir(dir)
 	if !slices.ContainsFunc(img.env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
 		env = append(env, "HOME="+workdir) // the root is read-only
 	}
@@ -217,15 +213,6 @@ func (d *Driver) awaitEngine(ctx context.Context, id string) error {
 	}
 }
 
-// clearRunDir removes what a supervisor reported in an incarnation's run
-// directory (whatever a workload put in their place: RemoveAll follows no
-// symlink).
-func clearRunDir(dir string) {
-	for _, f := range []string{readyName, supervisor.FailedFile, supervisor.ProtectionsFile, controlName} {
-		_ = os.RemoveAll(filepath.Join(dir, f))
-	}
-}
-
 // preparedImage is what a container takes from its image.
 type preparedImage struct {
 	name       string   // the engine's name of the image
@@ -314,8 +301,10 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	case driver.StateRunning:
 		d.ran(ref.ID, ref.Generation)
 		return d.attachEgress(ctx, ref, c.ID) // a start whose answer was lost may not have
-	case driver.StateStopped:
-		clearRunDir(dir) // a restart of the same incarnation
+	case driver.StateStopped: // a restart of the same incarnation
+		if err := d.makeRunDir(dir); err != nil {
+			return err
+		}
 	}
 	if err := d.remountDisk(ref.ID); err != nil {
 		return err

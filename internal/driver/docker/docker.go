@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -168,14 +167,6 @@ func (d *Driver) volumeName(id string) string {
 	return fmt.Sprintf("corral-%s-%08x-sandbox", id, h.Sum32())
 }
 
-// readyDir is the host directory mounted at runDir for one incarnation.
-// The supervisor writes its reports there, and so can a workload that runs
-// as root: the gateway reads them only with supervisor.ReadReport, and
-// removes the directory with os.RemoveAll, which follows no symlink.
-func (d *Driver) readyDir(id string, gen int64) string {
-	return filepath.Join(d.cfg.StateDir, "run", id+"-"+strconv.FormatInt(gen, 10))
-}
-
 // containers lists the containers of this gateway, of one sandbox when id
 // is set, newest generation first.
 func (d *Driver) containers(ctx context.Context, id string) ([]container.Summary, error) {
@@ -327,11 +318,7 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	if err := d.removeDisk(id); err != nil {
 		return err
 	}
-	matches, _ := filepath.Glob(filepath.Join(d.cfg.StateDir, "run", id+"-*"))
-	for _, m := range matches {
-		_ = os.RemoveAll(m)
-	}
-	return nil
+	return d.removeRunDirs(id, 0)
 }
 
 func (d *Driver) remove(ctx context.Context, c container.Summary) error {

@@ -30,7 +30,9 @@ func TestMain(m *testing.M) {
 func newTestDriver(t *testing.T, label string) *Driver {
 	t.Helper()
 	testenv.RequireDocker(t)
-	d, err := New(driver.Config{Label: label, StateDir: t.TempDir()}, Options{Host: testenv.DockerHost(), PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin)})
+	dir := t.TempDir()
+	testenv.UnmountUnder(t, dir) // the run directories of sandboxes a test leaves
+	d, err := New(driver.Config{Label: label, StateDir: dir}, Options{Host: testenv.DockerHost(), PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin)})
 	if err != nil {
 		t.Fatal(err)
 	}
