@@ -398,3 +398,43 @@ func TestNativeCreateWithARootDirectory(t *testing.T) {
 	}
 	mustCorral(t, home, "sandbox", "delete", "rootdir")
 }
+
+// A full disk under the gateway's home (filled from outside, however it
+// happened) leaves delete and delete --force working, and a create refused
+// with the reason.
+func TestNativeFullDiskStillDeletes(t *testing.T) {
+	testenv.RequireRoot(t)
+	home := t.TempDir()
+	if err := syscall.Mount("tmpfs", home, "tmpfs", 0, "size=64m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(home, syscall.MNT_DETACH) })
+	nativeGateway(t, home)
+	for _, name := range []string{"kept1", "kept2"} {
+		mustCorral(t, home, "sandbox", "create", "--name", name, "--", "sleep", "1000")
+	}
+	filler, err := os.Create(filepath.Join(home, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close()
+	for _, size := range []int{1 << 20, 4 << 10, 512} { // to the last block: the disk is full
+		for chunk := make([]byte, size); ; {
+			if _, err := filler.Write(chunk); err != nil {
+				break
+			}
+		}
+	}
+	_, errOut, code := corral(t, home, "sandbox", "create", "--name", "more", "--", "sleep", "1000")
+	if code == 0 || !strings.Contains(errOut, "is full") {
+		t.Errorf("a create on a full disk: exit %d, %s; want it refused, saying the disk is full", code, errOut)
+	}
+	for _, args := range [][]string{{"delete", "kept1"}, {"delete", "--force", "kept2"}} {
+		if out, errOut, code := corral(t, home, append([]string{"sandbox"}, append(args, "--timeout", "60s")...)...); code != 0 {
+			t.Errorf("sandbox %v on a full disk: exit %d\n%s%s", args, code, out, errOut)
+		}
+	}
+	if out := mustCorral(t, home, "sandbox", "list"); strings.Contains(out, "kept") {
+		t.Errorf("after the deletes on a full disk:\n%s", out)
+	}
+}

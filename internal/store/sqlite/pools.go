@@ -37,7 +37,7 @@ func (s *Store) CreatePool(ctx context.Context, p *sandbox.Pool) error {
 	if err != nil {
 		return err
 	}
-	return s.w.write(ctx, func(q *stmts) error {
+	return s.w.grow(ctx, func(q *stmts) error {
 		if _, err := getPool(ctx, q, p.Name); err == nil {
 			return errdefs.AlreadyExists("pool %q already exists", p.Name)
 		} else if !errors.Is(err, errdefs.ErrNotFound) {

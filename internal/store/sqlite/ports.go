@@ -10,7 +10,7 @@ import (
 
 // AddExposedPort implements store.Store.
 func (s *Store) AddExposedPort(ctx context.Context, p sandbox.ExposedPort) error {
-	return s.w.write(ctx, func(q *stmts) error {
+	return s.w.grow(ctx, func(q *stmts) error {
 		var n int
 		if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE id = ?`, p.SandboxID).Scan(&n); err != nil {
 			return err

@@ -145,7 +145,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 		got     *sandbox.Sandbox
 		created bool
 	)
-	err := s.w.write(ctx, func(q *stmts) error {
+	err := s.w.grow(ctx, func(q *stmts) error {
 		existing, err := newSandboxName(ctx, q, sb.RequestID, sb.Name)
 		if err != nil || existing != nil {
 			got = existing

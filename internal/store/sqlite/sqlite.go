@@ -76,7 +76,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	rdb.SetMaxOpenConns(readers)
 	rdb.SetMaxIdleConns(readers)
-	s.db, s.r, s.w = rdb, newStmts(rdb), newWriter(conn)
+	s.db, s.r, s.w = rdb, newStmts(rdb), newWriter(conn, newReserve(path))
 	return s, nil
 }
 

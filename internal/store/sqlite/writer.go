@@ -40,8 +40,9 @@ const (
 
 // writer runs the jobs on the writing connection.
 type writer struct {
-	q    *stmts // the writing connection's statements
-	conn *sql.Conn
+	q       *stmts // the writing connection's statements
+	conn    *sql.Conn
+	reserve *reserve
 
 	mu     sync.RWMutex // guards closed against sends on jobs
 	closed bool
@@ -51,8 +52,8 @@ type writer struct {
 	writes, commits atomic.Int64 // for tests; the metrics count the same
 }
 
-func newWriter(conn *sql.Conn) *writer {
-	w := &writer{q: newStmts(conn), conn: conn, jobs: make(chan *job, maxBatch), exited: make(chan struct{})}
+func newWriter(conn *sql.Conn, r *reserve) *writer {
+	w := &writer{q: newStmts(conn), conn: conn, reserve: r, jobs: make(chan *job, maxBatch), exited: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -61,7 +62,30 @@ func newWriter(conn *sql.Conn) *writer {
 // (or failed). ctx bounds only the wait in the queue: once the writer has
 // taken the job, write waits for its outcome, so a nil error always means
 // a durable write and a cancelled caller never leaves a write half-known.
+// A write that the full disk refused (and rolled back) is tried once more
+// on the store's reserve, freed for it.
 func (w *writer) write(ctx context.Context, fn func(q *stmts) error) error {
+	err := w.queue(ctx, fn)
+	if diskFull(err) && w.reserve.release() {
+		err = w.queue(ctx, fn)
+	}
+	if diskFull(err) {
+		return w.reserve.fullDisk(err)
+	}
+	return err
+}
+
+// grow is write for a write that adds a sandbox or a pool: refused at once
+// while the disk is full, so that the reserve stays for the writes that
+// end sandboxes.
+func (w *writer) grow(ctx context.Context, fn func(q *stmts) error) error {
+	if w.reserve.full() {
+		return w.reserve.fullDisk(errors.New("the store's reserve is in use"))
+	}
+	return w.write(ctx, fn)
+}
+
+func (w *writer) queue(ctx context.Context, fn func(q *stmts) error) error {
 	j := &job{fn: fn, done: make(chan error, 1)}
 	w.mu.RLock()
 	if w.closed {
