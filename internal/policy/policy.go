@@ -62,6 +62,10 @@ type Filesystem struct {
 // (some of) Landlock: BestEffort or HardRequirement.
 type Landlock struct {
 	Compatibility string `json:"compatibility"`
+	// Given says the policy named the compatibility rather than taking
+	// the default: where file lists cannot be enforced, only a policy that
+	// says best_effort runs without them.
+	Given bool `json:"-"`
 }
 
 // The Landlock compatibilities.
@@ -229,6 +233,7 @@ func Parse(text string) (Policy, error) {
 		"landlock": func(n *yaml.Node, f string) error {
 			return walk(n, f, fields{"compatibility": func(n *yaml.Node, f string) (err error) {
 				p.Landlock.Compatibility, err = oneOf(n, f, BestEffort, HardRequirement)
+				p.Landlock.Given = true
 				return err
 			}})
 		},

@@ -98,9 +98,14 @@ func (d *Driver) checkGVisor(spec driver.Spec) error {
 	if !spec.Policy.GVisor() {
 		return nil
 	}
-	if p := spec.Policy; p.Filesystem.Set && p.Landlock.Compatibility == policy.HardRequirement {
+	switch p := spec.Policy; {
+	case p.Filesystem.Set && p.Landlock.Compatibility == policy.HardRequirement:
 		return errdefs.InvalidArgument("sandbox %s: gVisor has no Landlock, so filesystem_policy with landlock compatibility hard_requirement cannot hold on the gVisor tier: "+
 			"use best_effort (the lists are then not enforced; the root stays read-only, /sandbox and /tmp writable) or isolation: namespaces", spec.Name)
+	case p.Filesystem.Set && !p.Landlock.Given:
+		return errdefs.InvalidArgument("sandbox %s: gVisor has no Landlock, so on the Docker driver's gVisor tier filesystem_policy is not enforced: "+
+			"say landlock: {compatibility: best_effort} to run without it (the root stays read-only, /sandbox and /tmp writable), "+
+			"or use isolation: namespaces, or the native driver's gVisor tier, which enforces the lists with its mounts", spec.Name)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

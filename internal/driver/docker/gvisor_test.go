@@ -206,3 +206,19 @@ func execOnTerminal(t *testing.T, d *Driver, id, tty string) {
 		t.Errorf("exec on a terminal: exit %d, %q; want exit 5 and the typed line echoed back through a terminal (CR LF)", code, got)
 	}
 }
+
+// File lists on Docker's gVisor tier, which cannot enforce them, are
+// refused unless the policy says best_effort itself: a create never runs
+// them silently unenforced.
+func TestGVisorRefusesUnenforcedFileListsUnlessAsked(t *testing.T) {
+	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
+	spec := driver.Spec{ID: sandbox.NewID(), Name: "lists", Generation: 1, Image: testenv.TestImage, Command: []string{"sleep", "10"},
+		Policy: drivertest.MustPolicy(t, "version: 1\nisolation: gvisor\nfilesystem_policy: {read_only: [/bin]}\n")}
+	if err := d.Validate(spec); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "not enforced") {
+		t.Errorf("Validate = %v; want file lists left to the default refused, saying they would not be enforced", err)
+	}
+	spec.Policy = drivertest.MustPolicy(t, "version: 1\nisolation: gvisor\nfilesystem_policy: {read_only: [/bin]}\nlandlock: {compatibility: best_effort}\n")
+	if err := d.Validate(spec); err != nil && strings.Contains(err.Error(), "Landlock") {
+		t.Errorf("Validate with best_effort said = %v; want it accepted", err)
+	}
+}
