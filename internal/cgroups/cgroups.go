@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +34,17 @@ var controllers = []string{"memory", "cpu", "pids"}
 // Unified reports whether the host runs cgroup v2 alone.
 func Unified() bool {
 	_, err := os.Stat(filepath.Join(Root, "cgroup.controllers"))
+	return err == nil
+}
+
+// Has says whether the host has a controller: in the unified hierarchy's
+// root, or mounted as a v1 hierarchy of its own.
+func Has(controller string) bool {
+	if Unified() {
+		have, err := os.ReadFile(filepath.Join(Root, "cgroup.controllers"))
+		return err == nil && slices.Contains(strings.Fields(string(have)), controller)
+	}
+	_, err := os.Stat(filepath.Join(Root, controller))
 	return err == nil
 }
 
@@ -153,6 +165,53 @@ func pathOf(name, controller string) string {
 		return filepath.Join(Root, name)
 	}
 	return filepath.Join(Root, controller, name)
+}
+
+// Pids are the open pids.max and pids.current files of a group: they
+// are read even after the caller's root changed.
+type Pids struct{ max, current *os.File }
+
+// OpenPids opens the pids files of group name ("" is the group the caller
+// sees as its root: a container's own).
+func OpenPids(name string) (*Pids, error) {
+	dir := pathOf(name, "pids")
+	max, err := os.Open(filepath.Join(dir, "pids.max"))
+	if err != nil {
+		return nil, err
+	}
+	current, err := os.Open(filepath.Join(dir, "pids.current"))
+	if err != nil {
+		max.Close()
+		return nil, err
+	}
+	return &Pids{max: max, current: current}, nil
+}
+
+// Free returns how many more tasks the group may have (pids.max less
+// pids.current, below 0 when over); ok is false when it has no limit or
+// the files cannot be read.
+func (p *Pids) Free() (free int64, ok bool) {
+	limit, err1 := readInt(p.max) // "max": no limit
+	current, err2 := readInt(p.current)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return limit - current, true
+}
+
+func readInt(f *os.File) (int64, error) {
+	var buf [32]byte
+	n, err := f.ReadAt(buf[:], 0)
+	if n == 0 {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(buf[:n])), 10, 64)
+}
+
+// Close closes the files.
+func (p *Pids) Close() error {
+	p.max.Close()
+	return p.current.Close()
 }
 
 func write(path, value string) error {

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -23,6 +24,9 @@ type Children struct {
 	DropCaps bool          // they keep only keptCapabilities
 	IDs      *IDRange      // their user namespace's host ids, if they get one
 	Procs    cgroups.Procs // the sandbox's cgroup, when it has one
+	// Pids, when set, is the pids limit the sandbox's processes count
+	// against: an exec is refused in a line when it is nearly reached.
+	Pids *cgroups.Pids
 	// Bin is the corral binary whose exec stage starts them; "" is the
 	// caller's own, through /proc.
 	Bin string
@@ -86,12 +90,32 @@ func (c *Children) Start(command, env []string, stdio []*os.File, tty bool) (pid
 // group, which its kill kills.
 func (c *Children) ExecStarter(base []string) control.Starter {
 	return func(req control.Request, stdio []*os.File) (int, <-chan int, func(), error) {
+		if err := c.roomForExec(); err != nil {
+			return 0, nil, nil, err
+		}
 		pid, done, _, _, err := c.Start(req.Command, control.ExecEnv(base, req), stdio, req.TTY) // a command that cannot run exits 126 or 127
 		if err != nil {
 			return 0, nil, nil, err
 		}
 		return pid, done, func() { _ = unix.Kill(-pid, unix.SIGKILL) }, nil
 	}
+}
+
+// stageTasks is about how many tasks an exec stage needs to start (its Go
+// runtime's threads) before its command runs as one of them.
+const stageTasks = 8
+
+// roomForExec says why an exec cannot start, when the sandbox is so near
+// its pids limit (Pids) that the exec stage could not start its
+// threads: one line, instead of the Go runtime's crash of the stage.
+func (c *Children) roomForExec() error {
+	if c.Pids == nil {
+		return nil
+	}
+	if free, ok := c.Pids.Free(); ok && free < stageTasks {
+		return fmt.Errorf("the sandbox is at its pids limit (%d more tasks allowed; an exec needs about %d): end some of its processes, or raise limits.pids", max(free, 0), stageTasks)
+	}
+	return nil
 }
 
 // spareAnswerWait bounds how long a spare may take from its request to

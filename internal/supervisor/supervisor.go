@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
+	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/files"
@@ -89,6 +90,10 @@ func Run(cfg Config) (int, error) {
 		_ = os.Chmod("/tmp", 0o777|os.ModeSticky)
 	}
 	c := Children{DropCaps: cfg.DropCaps}
+	if pids, err := cgroups.OpenPids(""); err == nil { // the container's own, which it sees as its root
+		defer pids.Close()
+		c.Pids = pids
+	}
 	if filepath.IsAbs(os.Args[0]) {
 		// By the path it was started with: a gVisor sandbox whose file
 		// lists leave out /proc has no /proc/self/exe.

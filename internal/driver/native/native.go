@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
+	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -141,7 +142,27 @@ func New(cfg driver.Config, opts Options) (*Driver, error) {
 			return nil, fmt.Errorf("native driver: %w", err)
 		}
 	}
+	if os.Geteuid() == 0 && cgroups.Has("pids") {
+		if err := cgroups.Create(cgroupParent, cgroups.Limits{Pids: PidsBudget()}); err != nil {
+			return nil, fmt.Errorf("native driver: the host's pids budget for sandboxes: %w", err)
+		}
+	}
 	return &Driver{cfg: cfg, opts: opts, locks: map[string]*sync.Mutex{}}, nil
+}
+
+// PidsBudget is how many tasks every native sandbox of the host may have
+// together (their parent cgroup's pids limit): the host's pid_max less a
+// reserve of an eighth (at least 1024) for the host, the gateway and the
+// supervisors, so that sandboxes at their limits cannot take the host's
+// last process ids.
+func PidsBudget() int64 {
+	pidMax := int64(32768)
+	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			pidMax = n
+		}
+	}
+	return pidMax - max(pidMax/8, 1024)
 }
 
 // Supported reports why this host cannot run native sandboxes, or nil.
@@ -217,7 +238,10 @@ func (d *Driver) socket(id string, gen int64) string {
 }
 
 // cgroup names the cgroup of a sandbox.
-func cgroup(id string) string { return "corral/" + id }
+func cgroup(id string) string { return cgroupParent + "/" + id }
+
+// cgroupParent is the cgroup of every native sandbox's cgroup.
+const cgroupParent = "corral"
 
 // load reads the object of id; another gateway's object (another label)
 // is not found.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/drivertest"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
@@ -243,6 +244,13 @@ func TestLimits(t *testing.T) {
 	code, _, errOut := s.exec("sh", "-c", "for i in $(seq 40); do sleep 100 >/dev/null 2>&1 & done")
 	if code == 0 || !strings.Contains(errOut, "fork") {
 		t.Errorf("40 processes under a pids limit of 20: exit %d, %q; want fork to fail", code, errOut)
+	}
+	// An exec into the sandbox at its limit is refused in one line, not
+	// with the Go runtime's crash of an exec stage without a thread.
+	var stdout, stderr bytes.Buffer
+	_, err := d.Exec(ctx(t), s.id, driver.ExecOptions{Command: []string{"echo", "hi"}, Stdout: &stdout, Stderr: &stderr})
+	if err == nil || !strings.Contains(err.Error(), "pids limit") || strings.Contains(stderr.String(), "goroutine") {
+		t.Errorf("an exec at the pids limit: %v, stderr %q; want it refused in a line naming the limit", err, stderr.String())
 	}
 	// The supervisor is outside the sandbox's limits: it still stops it.
 	if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: 1}, driver.StopOptions{Timeout: 5 * time.Second}); err != nil {
@@ -601,5 +609,29 @@ func BenchmarkExec(b *testing.B) {
 		if err != nil || code != 0 || out.String() != "x\n" {
 			b.Fatalf("exec: %v, exit %d, %q", err, code, out.String())
 		}
+	}
+}
+
+// Every native sandbox of the host counts against one pids limit, their
+// parent cgroup's, which leaves the host and the gateway an eighth of its
+// process ids: eight sandboxes at a limit of 4096 cannot take the last.
+func TestSandboxesShareAHostPidsBudget(t *testing.T) {
+	newTestDriver(t, "corral.test")
+	path := filepath.Join(cgroups.Root, "pids", "corral", "pids.max")
+	if cgroups.Unified() {
+		path = filepath.Join(cgroups.Root, "corral", "pids.max")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidMax, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := strconv.ParseInt(strings.TrimSpace(string(pidMax)), 10, 64)
+	want -= max(want/8, 1024)
+	if got := strings.TrimSpace(string(data)); got != strconv.FormatInt(want, 10) {
+		t.Errorf("the sandboxes' parent cgroup's pids.max is %s; want %d (pid_max %s less its reserve)", got, want, strings.TrimSpace(string(pidMax)))
 	}
 }

@@ -339,6 +339,9 @@ func (s *sandboxSupervisor) cgroups() error {
 	if err == nil {
 		err = s.children.SetProcs(procs)
 	}
+	if err == nil {
+		s.children.Pids, err = cgroups.OpenPids(s.cfg.Cgroup + "/sandbox")
+	}
 	if err != nil && l.MemoryBytes == 0 && l.CPUMillis == 0 && l.Pids == 0 {
 		// No limits asked for: a cgroup (and its default pids cap) is a
 		// convenience, not a promise.
