@@ -3,6 +3,7 @@ package images
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -197,7 +198,9 @@ func (s *Store) unpack(ctx context.Context, ref string, b blob, emit func(Progre
 	}
 	diff := sha256.New()
 	tee := io.TeeReader(stream, diff)
-	stats, err := untar(tee, dir, defaultLimits, os.Geteuid() == 0)
+	lim := defaultLimits
+	lim.Bytes = cmp.Or(b.unpacked, maxLayerBytes)
+	stats, err := untar(tee, dir, lim, os.Geteuid() == 0)
 	if err == nil {
 		_, err = io.Copy(io.Discard, tee) // the diff id covers what follows the tar's end too
 	}

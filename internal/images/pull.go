@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/corral-sandbox/corral/internal/errdefs"
 )
 
 // PullOptions change what Pull does.
@@ -69,6 +71,10 @@ func (s *Store) Pull(ctx context.Context, ref string, progress func(Progress), o
 	defer unpin()
 	img := Image{ID: r.id, Refs: []string{ref}, Layers: diffIDs, Config: r.config}
 	for _, b := range r.layers {
+		b.unpacked = min(maxLayerBytes, maxImageBytes-img.Size)
+		if b.unpacked <= 0 {
+			return Image{}, errdefs.InvalidArgument("image %q: its layers unpack to more than %d bytes, all corral unpacks of one image", ref, maxImageBytes)
+		}
 		if err := s.ensureLayer(ctx, ref, b, emit); err != nil {
 			return Image{}, err
 		}

@@ -48,6 +48,9 @@ type blob struct {
 	raw  bool
 	// remote blobs are downloaded into dir/tmp before they are unpacked.
 	remote bool
+	// unpacked bounds the bytes of the layer's files (what is left of
+	// maxImageBytes, at most maxLayerBytes); 0: maxLayerBytes.
+	unpacked int64
 }
 
 // name is how errors name the layer: its digest when the source gives one.
@@ -182,6 +185,9 @@ func fromManifest(ref string, img v1.Image, remote bool) (*resolved, error) {
 	if err != nil {
 		return nil, sourceErr(ref, "read the manifest", err)
 	}
+	if err := checkShape(ref, len(m.Layers), m.Config.Size); err != nil {
+		return nil, err
+	}
 	raw, err := img.RawConfigFile()
 	if err != nil {
 		return nil, sourceErr(ref, "read the config", err)
@@ -198,11 +204,15 @@ func fromManifest(ref string, img v1.Image, remote bool) (*resolved, error) {
 	if err != nil {
 		return nil, err
 	}
+	layers, err := img.Layers() // in the manifest's order, each found once (LayerByDigest looks through them all)
+	if err != nil {
+		return nil, sourceErr(ref, "find the layers", err)
+	}
+	if len(layers) != len(m.Layers) {
+		return nil, errdefs.InvalidArgument("image %q: %d layers found for the manifest's %d", ref, len(layers), len(m.Layers))
+	}
 	for i, d := range m.Layers {
-		l, err := img.LayerByDigest(d.Digest)
-		if err != nil {
-			return nil, sourceErr(ref, "find layer "+d.Digest.String(), err)
-		}
+		l := layers[i]
 		r.layers[i].digest, r.layers[i].size = d.Digest, d.Size
 		r.layers[i].open, r.layers[i].raw, r.layers[i].remote = l.Compressed, true, remote
 	}
@@ -212,6 +222,9 @@ func fromManifest(ref string, img v1.Image, remote bool) (*resolved, error) {
 // parseConfig reads what a driver needs from a raw config that declares
 // layers diff ids.
 func parseConfig(ref string, id v1.Hash, raw []byte, layers int) (*resolved, error) {
+	if err := checkShape(ref, layers, int64(len(raw))); err != nil {
+		return nil, err
+	}
 	cfg, err := v1.ParseConfigFile(bytes.NewReader(raw))
 	if err != nil {
 		return nil, errdefs.InvalidArgument("image %q: the config is not valid: %v", ref, err)
@@ -256,6 +269,13 @@ func readArchive(ref, file string, tag *name.Tag) (*resolved, error) {
 	img, err := tarball.ImageFromPath(file, tag)
 	if err != nil {
 		return nil, errdefs.InvalidArgument("image %q: %s is not a docker save archive: %v", ref, file, err)
+	}
+	m, err := img.Manifest() // the archive's, made from its manifest.json: the config's size is known
+	if err != nil {
+		return nil, errdefs.InvalidArgument("image %q: read the manifest: %v", ref, err)
+	}
+	if err := checkShape(ref, len(m.Layers), m.Config.Size); err != nil {
+		return nil, err
 	}
 	raw, err := img.RawConfigFile()
 	if err != nil {

@@ -19,9 +19,10 @@ import (
 
 // Limits bound what one archive may hold.
 type Limits struct {
-	Entries int // tar entries
-	PathLen int // bytes of a name or link target
-	Depth   int // components of a name
+	Entries int   // tar entries
+	PathLen int   // bytes of a name or link target
+	Depth   int   // components of a name
+	Bytes   int64 // of regular files in all; 0: no bound
 }
 
 // DefaultLimits are the limits of an image layer or a copy.
@@ -261,9 +262,17 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		if u.buf == nil {
 			u.buf = make([]byte, copyBuffer)
 		}
-		n, err := io.CopyBuffer(struct{ io.Writer }{f}, r, u.buf) // not *os.File's ReadFrom, 32 KiB a write
+		var src io.Reader = r
+		if u.lim.Bytes > 0 {
+			src = io.LimitReader(r, u.lim.Bytes-u.stats.Bytes+1) // one byte past the bound shows it
+		}
+		n, err := io.CopyBuffer(struct{ io.Writer }{f}, src, u.buf) // not *os.File's ReadFrom, 32 KiB a write
 		if cerr := f.Close(); err == nil {
 			err = cerr
+		}
+		if err == nil && u.lim.Bytes > 0 && u.stats.Bytes+n > u.lim.Bytes {
+			_ = u.root.Remove(name)
+			return &Refusal{Entry: hdr.Name, Reason: fmt.Sprintf("the archive's files hold more than %d bytes in all", u.lim.Bytes)}
 		}
 		if err != nil {
 			// No half-written file stays behind (on a full disk it would
