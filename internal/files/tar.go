@@ -18,13 +18,16 @@ import (
 // modification times; its top entry is named top, or, when top is "",
 // what a directory holds is written without it; hard links are kept. Device nodes, fifos and
 // sockets in a tree are left out; one asked for by name is an error, not an
-// empty success. Memory stays constant whatever the sizes.
+// empty success. Memory stays constant whatever the sizes, and the work is
+// linear in the tree's entries: each is reached from its directory, opened
+// once. A tree deeper, or with longer names, than a copy into a sandbox
+// takes (safetar.DefaultLimits) is refused when the walk reaches that far.
 func Pack(w io.Writer, root *os.Root, rel, top string) error {
 	if fi, err := root.Lstat(rel); err == nil && special(fi.Mode()) {
 		return errdefs.InvalidArgument("%s is a device, fifo or socket: only files, links and directories are copied", rel)
 	}
-	p := &packer{tw: tar.NewWriter(w), root: root, links: map[[2]uint64]string{}}
-	if err := p.entry(rel, top); err != nil {
+	p := &packer{tw: tar.NewWriter(w), links: map[[2]uint64]string{}}
+	if err := p.entry(root, rel, top, 0); err != nil {
 		return err
 	}
 	return p.tw.Close()
@@ -34,20 +37,27 @@ func Pack(w io.Writer, root *os.Root, rel, top string) error {
 // other names as hard links to the first.
 type packer struct {
 	tw    *tar.Writer
-	root  *os.Root
 	links map[[2]uint64]string // device and inode: the first name written
 }
 
-func (p *packer) entry(rel, name string) error {
-	tw, root := p.tw, p.root
-	fi, err := root.Lstat(rel)
+// entry writes rel of dir (one name, but at the top of the tree) as name,
+// depth levels under the top.
+func (p *packer) entry(dir *os.Root, rel, name string, depth int) error {
+	tw, lim := p.tw, safetar.DefaultLimits
+	switch {
+	case depth > lim.Depth:
+		return errdefs.InvalidArgument("%s: the tree is more than %d levels deep, more than a copy takes", name, lim.Depth)
+	case len(name) > lim.PathLen:
+		return errdefs.InvalidArgument("%s...: a name in the tree is longer than the %d bytes a copy takes", name[:64], lim.PathLen)
+	}
+	fi, err := dir.Lstat(rel)
 	if err != nil {
 		return err
 	}
 	link := ""
 	switch {
 	case fi.Mode()&os.ModeSymlink != 0:
-		if link, err = root.Readlink(rel); err != nil {
+		if link, err = dir.Readlink(rel); err != nil {
 			return err
 		}
 	case special(fi.Mode()):
@@ -78,7 +88,7 @@ func (p *packer) entry(rel, name string) error {
 	}
 	switch {
 	case fi.Mode().IsRegular():
-		f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		f, err := dir.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			return err
 		}
@@ -89,7 +99,12 @@ func (p *packer) entry(rel, name string) error {
 		}
 		return err
 	case fi.IsDir():
-		d, err := root.Open(rel)
+		sub, err := dir.OpenRoot(rel)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		d, err := sub.Open(".")
 		if err != nil {
 			return err
 		}
@@ -100,7 +115,7 @@ func (p *packer) entry(rel, name string) error {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			if err := p.entry(path.Join(rel, n), path.Join(name, n)); err != nil {
+			if err := p.entry(sub, n, path.Join(name, n), depth+1); err != nil {
 				return err
 			}
 		}

@@ -6,6 +6,8 @@ package safetar
 
 import (
 	"archive/tar"
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -106,6 +108,54 @@ func MkdirAll(root *os.Root, dir string, mode os.FileMode, owner *Owner) error {
 
 // copyBuffer is how much of a file's contents is written at once.
 const copyBuffer = 256 << 10
+
+// fill reads r into buf until it is full or r ends (io.EOF, with what it
+// read); unlike io.ReadFull it passes on a stream's own io.ErrUnexpectedEOF
+// (a tar entry cut short) as the error it is.
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// zeroBlock is a block of zeros, to compare a file's blocks with.
+var zeroBlock = make([]byte, copyBuffer)
+
+// copySparse copies r into f a block of buf at a time, leaving a hole
+// where a whole block is zeros (a sparse file stays sparse; tar streams
+// carry holes as zeros), and returns how many bytes it copied.
+func copySparse(f *os.File, r io.Reader, buf []byte) (int64, error) {
+	var n int64
+	hole := false // the last block was left a hole
+	for {
+		k, err := fill(r, buf)
+		if k > 0 {
+			if hole = bytes.Equal(buf[:k], zeroBlock[:k]); hole {
+				_, werr := f.Seek(int64(k), io.SeekCurrent)
+				err = cmp.Or(werr, err)
+			} else if _, werr := f.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+		}
+		switch {
+		case err == nil:
+		case err == io.EOF:
+			if hole { // a hole at the end has no block after it to set the size
+				return n, f.Truncate(n)
+			}
+			return n, nil
+		default:
+			return n, err
+		}
+	}
+}
 
 // Owner is a uid and gid.
 type Owner struct{ UID, GID int }
@@ -266,7 +316,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		if u.lim.Bytes > 0 {
 			src = io.LimitReader(r, u.lim.Bytes-u.stats.Bytes+1) // one byte past the bound shows it
 		}
-		n, err := io.CopyBuffer(struct{ io.Writer }{f}, src, u.buf) // not *os.File's ReadFrom, 32 KiB a write
+		n, err := copySparse(f, src, u.buf)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
