@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -634,4 +635,59 @@ func TestSandboxesShareAHostPidsBudget(t *testing.T) {
 	if got := strings.TrimSpace(string(data)); got != strconv.FormatInt(want, 10) {
 		t.Errorf("the sandboxes' parent cgroup's pids.max is %s; want %d (pid_max %s less its reserve)", got, want, strings.TrimSpace(string(pidMax)))
 	}
+}
+
+// threads is how many OS threads this process has.
+func threads(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// zombies lists this process's children that ended and were not reaped.
+func zombies(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range dirs {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		rest := string(data[strings.LastIndexByte(string(data), ')')+1:]) // after the command's name
+		f := strings.Fields(rest)
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(os.Getpid()) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// The supervisors a gateway started cost it no thread each (it waits for
+// them on its poller), and those that end are reaped.
+func TestLiveSandboxesCostNoThreadEach(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	startSandbox(t, d, "first", "") // the runtime's own threads, started once
+	before := threads(t)
+	var boxes []*testSandbox
+	for i := range 40 {
+		boxes = append(boxes, startSandbox(t, d, fmt.Sprintf("live%d", i), ""))
+	}
+	if grown := threads(t) - before; grown > 10 {
+		t.Errorf("40 live sandboxes took %d more threads of the gateway's; want a few at most, not one each", grown)
+	}
+	for _, s := range boxes {
+		if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: 1}, driver.StopOptions{Timeout: 5 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 20*time.Second, func() error {
+		if z := zombies(t); len(z) > 0 {
+			return fmt.Errorf("%d supervisors ended and were not reaped: %v", len(z), z)
+		}
+		return nil
+	})
 }

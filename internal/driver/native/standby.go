@@ -62,8 +62,9 @@ func (d *Driver) startSupervisor(dir string, ready, lock, log *os.File) (int, er
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
-	go func() { _ = cmd.Wait() }() // reap it while this gateway lives; after that, init does
-	return cmd.Process.Pid, nil
+	pid := cmd.Process.Pid
+	reap(cmd.Process)
+	return pid, nil
 }
 
 // takeStandby returns the standby, if any, for one start.
@@ -124,8 +125,9 @@ func (d *Driver) startStandby() (*standby, error) {
 		ours.Close()
 		return nil, fmt.Errorf("start a standby supervisor: %w", err)
 	}
-	go func() { _ = cmd.Wait() }()
-	return &standby{pid: cmd.Process.Pid, ctl: ours}, nil
+	pid := cmd.Process.Pid
+	reap(cmd.Process)
+	return &standby{pid: pid, ctl: ours}, nil
 }
 
 // closeStandby lets the standby go (it exits) and starts no other.
