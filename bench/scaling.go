@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -21,7 +22,9 @@ const scalingClients = 8
 
 // benchScaling measures, per driver, how create→ready latency and create
 // throughput change with the number of sandboxes already running: 1, 10
-// and 100 (1 and 10 with -quick).
+// and 100 (1 and 10 with -quick); and what each live sandbox costs the
+// gateway in threads, descriptors and RSS, from the smallest fleet to the
+// largest.
 func benchScaling(bin, dir string, drivers []string, runs int, quick bool) ([]*figure, error) {
 	fleets := []int{1, 10, 100}
 	if quick {
@@ -38,12 +41,24 @@ func benchScaling(bin, dir string, drivers []string, runs int, quick bool) ([]*f
 			return nil, err
 		}
 		live := 0
-		for _, fleet := range fleets {
+		var first gatewayCost
+		for i, fleet := range fleets {
 			for ; live < fleet; live++ {
 				if _, err := g.create(fmt.Sprintf("live-%d", live), &corralv1.SandboxSpec{Command: nativeCommand}); err != nil {
 					g.close()
 					return nil, err
 				}
+			}
+			cost := costOf(g.cmd.Process.Pid)
+			switch i {
+			case 0:
+				first = cost
+			case len(fleets) - 1:
+				per := float64(fleet - fleets[0])
+				figs = append(figs,
+					&figure{Name: fmt.Sprintf("%s: gateway threads per live sandbox (%d→%d live)", drv, fleets[0], fleet), Value: float64(cost.threads-first.threads) / per, Unit: "threads"},
+					&figure{Name: fmt.Sprintf("%s: gateway descriptors per live sandbox (%d→%d live)", drv, fleets[0], fleet), Value: float64(cost.files-first.files) / per, Unit: "fds"},
+					&figure{Name: fmt.Sprintf("%s: gateway RSS per live sandbox (%d→%d live)", drv, fleets[0], fleet), Value: (cost.rssMB - first.rssMB) * 1024 / per, Unit: "KiB"})
 			}
 			lat, rate, err := scalingAt(g, fleet, runs)
 			if err != nil {
@@ -172,4 +187,18 @@ func (g *gateway) removeAll() error {
 		}
 	}
 	return nil
+}
+
+// gatewayCost is what a gateway process holds.
+type gatewayCost struct {
+	threads, files int
+	rssMB          float64
+}
+
+func costOf(pid int) gatewayCost {
+	count := func(dir string) int {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/%s", pid, dir))
+		return len(ents)
+	}
+	return gatewayCost{threads: count("task"), files: count("fd"), rssMB: rssMB(pid)}
 }
