@@ -102,10 +102,7 @@ func TestDockerWorkloadCannotReachOtherProcessesMemory(t *testing.T) {
 	testenv.RequireDocker(t)
 	home, label := t.TempDir(), newLabel(t)
 	dockerGateway(t, home, label)
-	pol := filepath.Join(t.TempDir(), "root.yaml")
-	if err := os.WriteFile(pol, []byte("version: 1\nprocess: {run_as_user: 0}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pol := rootPolicy(t)
 	mustCorral(t, home, "sandbox", "create", "--name", "prober", "--policy", pol, "--", "sleep", "1000")
 	go corral(t, home, "sandbox", "exec", "prober", "--", "sleep", "77") // another exec's command, to aim at
 	var sleeper string
@@ -137,10 +134,7 @@ func TestDockerRootWorkloadCannotFillTheGatewaysDisk(t *testing.T) {
 	testenv.RequireRoot(t)
 	home, label := t.TempDir(), newLabel(t)
 	dockerGateway(t, home, label)
-	pol := filepath.Join(t.TempDir(), "root.yaml")
-	if err := os.WriteFile(pol, []byte("version: 1\nprocess: {run_as_user: 0}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pol := rootPolicy(t)
 	id := strings.TrimSpace(mustCorral(t, home, "sandbox", "create", "--name", "filler", "--policy", pol, "--", "sleep", "1000"))
 	out, _, _ := corral(t, home, "sandbox", "exec", "filler", "--", "sh", "-c",
 		"dd if=/dev/zero of=/.corral/run/fill bs=64k count=1600 2>&1; echo dd exit $?")
@@ -159,4 +153,15 @@ func TestDockerRootWorkloadCannotFillTheGatewaysDisk(t *testing.T) {
 	if _, err := os.Stat(runDir); !os.IsNotExist(err) {
 		t.Errorf("the run directory after delete: %v; want it gone", err)
 	}
+}
+
+// rootPolicy writes a policy whose workload runs as root and returns its
+// file.
+func rootPolicy(t *testing.T) string {
+	t.Helper()
+	pol := filepath.Join(t.TempDir(), "root.yaml")
+	if err := os.WriteFile(pol, []byte("version: 1\nprocess: {run_as_user: 0}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pol
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -25,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -388,4 +390,67 @@ func egressAfterKills(t *testing.T, gateway func(home string) *gatewayProc, kill
 		}
 	}
 	mustCorral(t, home, "sandbox", "delete", "--all")
+}
+
+func TestEgressFloodOnNative(t *testing.T) {
+	testenv.RequireRoot(t)
+	egressFlood(t, func(home string) *gatewayProc { return nativeGateway(t, home) })
+}
+
+func TestEgressFloodOnDocker(t *testing.T) {
+	testenv.RequireDocker(t)
+	testenv.RequireRoot(t)
+	label := newLabel(t)
+	egressFlood(t, func(home string) *gatewayProc { return dockerGateway(t, home, label) })
+}
+
+// A sandbox without network permission floods its egress proxy with
+// connections, each with a refused request of a 60 KiB path, and keeps
+// them: the gateway holds a bounded number of descriptors for it, and
+// `sandbox list` and another sandbox's exec keep answering throughout.
+func egressFlood(t *testing.T, gateway func(home string) *gatewayProc) {
+	home := t.TempDir()
+	g := gateway(home)
+	mustCorral(t, home, "sandbox", "create", "--name", "flooder", "--", "sleep", "1000")
+	mustCorral(t, home, "sandbox", "create", "--name", "bystander", "--", "sleep", "1000")
+	putProbe(t, home, "flooder", buildProbe(t))
+	files := func() int {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", g.cmd.Process.Pid))
+		return len(ents)
+	}
+	before := files()
+	done := make(chan string, 1)
+	go func() {
+		out, errOut, _ := corral(t, home, "sandbox", "exec", "flooder", "--", "/sandbox/probe", "flood", "3000")
+		done <- out + errOut
+	}()
+	var slowest time.Duration
+	most, rounds := 0, 0
+	for flooding := true; flooding; rounds++ {
+		select {
+		case out := <-done:
+			flooding = false
+			t.Logf("the flood: %s", strings.TrimSpace(out))
+		case <-time.After(200 * time.Millisecond):
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := api(t, home).ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+		cancel()
+		if err != nil {
+			t.Fatalf("sandbox list during the flood: %v", err)
+		}
+		if out, errOut, code := corral(t, home, "sandbox", "exec", "bystander", "--", "true"); code != 0 {
+			t.Fatalf("another sandbox's exec during the flood: exit %d\n%s%s", code, out, errOut)
+		}
+		slowest = max(slowest, time.Since(start))
+		most = max(most, files()-before)
+	}
+	t.Logf("%d rounds of list and exec during the flood: the slowest took %s; the gateway held at most %d more descriptors", rounds, slowest.Round(time.Millisecond), most)
+	if slowest > 3*time.Second {
+		t.Errorf("a list and an exec took %s during the flood; want them answering within a second or so", slowest)
+	}
+	if limit := 2*256 + 64; most > limit {
+		t.Errorf("the gateway held %d more descriptors during the flood; want at most %d (the sandbox's 256 connections, each with at most one upstream)", most, limit)
+	}
 }

@@ -19,11 +19,9 @@ import (
 // (driver.OwnerOf) is left alone, and reported once.
 // Storage a driver lists as Leftovers is collected the same way.
 func (m *Manager) CollectOrphans(ctx context.Context) error {
-	lctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
-	objs, err := m.cfg.Driver.List(lctx)
-	cancel()
+	objs, err := m.listObjects(ctx)
 	if err != nil {
-		return fmt.Errorf("list driver objects: %w", err)
+		return err
 	}
 	left, err := m.leftovers(ctx, objs)
 	if err != nil {
@@ -124,11 +122,9 @@ func (m *Manager) reportForeign(owner string) {
 // ReportForeign lists the driver's objects and reports those of other
 // gateways: run at start, so that a shared engine is said at once.
 func (m *Manager) ReportForeign(ctx context.Context) error {
-	lctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
-	objs, err := m.cfg.Driver.List(lctx)
-	cancel()
+	objs, err := m.listObjects(ctx)
 	if err != nil {
-		return fmt.Errorf("list driver objects: %w", err)
+		return err
 	}
 	for _, o := range objs {
 		if owner, foreign := driver.OwnerOf(o.Labels, m.cfg.Gateway); foreign {
@@ -136,6 +132,17 @@ func (m *Manager) ReportForeign(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// listObjects lists the driver's objects within a call's timeout.
+func (m *Manager) listObjects(ctx context.Context) ([]driver.Object, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	defer cancel()
+	objs, err := m.cfg.Driver.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list driver objects: %w", err)
+	}
+	return objs, nil
 }
 
 // reportedOrphans are the sandbox ids the gateway journal reports as

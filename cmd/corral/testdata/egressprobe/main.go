@@ -6,6 +6,8 @@
 //	egressprobe post URL     POST through the proxy
 //	egressprobe hold URL     GET a body that never ends; print how it ended
 //	egressprobe dial ADDR    a direct TCP connection, ignoring the proxy
+//	egressprobe flood N      open N connections to the proxy, send a refused
+//	                         request with a long path on each, keep them 5 s
 //	egressprobe serve ADDR   serve the working directory's files on ADDR
 //	                         (one process: no child reads a connection it did
 //	                         not accept, which gVisor's hostinet gets wrong)
@@ -18,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -75,6 +78,23 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Printf("refused after %s: %v\n", time.Since(start).Round(time.Millisecond), err)
+	case "flood":
+		n, _ := strconv.Atoi(arg)
+		opened, failed := 0, 0
+		var conns []net.Conn
+		path := "/" + strings.Repeat("a", 60<<10)
+		for range n {
+			c, err := net.DialTimeout("tcp", "127.0.0.1:999", 2*time.Second)
+			if err != nil {
+				failed++
+				continue
+			}
+			opened++
+			fmt.Fprintf(c, "GET http://127.0.0.1:999%s HTTP/1.1\r\nHost: 127.0.0.1:999\r\n\r\n", path)
+			conns = append(conns, c)
+		}
+		time.Sleep(5 * time.Second)
+		fmt.Printf("opened %d, failed %d\n", opened, failed)
 	default:
 		os.Exit(2)
 	}
