@@ -3,6 +3,7 @@ package images
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -58,5 +59,37 @@ func TestUnpackedBytesAreBounded(t *testing.T) {
 	}
 	if _, err := s.Get("oci:" + bomb); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a refused image is in the cache: %v", err)
+	}
+}
+
+// Past its bound, the cache lets go of the images no sandbox uses, least
+// recently pulled first, until it is within the bound again.
+func TestEvictKeepsTheCacheBoundedAndWhatIsUsed(t *testing.T) {
+	s, _ := newStore(t)
+	pull := func(name string) Image {
+		dir := writeLayout(t, imageOf(t, v1.Config{Cmd: []string{"sh"}}, tarOf(t, mkfile(name, strings.Repeat(name, 40<<10), 0o644))), name+":1")
+		img, err := s.Pull(context.Background(), "oci:"+dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return img
+	}
+	oldest, used, newest := pull("a"), pull("b"), pull("c")
+	gone, err := s.Evict(50<<10, func(id string) bool { return id == used.ID })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gone) != 2 || gone[0].ID != oldest.ID || gone[1].ID != newest.ID {
+		t.Errorf("evicted %v; want the oldest unused image, then the next, until 120 KiB fit in 50 KiB", gone)
+	}
+	left, _ := s.List()
+	if len(left) != 1 || left[0].ID != used.ID {
+		t.Errorf("left in the cache: %v; want the image in use alone", left)
+	}
+	if _, err := os.Stat(s.LayerPath(oldest.Layers[0])); !os.IsNotExist(err) {
+		t.Errorf("an evicted image's layer: %v; want it gone from the disk", err)
+	}
+	if again, err := s.Evict(50<<10, func(string) bool { return true }); err != nil || len(again) != 0 {
+		t.Errorf("within the bound, Evict removed %v, %v; want nothing", again, err)
 	}
 }

@@ -346,3 +346,49 @@ func clone(img *Image) Image {
 	out.Config.Env = slices.Clone(img.Config.Env)
 	return out
 }
+
+// Evict removes images for which inUse says false, least recently pulled
+// first, until the layers the cache keeps take at most maxBytes (or no
+// such image is left), and returns those it removed: the cache stays
+// bounded, and what a sandbox runs stays.
+func (s *Store) Evict(maxBytes int64, inUse func(id string) bool) ([]Image, error) {
+	imgs, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	holders := map[string]int{} // layer -> images that have it
+	sizes := map[string]int64{}
+	var total int64
+	for _, img := range imgs {
+		for _, l := range img.Layers {
+			if holders[l]++; holders[l] == 1 {
+				n, err := s.layerSize(l)
+				if err != nil {
+					return nil, err
+				}
+				sizes[l] = n
+				total += n
+			}
+		}
+	}
+	slices.SortFunc(imgs, func(a, b Image) int { return a.Pulled.Compare(b.Pulled) })
+	var gone []Image
+	for _, img := range imgs {
+		if total <= maxBytes {
+			break
+		}
+		if inUse(img.ID) {
+			continue
+		}
+		if _, err := s.Remove(img.ID, inUse); err != nil {
+			return gone, err
+		}
+		gone = append(gone, img)
+		for _, l := range img.Layers {
+			if holders[l]--; holders[l] == 0 {
+				total -= sizes[l]
+			}
+		}
+	}
+	return gone, nil
+}

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ type Images interface {
 	List() ([]images.Image, error)
 	Remove(ref string, inUse func(id string) bool) (images.Image, error)
 	Prune(inUse func(id string) bool) ([]images.Image, error)
+	Evict(maxBytes int64, inUse func(id string) bool) ([]images.Image, error)
 	LayerPath(diffID string) string
 	ReadFile(img images.Image, path string) ([]byte, error)
 }
@@ -125,7 +127,24 @@ func (d *Driver) PullImage(ctx context.Context, ref string, progress func(driver
 	if err != nil {
 		return driver.ImageInfo{}, err
 	}
+	if err := d.evictImages(img.ID); err != nil {
+		return driver.ImageInfo{}, err
+	}
 	return d.imageInfo(img, nil), nil
+}
+
+// evictImages keeps the image cache within Options.ImageCacheBytes: past
+// it, the images no sandbox uses go, least recently pulled first, but
+// keep, the one just pulled.
+func (d *Driver) evictImages(keep string) error {
+	d.imagesMu.Lock()
+	defer d.imagesMu.Unlock()
+	used, err := d.imagesInUse()
+	if err != nil {
+		return err
+	}
+	_, err = d.opts.Images.Evict(cmp.Or(d.opts.ImageCacheBytes, DefaultImageCacheBytes), func(id string) bool { return id == keep || used[id] > 0 })
+	return err
 }
 
 // ListImages implements driver.Imager.

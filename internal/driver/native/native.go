@@ -51,6 +51,10 @@ type Options struct {
 	// Images is the cache OCI images come from; nil: the driver runs only
 	// the host's operating system and root directories.
 	Images Images
+	// ImageCacheBytes bounds what Images keeps: past it, after a pull, the
+	// images no sandbox uses go, least recently pulled first (0:
+	// DefaultImageCacheBytes).
+	ImageCacheBytes int64
 	// Runsc is gVisor's runsc, which runs the sandboxes of the gVisor
 	// tier (policy isolation: gvisor): a path, or a name looked up in
 	// PATH ("": "runsc").
@@ -149,6 +153,9 @@ func New(cfg driver.Config, opts Options) (*Driver, error) {
 	}
 	return &Driver{cfg: cfg, opts: opts, locks: map[string]*sync.Mutex{}}, nil
 }
+
+// DefaultImageCacheBytes is the image cache's bound when Options says 0.
+const DefaultImageCacheBytes = 32 << 30
 
 // PidsBudget is how many tasks every native sandbox of the host may have
 // together (their parent cgroup's pids limit): the host's pid_max less a
@@ -442,14 +449,23 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if old != nil {
 		o.IDBase = old.IDBase // its files in /sandbox keep their owners
 	}
-	if ociImage(spec.Image) {
+	if !ociImage(spec.Image) {
+		return d.saveNew(o)
+	}
+	err = func() error {
 		d.imagesMu.RLock()
 		defer d.imagesMu.RUnlock()
 		if err := d.useImage(ctx, o, spec.Image); err != nil {
 			return err
 		}
+		return d.saveNew(o)
+	}()
+	if err == nil {
+		// The sandbox is made: a cache that cannot shrink now is tried
+		// again after the next pull, and is not this create's failure.
+		_ = d.evictImages(o.ImageID)
 	}
-	return d.saveNew(o)
+	return err
 }
 
 // rootFS checks an image name: the host's operating system, or a root
