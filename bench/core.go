@@ -106,7 +106,7 @@ func benchCore(bin, dir string, quick bool) ([]*figure, error) {
 	return figs, nil
 }
 
-// throughputGoals are issue 17's journaled requests/s by client count.
+// throughputGoals are the journaled requests/s to reach, by client count.
 var throughputGoals = map[int]int{8: 2000, 64: 4000}
 
 // throughput runs clients that create, stop, start and delete sandboxes

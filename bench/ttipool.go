@@ -18,7 +18,7 @@ const ttiPool = "tti"
 // made and filled before each mode is timed (untimed), and deleted after.
 // Besides the time to interactive it reports the claim alone (the create
 // call's answer) and how many claims found the pool empty.
-// goal is the p50 it should reach (issue 17, Must hold 4).
+// goal is the p50 it should reach.
 func poolSubject(name string, g *gateway, image string, goal time.Duration) ttiSubject {
 	var (
 		mu             sync.Mutex

@@ -107,8 +107,8 @@ func TestTortureNativeSmoke(t *testing.T) {
 }
 
 // TestTortureDockerGVisorSmoke is the bounded run on Docker's gVisor tier
-// of every `go test` (issue 18; the full one is TestTorture with -driver
-// docker -isolation gvisor).
+// of every `go test` (the full one is TestTorture with -driver docker
+// -isolation gvisor).
 func TestTortureDockerGVisorSmoke(t *testing.T) {
 	if *driverFlag != "fake" || *seedFlag >= 0 {
 		t.Skip("TestTorture runs the chosen driver")

@@ -13,7 +13,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
-// Must hold 3 of issue 12, on Docker, end to end: a sandbox whose workload
+// On Docker, end to end: a sandbox whose workload
 // runs as root puts a symlink to a host file, then FIFOs, where its
 // supervisor reports. `get` prints no host content and returns at once,
 // the gateway keeps answering, and delete (graceful and forced) completes
@@ -66,7 +66,7 @@ func TestDockerHostileReportsCannotReachOrBlockTheGateway(t *testing.T) {
 	}
 }
 
-// Must hold 5 of issue 12, on Docker: a missing image that cannot be pulled
+// On Docker, a missing image that cannot be pulled
 // fails the create within 10 s naming the image (exit 1), and a reference
 // that does not parse is refused before any sandbox is recorded.
 func TestDockerMissingImageFailsFast(t *testing.T) {

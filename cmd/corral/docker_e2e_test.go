@@ -122,7 +122,8 @@ func TestDockerSandboxThroughCLI(t *testing.T) {
 	}
 }
 
-// Must hold 2 of the Docker issue: 200 rapid stop/start cycles through the CLI.
+// 200 stop/start cycles through the CLI without a pause: never an
+// auto-deleted or lost sandbox, one container at the end.
 func TestDockerRapidStopStart(t *testing.T) {
 	testenv.RequireDocker(t)
 	home, label := t.TempDir(), newLabel(t)
@@ -156,7 +157,8 @@ func TestDockerRapidStopStart(t *testing.T) {
 	mustCorral(t, home, "sandbox", "delete", "flip")
 }
 
-// Must hold 3: SIGKILL while an Engine API call is held by a relay.
+// SIGKILL while an Engine API call is held by a relay: after a restart
+// the entry is interrupted and the sandbox converges.
 func TestDockerSIGKILLWithEngineCallInFlight(t *testing.T) {
 	testenv.RequireDocker(t)
 	for _, call := range []string{"create", "start"} {
@@ -193,7 +195,8 @@ func TestDockerSIGKILLWithEngineCallInFlight(t *testing.T) {
 	}
 }
 
-// Must hold 4: a wrong host, an engine that goes away, a missing image.
+// A wrong host, an engine that goes away, a missing image: each a clear
+// error, and each recovered from.
 func TestDockerEngineFailuresAreClearAndRecoverable(t *testing.T) {
 	testenv.RequireDocker(t)
 	t.Run("wrong docker host", func(t *testing.T) {

@@ -134,7 +134,8 @@ network_policies:
 	return path
 }
 
-// Must hold 1 and 2 of issue 15, on each driver.
+// A sandbox reaches what its network_policies allow, through its proxy,
+// and nothing else, with each refusal reported; on each driver.
 func TestEgressOnNative(t *testing.T) {
 	testenv.RequireRoot(t)
 	srv := startEgressServers(t)
@@ -281,7 +282,7 @@ func egressChecks(t *testing.T, home string, srv egressServers, metricsPort, tie
 	mustCorral(t, home, "sandbox", "delete", "eg")
 }
 
-// Must hold 5 of issue 15: a gateway killed while sandboxes hold open
+// A gateway killed while sandboxes hold open
 // connections takes the connections with it, leaves no route out while it
 // is down, and the next gateway serves every sandbox's rules again; on
 // native, a killed supervisor's next incarnation has them too.

@@ -156,7 +156,7 @@ func layerInodes(t *testing.T, home string) map[string]uint64 {
 	return out
 }
 
-// Must hold 1 of issue 13 on native: a second sandbox of an image unpacks
+// On native, a second sandbox of an image unpacks
 // nothing (every layer "cached", the cache's directories the same ones),
 // and `image prune` removes only the image no sandbox uses, keeping the
 // layers it shares with one that is used.

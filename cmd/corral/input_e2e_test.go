@@ -33,7 +33,7 @@ func fileHash(t *testing.T, path string) [32]byte {
 	return sha256.Sum256(data)
 }
 
-// Must hold 4: invalid input gets a clear error and changes nothing.
+// Invalid input gets a clear error and changes nothing.
 func TestInvalidRequestsChangeNothing(t *testing.T) {
 	home := t.TempDir()
 	startGateway(t, home)

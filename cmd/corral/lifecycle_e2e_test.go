@@ -77,7 +77,8 @@ func TestCLIWalkthrough(t *testing.T) {
 	}
 }
 
-// Must hold 1: 1,000 alternating stop/start requests, some concurrent.
+// 1,000 alternating stop/start requests, some concurrent: the sandbox is
+// never deleted.
 func TestStopStartStormNeverDeletes(t *testing.T) {
 	home := t.TempDir()
 	startGateway(t, home)
@@ -159,7 +160,7 @@ func TestStopStartStormNeverDeletes(t *testing.T) {
 	emptyThroughAPI(t, c)
 }
 
-// Must hold 3a: the caller disconnects, then SIGTERM: the gateway waits for
+// The caller disconnects, then SIGTERM: the gateway waits for
 // the held call, records it and exits 0.
 func TestCallerGoneThenSIGTERMDrainsHeldCall(t *testing.T) {
 	home := t.TempDir()
@@ -202,7 +203,7 @@ func TestCallerGoneThenSIGTERMDrainsHeldCall(t *testing.T) {
 	}
 }
 
-// Must hold 3b: SIGTERM during startup recovery shuts down gracefully and
+// SIGTERM during startup recovery shuts down gracefully and
 // leaves nothing pending.
 func TestSIGTERMDuringStartupRecovery(t *testing.T) {
 	home := t.TempDir()
@@ -280,7 +281,7 @@ func TestSIGTERMDuringStartupRecovery(t *testing.T) {
 	}
 }
 
-// Must hold 3c: SIGKILL mid-call; after a restart the entry is interrupted,
+// SIGKILL mid-call; after a restart the entry is interrupted,
 // the reconciler converges and delete succeeds.
 func TestSIGKILLMidCallThenRestart(t *testing.T) {
 	home := t.TempDir()

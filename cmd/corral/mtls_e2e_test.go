@@ -28,7 +28,7 @@ func freePort(t *testing.T) string {
 	return lis.Addr().String()
 }
 
-// Must hold 2 and 3 of the mTLS issue: the CLI flow over mutual TLS on
+// The CLI flow over mutual TLS on
 // 127.0.0.1 through a context; keys are private and never logged.
 func TestCLIOverMutualTLS(t *testing.T) {
 	home, certs := t.TempDir(), t.TempDir()

@@ -96,7 +96,8 @@ func runsHelper(t *testing.T, pid int) {
 	}
 }
 
-// Must hold 2 of the native issue: 500 stops and starts with no pause.
+// 500 stops and starts with no pause: the same sandbox, never deleted,
+// at generation 501 with one supervisor.
 func TestNativeRapidStopStart(t *testing.T) {
 	home := t.TempDir()
 	nativeGateway(t, home)
@@ -134,7 +135,7 @@ func TestNativeRapidStopStart(t *testing.T) {
 	}
 }
 
-// Must hold 3 of the native issue: sandboxes outlive a SIGKILLed gateway
+// Sandboxes outlive a SIGKILLed gateway
 // and are reconnected by the next one.
 func TestNativeSandboxesOutliveGatewaySIGKILL(t *testing.T) {
 	home := t.TempDir()
@@ -186,7 +187,7 @@ func TestNativeSandboxesOutliveGatewaySIGKILL(t *testing.T) {
 	}
 }
 
-// Must hold 3, second half: a killed supervisor is noticed and reported.
+// A killed supervisor is noticed and reported.
 func TestNativeSupervisorSIGKILL(t *testing.T) {
 	home := t.TempDir()
 	nativeGateway(t, home)
@@ -365,7 +366,7 @@ func TestNativePolicyThroughCLI(t *testing.T) {
 	mustCorral(t, home, "sandbox", "delete", "pol")
 }
 
-// Must hold 5 of issue 12, on native: an image the driver cannot run fails
+// On native, an image the driver cannot run fails
 // the create at once, naming it, and no sandbox is recorded; so does a
 // directory inside the gateway's home.
 func TestNativeMissingImageFailsFast(t *testing.T) {

@@ -227,7 +227,7 @@ func refused(addr string) bool {
 	return err != nil
 }
 
-// Must hold 4 of issue 16: 50 concurrent requests through port-forward,
+// 50 concurrent requests through port-forward,
 // half-closes both ways, and a port where nothing listens reported.
 func TestPortForward(t *testing.T) {
 	onEachGateway(t, func(t *testing.T, gateway func(string, ...string) *gatewayProc) {
@@ -267,7 +267,7 @@ func TestPortForward(t *testing.T) {
 	})
 }
 
-// Must hold 4 of issue 16, remotely: port-forward through a context that
+// Port-forward through a context that
 // reaches the gateway over mutual TLS.
 func TestPortForwardOverMutualTLS(t *testing.T) {
 	onEachGateway(t, func(t *testing.T, gateway func(string, ...string) *gatewayProc) {
@@ -288,7 +288,7 @@ func TestPortForwardOverMutualTLS(t *testing.T) {
 	})
 }
 
-// Must hold 4 of issue 16: expose serves while the sandbox runs, refuses
+// Expose serves while the sandbox runs, refuses
 // while it does not, serves the same address after a gateway restart, and
 // ends with unexpose or the sandbox's delete.
 func TestExpose(t *testing.T) {

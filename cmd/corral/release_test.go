@@ -19,7 +19,7 @@ import (
 
 const testbugPkg = "github.com/corral-sandbox/corral/internal/testbug"
 
-// Must hold 1 of issue 14: a gateway built without the test tag has none
+// A gateway built without the test tag has none
 // of the test switches — the testbug package is not among its
 // dependencies, none of corral's code in it names an environment variable
 // with TEST in it, and its strings hold no CORRAL_TEST. The tagged build

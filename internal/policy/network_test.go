@@ -8,7 +8,8 @@ import (
 	"testing"
 )
 
-// networkExample is issue 15's example, with a deny rule and a wildcard.
+// networkExample is the README's network policy, with a deny rule and a
+// wildcard.
 const networkExample = `version: 1
 network_policies:
   pypi:                              # a name of the user's choosing

@@ -25,8 +25,8 @@ import (
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
-// The containment tests of issue 12 on Docker: a hostile workload inside,
-// checks from the host.
+// The containment tests on Docker: a hostile workload inside, checks from
+// the host.
 
 const rootPolicy = "version: 1\nprocess: {run_as_user: 0}\n"
 
@@ -67,7 +67,7 @@ func mustExec(t *testing.T, d *Driver, id, script string) string {
 	return out
 }
 
-// Must hold 3 of issue 12, on Docker: a workload that may write the report
+// On Docker, a workload that may write the report
 // directory (it runs as root) puts symlinks to a host file, FIFOs, a
 // directory and a huge file where the supervisor's reports go. Inspect
 // (`get`) returns at once without host content, and Delete completes and
@@ -309,7 +309,7 @@ func TestHardenedLikeNative(t *testing.T) {
 	}
 }
 
-// Must hold 4 of issue 12, on Docker: `yes` for seconds keeps at most the
+// On Docker, `yes` for seconds keeps at most the
 // configured cap on the host's disk.
 func TestLogsAreCapped(t *testing.T) {
 	testenv.RequireDocker(t)
@@ -373,8 +373,7 @@ func TestLogsAreCapped(t *testing.T) {
 	t.Logf("at most %d bytes kept (cap %d)", most, logCap)
 }
 
-// Must hold 5 of issue 12 and the escaping of image names, on Docker:
-// a reference that does not parse is refused by Validate and by Create,
+// On Docker, image names are escaped and checked: a reference that does not parse is refused by Validate and by Create,
 // naming it, before any Engine API call names it; an image that is missing
 // and cannot be pulled is an invalid argument at once.
 func TestImagesFailFast(t *testing.T) {
@@ -472,7 +471,7 @@ func hostPidsMax(t *testing.T, pid int) string {
 	return ""
 }
 
-// Must hold 4 of issue 12, on Docker: /sandbox past limits.disk gets
+// On Docker, /sandbox past limits.disk gets
 // ENOSPC, the sandbox keeps running, what it wrote survives a new
 // incarnation, and delete unmounts and removes the disk.
 func TestDiskLimit(t *testing.T) {

@@ -80,8 +80,8 @@ func execIn(t *testing.T, d *Driver, id string, command ...string) (int, string,
 	return code, stdout.String(), stderr.String()
 }
 
-// Must hold 1 of the policy issue, on Docker: the same policy, the same
-// outcomes as on the native driver.
+// The policy cases on Docker: the same policy, the same outcomes as on
+// the native driver.
 func TestPolicyCases(t *testing.T) {
 	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
 	drivertest.RunPolicyCases(t, policySandbox(t, d, drivertest.Policy("/.corral/bin")))
@@ -116,7 +116,8 @@ func policySandbox(t *testing.T, d *Driver, pol string) drivertest.PolicySandbox
 	}
 }
 
-// Must hold 2 of the policy issue, on Docker.
+// On a kernel without Landlock (ABI 0, simulated), on Docker:
+// best_effort runs and says so, hard_requirement refuses.
 func TestLandlockUnavailable(t *testing.T) {
 	simulateLandlockABI(t, 0)
 	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))

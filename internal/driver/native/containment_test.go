@@ -250,7 +250,7 @@ func TestContainmentDisk(t *testing.T) {
 	}
 }
 
-// Must hold 3 on native: whatever a sandbox leaves in what it can write
+// On native, whatever a sandbox leaves in what it can write
 // (symlinks to host files, FIFOs, a deep tree, files it cannot read back),
 // inspect, logs and delete neither hang nor touch the host's files.
 func TestContainmentHostileWorkdir(t *testing.T) {
@@ -310,7 +310,7 @@ func TestContainmentDefaultPids(t *testing.T) {
 	}
 }
 
-// Must hold 4 on native: /sandbox past limits.disk gets ENOSPC, the
+// On native, /sandbox past limits.disk gets ENOSPC, the
 // sandbox keeps running, what it wrote survives a stop and a start, and
 // delete leaves no loop device behind.
 func TestContainmentDiskLimit(t *testing.T) {

@@ -525,7 +525,8 @@ func visibleDir(t *testing.T, src, name string) string {
 	return dir
 }
 
-// Must hold 1 of the policy issue, on the native driver.
+// The policy cases on the native driver: each case's outcome, as on
+// Docker.
 func TestPolicyCases(t *testing.T) {
 	d := newTestDriver(t, "corral.test")
 	drivertest.RunPolicyCases(t, policySandbox(t, d, drivertest.Policy))
@@ -555,7 +556,7 @@ func policySandbox(t *testing.T, d *Driver, policyOf func(probeDir string) strin
 	}
 }
 
-// Must hold 2 of the policy issue: on a kernel without Landlock (ABI 0,
+// On a kernel without Landlock (ABI 0,
 // simulated), best_effort runs and says so, hard_requirement refuses.
 func TestLandlockUnavailable(t *testing.T) {
 	simulateLandlockABI(t, 0)
