@@ -7,7 +7,7 @@
 // the store. Runs are seeded, so a failure replays with -seed N. The
 // gateway it runs is built by testenv.BuildCorral with the corraltest tag,
 // whose test switches (internal/testbug) let TestHarnessCatchesTheFailuresOfDesign
-// re-introduce DESIGN.md's failures; a release build has none.
+// re-introduce docs/design.md's failures; a release build has none.
 //
 //	go test ./chaos -run Torture                      # CI smoke
 //	go test ./chaos -run Torture -seeds 20 -kills 100 -timeout 2h   # 2,000 kill points

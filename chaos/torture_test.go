@@ -678,7 +678,7 @@ func unconverged(list []*corralv1.Sandbox) []string {
 	return out
 }
 
-// TestHarnessCatchesTheFailuresOfDesign re-introduces each failure DESIGN.md
+// TestHarnessCatchesTheFailuresOfDesign re-introduces each failure docs/design.md
 // was written from (in the test build of corral, behind testbug's switch)
 // and requires the harness to report the violation that failure causes,
 // not just any.

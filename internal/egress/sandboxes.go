@@ -90,7 +90,7 @@ func (s *Sandboxes) Prepare(id string) (string, error) {
 }
 
 // ca loads or makes the CA of sandbox id and its trust directory. Its
-// files are written without an fsync (a first start paid seven): what a
+// files are written without an fsync (seven on a first start): what a
 // crash of the machine leaves of them, ca finds and mends. A CA that does
 // not load (missing, empty, a part, a key of another write) is made
 // anew: the sandbox's processes that trusted the old one did not outlive

@@ -7,7 +7,7 @@ import (
 )
 
 // failures are the hooks through which a test build re-introduces failures
-// DESIGN.md was written from, so that the torture harness can show it
+// docs/design.md was written from, so that the torture harness can show it
 // catches each one. Only failures_corraltest.go (build tag corraltest) sets
 // them; in any other build they stay zero and what they guard never runs.
 var failures struct {

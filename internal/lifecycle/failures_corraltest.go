@@ -18,7 +18,7 @@ func init() {
 	failures.abandonCalls = testbug.On(testbug.UnawaitedWorker)
 }
 
-// claimPending is the retained-claim failure of DESIGN.md: a request is
+// claimPending is the retained-claim failure of docs/design.md: a request is
 // refused while a driver call of another instance is pending, which after a
 // crash (and with recovery retaining the claim) is forever.
 func claimPending(ctx context.Context, m *Manager, sb *sandbox.Sandbox) error {

@@ -1,4 +1,4 @@
-// Package testbug holds the test switches: the failures DESIGN.md was
+// Package testbug holds the test switches: the failures docs/design.md was
 // written from, which the torture harness re-introduces to show it catches
 // each one, and a simulated kernel without Landlock. They exist only in a
 // binary built with the test tag (go build -tags corraltest); this file,
