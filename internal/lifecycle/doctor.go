@@ -108,12 +108,15 @@ func (m *Manager) orphanAction(id string) string {
 // that no compute object is left, for a driver that cannot answer. It is
 // journaled in the gateway's journal with who asked and why; an object that
 // is left becomes an orphan, removed after the grace period.
-func (m *Manager) AssumeGone(ctx context.Context, nameOrID, who, why string) (*sandbox.Sandbox, error) {
+func (m *Manager) AssumeGone(ctx context.Context, nameOrID string, force bool, who, why string) (*sandbox.Sandbox, error) {
 	done, err := m.admit()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	if !force {
+		return nil, errdefs.InvalidArgument("--assume-gone needs --force: it removes the record without the driver's word")
+	}
 	if why == "" {
 		return nil, errdefs.InvalidArgument("--assume-gone needs --reason: say why the compute is known to be gone")
 	}

@@ -406,6 +406,30 @@ func TestDeleteFinishesInEveryPhase(t *testing.T) {
 
 // A forced delete removes by label whatever is there, so it does not ask
 // the driver first what there is: it finishes while Inspect is broken.
+// Removing a record on the caller's word that its compute is gone needs
+// force and a reason; with both it is removed without the driver.
+func TestAssumeGoneNeedsForceAndAReason(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.create("lost")
+		h.waitPhase("lost", sandbox.PhaseReady)
+		ctx := context.Background()
+		if _, err := h.m.AssumeGone(ctx, "lost", false, "me", "host burned"); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "--force") {
+			t.Errorf("assume-gone without force: %v; want invalid argument naming --force", err)
+		}
+		if _, err := h.m.AssumeGone(ctx, "lost", true, "me", ""); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "--reason") {
+			t.Errorf("assume-gone without a reason: %v; want invalid argument naming --reason", err)
+		}
+		if _, err := h.m.Get(ctx, "lost"); err != nil {
+			t.Fatalf("a refused assume-gone removed the record: %v", err)
+		}
+		if _, err := h.m.AssumeGone(ctx, "lost", true, "me", "host burned"); err != nil {
+			t.Fatal(err)
+		}
+		h.waitGone("lost")
+	})
+}
+
 func TestForcedDeleteNeedsNoInspect(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, nil)

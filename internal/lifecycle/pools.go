@@ -170,13 +170,18 @@ func (m *Manager) deleteMember(ctx context.Context, id string) (*sandbox.Sandbox
 
 // Claim creates sandbox name from pool: it claims the pool's oldest ready
 // member (renamed, labelled, journaled as a claim), or with none ready
-// creates the pool's spec cold and says why in the result.
-func (m *Manager) Claim(ctx context.Context, name, requestID, pool string, labels map[string]string) (*Claimed, error) {
+// creates the pool's spec cold and says why in the result. The pool fixes
+// the spec: the request's may give only labels.
+func (m *Manager) Claim(ctx context.Context, name, requestID, pool string, spec sandbox.Spec) (*Claimed, error) {
 	done, err := m.admit()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	if spec.Image != "" || len(spec.Command) > 0 || spec.Policy != "" || spec.RestartPolicy != "" || spec.MaxRestarts != 0 || len(spec.Hosts) > 0 {
+		return nil, errdefs.InvalidArgument("sandbox %q: a create from pool %q takes the pool's image, command and policy; give only its name and labels", name, pool)
+	}
+	labels := spec.Labels
 	if err := sandbox.ValidateName(name); err != nil {
 		return nil, err
 	}
@@ -206,9 +211,9 @@ func (m *Manager) Claim(ctx context.Context, name, requestID, pool string, label
 	if err != nil {
 		return nil, err
 	}
-	spec := p.Spec
-	spec.Labels = maps.Clone(labels)
-	sb, created, err := m.create(ctx, name, requestID, spec, "")
+	cold := p.Spec
+	cold.Labels = maps.Clone(labels)
+	sb, created, err := m.create(ctx, name, requestID, cold, "")
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,7 @@ func (h *harness) waitPool(name string, size int) {
 
 func (h *harness) claim(name, pool string) *Claimed {
 	h.t.Helper()
-	c, err := h.m.Claim(context.Background(), name, "", pool, map[string]string{"owner": name})
+	c, err := h.m.Claim(context.Background(), name, "", pool, sandbox.Spec{Labels: map[string]string{"owner": name}})
 	if err != nil {
 		h.t.Fatalf("claim %s from %s: %v", name, pool, err)
 	}
@@ -135,7 +135,7 @@ func TestConcurrentClaimsNeverShareAMember(t *testing.T) {
 		answers := make(chan *Claimed, claims)
 		for i := range claims {
 			go func() {
-				c, err := h.m.Claim(context.Background(), fmt.Sprintf("c%d", i), "", "warm", nil)
+				c, err := h.m.Claim(context.Background(), fmt.Sprintf("c%d", i), "", "warm", sandbox.Spec{})
 				if err != nil {
 					t.Errorf("claim %d: %v", i, err)
 				}
@@ -204,7 +204,7 @@ func TestPoolDeleteKeepsClaimed(t *testing.T) {
 		if h.pool("warm") != nil {
 			t.Error("pool still listed after delete")
 		}
-		if _, err := h.m.Claim(context.Background(), "x", "", "warm", nil); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), `pool "warm"`) {
+		if _, err := h.m.Claim(context.Background(), "x", "", "warm", sandbox.Spec{}); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), `pool "warm"`) {
 			t.Errorf("claim from a deleted pool: %v, want not found naming the pool", err)
 		}
 	})
@@ -227,6 +227,12 @@ func TestPoolErrors(t *testing.T) {
 			Labels: map[string]string{sandbox.LabelPool: "warm"}})
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("create with the pool label: %v, want invalid argument", err)
+		}
+		for _, spec := range []sandbox.Spec{{Image: "other"}, {Command: []string{"sh"}}, {Policy: "version: 1\n"},
+			{RestartPolicy: sandbox.RestartNever}, {MaxRestarts: 3}, {Hosts: []string{"a:127.0.0.1"}}} {
+			if _, err := h.m.Claim(context.Background(), "mine", "", "warm", spec); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "only its name and labels") {
+				t.Errorf("a claim whose spec has %+v: %v; want invalid argument: the pool fixes the spec", spec, err)
+			}
 		}
 		h.waitPool("warm", 1)
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
-	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -14,7 +13,7 @@ type Pools interface {
 	CreatePool(ctx context.Context, name string, size int, spec sandbox.Spec) (*lifecycle.PoolStatus, error)
 	ListPools(ctx context.Context) ([]*lifecycle.PoolStatus, error)
 	DeletePool(ctx context.Context, name string) (*lifecycle.PoolStatus, error)
-	Claim(ctx context.Context, name, requestID, pool string, labels map[string]string) (*lifecycle.Claimed, error)
+	Claim(ctx context.Context, name, requestID, pool string, spec sandbox.Spec) (*lifecycle.Claimed, error)
 }
 
 func poolToProto(p *lifecycle.PoolStatus) *corralv1.Pool {
@@ -23,15 +22,9 @@ func poolToProto(p *lifecycle.PoolStatus) *corralv1.Pool {
 		Spec:      &corralv1.PoolSpec{Image: p.Spec.Image, Command: p.Spec.Command, Policy: p.Spec.Policy}}
 }
 
-// claim serves a CreateSandbox that names a pool: the pool fixes the
-// spec, so the request may only add labels.
+// claim serves a CreateSandbox that names a pool.
 func (s *service) claim(ctx context.Context, req *corralv1.CreateSandboxRequest) (*corralv1.CreateSandboxResponse, error) {
-	spec := req.GetSpec()
-	if spec.GetImage() != "" || len(spec.GetCommand()) > 0 || spec.GetPolicy() != "" || spec.GetRestartPolicy() != "" ||
-		spec.GetMaxRestarts() != 0 || len(spec.GetAddHosts()) > 0 {
-		return nil, toGRPC(errdefs.InvalidArgument("sandbox %q: a create from pool %q takes the pool's image, command and policy; give only its name and labels", req.GetName(), req.GetPool()))
-	}
-	c, err := s.m.Claim(ctx, req.GetName(), req.GetRequestId(), req.GetPool(), spec.GetLabels())
+	c, err := s.m.Claim(ctx, req.GetName(), req.GetRequestId(), req.GetPool(), specFromProto(req.GetSpec()))
 	if err != nil {
 		return nil, toGRPC(err)
 	}

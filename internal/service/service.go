@@ -38,7 +38,7 @@ type Lifecycle interface {
 	Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	Delete(ctx context.Context, nameOrID string, force bool) (*sandbox.Sandbox, error)
-	AssumeGone(ctx context.Context, nameOrID, who, why string) (*sandbox.Sandbox, error)
+	AssumeGone(ctx context.Context, nameOrID string, force bool, who, why string) (*sandbox.Sandbox, error)
 	UpdatePolicy(ctx context.Context, nameOrID, text string) (*sandbox.Sandbox, error)
 	Protections(ctx context.Context, sb *sandbox.Sandbox) string
 	Network(ctx context.Context, sb *sandbox.Sandbox) string
@@ -175,10 +175,7 @@ func (s *service) StartSandbox(ctx context.Context, req *corralv1.StartSandboxRe
 
 func (s *service) DeleteSandbox(ctx context.Context, req *corralv1.DeleteSandboxRequest) (*corralv1.DeleteSandboxResponse, error) {
 	if req.GetAssumeGone() {
-		if !req.GetForce() {
-			return nil, status.Error(codes.InvalidArgument, "--assume-gone needs --force")
-		}
-		sb, err := s.m.AssumeGone(ctx, req.GetName(), caller(ctx), req.GetReason())
+		sb, err := s.m.AssumeGone(ctx, req.GetName(), req.GetForce(), caller(ctx), req.GetReason())
 		if err != nil {
 			return nil, toGRPC(err)
 		}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os/exec"
 	"strings"
@@ -35,8 +36,8 @@ func (s *stub) Network(context.Context, *sandbox.Sandbox) string             { r
 func (s *stub) Denials(context.Context, string, bool) ([]egress.Decision, <-chan egress.Decision, func(), error) {
 	return nil, nil, nil, errdefs.NotImplemented("no egress in this stub")
 }
-func (s *stub) AssumeGone(_ context.Context, name, who, why string) (*sandbox.Sandbox, error) {
-	s.gone = append(s.gone, name+"|"+who+"|"+why)
+func (s *stub) AssumeGone(_ context.Context, name string, force bool, who, why string) (*sandbox.Sandbox, error) {
+	s.gone = append(s.gone, fmt.Sprintf("%s|%v|%s|%s", name, force, who, why))
 	return &sandbox.Sandbox{ID: "sb-1", Name: name}, nil
 }
 func (s *stub) Delete(_ context.Context, name string, _ bool) (*sandbox.Sandbox, error) {
@@ -80,15 +81,11 @@ func TestServiceOnALifecycle(t *testing.T) {
 		t.Fatalf("get b = %v, want NotFound with the lifecycle's message", err)
 	}
 
-	// --assume-gone is refused without --force before the lifecycle hears of it
-	_, err = api.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: "a", AssumeGone: true})
-	if status.Code(err) != codes.InvalidArgument || len(l.gone)+len(l.delete) != 0 {
-		t.Fatalf("assume-gone without force = %v (lifecycle called: %v %v)", err, l.gone, l.delete)
-	}
+	// --assume-gone reaches the lifecycle as asked (it decides; it refuses one without --force)
 	if _, err := api.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: "a", AssumeGone: true, Force: true, Reason: "host lost"}); err != nil {
 		t.Fatal(err)
 	}
-	if want := "a|a local socket user|host lost"; len(l.gone) != 1 || l.gone[0] != want {
+	if want := "a|true|a local socket user|host lost"; len(l.gone) != 1 || l.gone[0] != want {
 		t.Fatalf("assume-gone reached the lifecycle as %v, want [%s]", l.gone, want)
 	}
 	if _, err := api.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: "a"}); err != nil || len(l.delete) != 1 {
