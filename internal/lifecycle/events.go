@@ -15,6 +15,9 @@ const (
 	EventAdded    EventType = "ADDED"
 	EventModified EventType = "MODIFIED"
 	EventDeleted  EventType = "DELETED"
+	// EventSynced, without a sandbox, ends a watch's first list: every
+	// sandbox it selects has been sent as EventAdded.
+	EventSynced EventType = "SYNCED"
 )
 
 // Event is one change of a sandbox record.

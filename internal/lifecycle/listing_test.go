@@ -107,3 +107,51 @@ func TestWatchesAreBoundedPerCaller(t *testing.T) {
 		cancels[0] = again
 	})
 }
+
+// A watch first lists what it selects, says when the list is complete,
+// then streams each change of what it selects, nothing else.
+func TestWatchSandboxesListsThenStreams(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.create("seen")
+		h.create("other")
+		h.waitPhase("seen", sandbox.PhaseReady)
+		h.waitPhase("other", sandbox.PhaseReady)
+		ctx, cancel := context.WithCancel(context.Background())
+		events, err := h.m.WatchSandboxes(ctx, "watcher", "seen")
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := func() Event {
+			t.Helper()
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatal("the watch ended")
+				}
+				return ev
+			case <-time.After(time.Minute):
+				t.Fatal("no event")
+			}
+			return Event{}
+		}
+		if ev := next(); ev.Type != EventAdded || ev.Sandbox.Name != "seen" {
+			t.Fatalf("first event %s %v; want seen ADDED", ev.Type, ev.Sandbox)
+		}
+		if ev := next(); ev.Type != EventSynced || ev.Sandbox != nil {
+			t.Fatalf("second event %s %v; want SYNCED", ev.Type, ev.Sandbox)
+		}
+		if _, err := h.m.Stop(ctx, "other"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.m.Stop(ctx, "seen"); err != nil {
+			t.Fatal(err)
+		}
+		if ev := next(); ev.Type != EventModified || ev.Sandbox.Name != "seen" {
+			t.Fatalf("after two stops: %s of %v; want seen MODIFIED, nothing of other", ev.Type, ev.Sandbox)
+		}
+		cancel()
+		for range events { // closed once ctx ends
+		}
+	})
+}

@@ -324,6 +324,60 @@ func (m *Manager) Watch(caller string) (<-chan Event, func(), error) {
 	return m.events.subscribe(caller)
 }
 
+// WatchSandboxes is what a front end streams to a client: every sandbox
+// that name selects (its name or id; "" selects all) as EventAdded, then
+// EventSynced, then each change of those, until ctx ends (the channel
+// closes) or the watch does (the channel closes first: the caller fell
+// behind, or the gateway is shutting down). No change between the list
+// and the stream is missed: the watch begins before the list.
+func (m *Manager) WatchSandboxes(ctx context.Context, caller, name string) (<-chan Event, error) {
+	live, cancel, err := m.Watch(caller)
+	if err != nil {
+		return nil, err
+	}
+	list, err := m.List(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	selects := func(sb *sandbox.Sandbox) bool { return name == "" || name == sb.Name || name == sb.ID }
+	out := make(chan Event)
+	go func() {
+		defer close(out)
+		defer cancel()
+		send := func(ev Event) bool {
+			select {
+			case out <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for _, sb := range list {
+			if selects(sb) && !send(Event{Type: EventAdded, Sandbox: sb}) {
+				return
+			}
+		}
+		if !send(Event{Type: EventSynced}) {
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-live:
+				if !ok {
+					return
+				}
+				if selects(ev.Sandbox) && !send(ev) {
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
 // mutate runs a store mutation and publishes the result.
 func (m *Manager) mutate(id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
 	return m.mutateWith(m.cfg.Store.Mutate, id, fn)

@@ -32,7 +32,6 @@ import (
 type Lifecycle interface {
 	Create(ctx context.Context, name, requestID string, spec sandbox.Spec) (*sandbox.Sandbox, bool, error)
 	Get(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
-	List(ctx context.Context) ([]*sandbox.Sandbox, error)
 	ListPage(ctx context.Context, opts lifecycle.ListOptions) (*lifecycle.Page, error)
 	Operations(ctx context.Context, nameOrID string) ([]*sandbox.Operation, error)
 	Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
@@ -45,7 +44,7 @@ type Lifecycle interface {
 	Denials(ctx context.Context, nameOrID string, follow bool) ([]egress.Decision, <-chan egress.Decision, func(), error)
 	Doctor(ctx context.Context) ([]lifecycle.Finding, error)
 	Tiers(ctx context.Context) []driver.Tier
-	Watch(caller string) (<-chan lifecycle.Event, func(), error)
+	WatchSandboxes(ctx context.Context, caller, name string) (<-chan lifecycle.Event, error)
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
 	Imager
@@ -227,41 +226,23 @@ func (s *service) ListOperations(ctx context.Context, req *corralv1.ListOperatio
 }
 
 func (s *service) WatchSandboxes(req *corralv1.WatchSandboxesRequest, stream corralv1.SandboxService_WatchSandboxesServer) error {
-	ctx := stream.Context()
-	events, cancel, err := s.m.Watch(caller(ctx)) // subscribe first, so no change between list and stream is missed
-	if err != nil {
-		return toGRPC(err)
-	}
+	ctx, cancel := context.WithCancel(stream.Context()) // a failed send ends the watch
 	defer cancel()
-	match := func(name, id string) bool { return req.GetName() == "" || req.GetName() == name || req.GetName() == id }
-	list, err := s.m.List(ctx)
+	events, err := s.m.WatchSandboxes(ctx, caller(ctx), req.GetName())
 	if err != nil {
 		return toGRPC(err)
 	}
-	for _, sb := range list {
-		if match(sb.Name, sb.ID) {
-			if err := stream.Send(&corralv1.SandboxEvent{Type: string(lifecycle.EventAdded), Sandbox: toProto(sb)}); err != nil {
-				return err
-			}
+	for ev := range events {
+		out := &corralv1.SandboxEvent{Type: string(ev.Type)}
+		if ev.Sandbox != nil {
+			out.Sandbox = toProto(ev.Sandbox)
+		}
+		if err := stream.Send(out); err != nil {
+			return err
 		}
 	}
-	if err := stream.Send(&corralv1.SandboxEvent{Type: "SYNCED"}); err != nil {
-		return err
+	if ctx.Err() != nil {
+		return nil
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-events:
-			if !ok {
-				return status.Error(codes.Unavailable, "watch ended: the gateway is shutting down or this watcher fell behind; watch again")
-			}
-			if !match(ev.Sandbox.Name, ev.Sandbox.ID) {
-				continue
-			}
-			if err := stream.Send(&corralv1.SandboxEvent{Type: string(ev.Type), Sandbox: toProto(ev.Sandbox)}); err != nil {
-				return err
-			}
-		}
-	}
+	return status.Error(codes.Unavailable, "watch ended: the gateway is shutting down or this watcher fell behind; watch again")
 }
