@@ -22,11 +22,6 @@ import (
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
-// extraEnv is added to every sandbox's environment. Only tests set it, to
-// give a test build of the supervisor a simulated kernel
-// (testbug.LandlockABIEnv).
-var extraEnv []string
-
 // Create implements driver.Driver.
 func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err := d.awaitEngine(ctx, spec.ID); err != nil {
@@ -63,7 +58,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		env = append(env, "HOME="+workdir) // the root is read-only
 	}
 	env = append(env, supervisor.PolicyEnv+"="+supervisor.PolicyJSON(pol))
-	env = append(env, extraEnv...)
+	env = append(env, d.opts.Env...)
 	work, err := d.workdirMount(ctx, spec, pol)
 	if err != nil {
 		return err

@@ -38,6 +38,10 @@ type Options struct {
 	// GVisorRuntime is the engine's name of its runsc runtime
 	// (default "runsc"): sandboxes with isolation: gvisor run under it.
 	GVisorRuntime string
+	// Env is added to every sandbox's environment (tests give a test
+	// build of the supervisor a simulated kernel this way:
+	// testbug.LandlockABIEnv).
+	Env []string
 }
 
 // Paths inside every container.

@@ -27,12 +27,13 @@ func TestMain(m *testing.M) {
 	testenv.MainWithCorral(m, &corralBin)
 }
 
-func newTestDriver(t *testing.T, label string) *Driver {
+func newTestDriver(t *testing.T, label string, env ...string) *Driver {
 	t.Helper()
 	testenv.RequireDocker(t)
 	dir := t.TempDir()
 	testenv.UnmountUnder(t, dir) // the run directories of sandboxes a test leaves
-	d, err := New(driver.Config{Label: label, StateDir: dir}, Options{Host: testenv.DockerHost(), PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin)})
+	d, err := New(driver.Config{Label: label, StateDir: dir}, Options{Host: testenv.DockerHost(), PullPolicy: "never",
+		Supervisor: testenv.SupervisorOf(corralBin), Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +120,7 @@ func policySandbox(t *testing.T, d *Driver, pol string) drivertest.PolicySandbox
 // On a kernel without Landlock (ABI 0, simulated), on Docker:
 // best_effort runs and says so, hard_requirement refuses.
 func TestLandlockUnavailable(t *testing.T) {
-	simulateLandlockABI(t, 0)
-	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()))
+	d := newTestDriver(t, "corral.test."+sandbox.ShortID(sandbox.NewID()), simulatedLandlockEnv(0)...)
 	lists := "filesystem_policy: {read_only: [/bin, /etc]}\n"
 	id := startPolicySandbox(t, d, "best", "version: 1\n"+lists+"landlock: {compatibility: best_effort}\n")
 	obj, err := d.Inspect(context.Background(), id)

@@ -51,6 +51,10 @@ type Options struct {
 	// Images is the cache OCI images come from; nil: the driver runs only
 	// the host's operating system and root directories.
 	Images Images
+	// Env is added to every sandbox's environment (tests give a test
+	// build of the supervisor a simulated kernel this way:
+	// testbug.LandlockABIEnv).
+	Env []string
 	// ImageCacheBytes bounds what Images keeps: past it, after a pull, the
 	// images no sandbox uses go, least recently pulled first (0:
 	// DefaultImageCacheBytes).

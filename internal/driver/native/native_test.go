@@ -559,8 +559,7 @@ func policySandbox(t *testing.T, d *Driver, policyOf func(probeDir string) strin
 // On a kernel without Landlock (ABI 0,
 // simulated), best_effort runs and says so, hard_requirement refuses.
 func TestLandlockUnavailable(t *testing.T) {
-	simulateLandlockABI(t, 0)
-	d := newTestDriver(t, "corral.test")
+	d := newDriverWith(t, "corral.test", Options{Supervisor: testenv.SupervisorOf(corral), Env: simulatedLandlockEnv(0)})
 	lists := "filesystem_policy: {read_only: [/bin, /usr, /lib, /lib64, /etc]}\n"
 	best := startSandbox(t, d, "best", "version: 1\n"+lists+"landlock: {compatibility: best_effort}\n")
 	obj, err := d.Inspect(ctx(t), best.id)

@@ -153,7 +153,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 	}
 	cfg := shim.SandboxConfig{
 		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
-		Env:    sandboxEnv(o, pol),
+		Env:    d.sandboxEnv(o, pol),
 		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide, Dir: o.Dir,
 		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
 		Limits: pol.Limits, IDs: ids, Runsc: runsc, Files: files, LogMaxBytes: d.cfg.LogMax(),
@@ -275,15 +275,10 @@ func (d *Driver) prepareWorkdir(o *object, pol policy.Policy, cfg *shim.SandboxC
 
 // sandboxEnv is the environment of a sandbox's processes (its image's,
 // when it has one), with the policy for the exec stage (which removes it).
-func sandboxEnv(o *object, pol policy.Policy) []string {
+func (d *Driver) sandboxEnv(o *object, pol policy.Policy) []string {
 	env := append(imageEnv(o.Env), "HOSTNAME="+hostname(o.Name), supervisor.PolicyEnv+"="+supervisor.PolicyJSON(pol))
-	return append(env, extraEnv...)
+	return append(env, d.opts.Env...)
 }
-
-// extraEnv is added to every sandbox's environment. Only tests set it, to
-// give a test build of the supervisor a simulated kernel
-// (testbug.LandlockABIEnv).
-var extraEnv []string
 
 func (d *Driver) workdir(id string) string {
 	return d.sandboxDir(id) + "/workdir"
