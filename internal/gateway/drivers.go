@@ -32,7 +32,7 @@ var (
 // concrete drivers.
 var computeDrivers = registry.New(
 	registry.Entry{
-		Name: "docker", Open: openDocker, DefaultImage: "busybox:latest",
+		Name: "docker", Open: openDocker, DefaultImage: "busybox:latest", NoEgress: dockerNoEgress,
 		Auto: &registry.Probe{
 			Check: func(ctx context.Context, env registry.Env) (driver.Driver, error) {
 				return probeDocker(ctx, env)
@@ -43,7 +43,7 @@ var computeDrivers = registry.New(
 		},
 	},
 	registry.Entry{
-		Name: "native", Open: openNative, DefaultImage: native.HostImage,
+		Name: "native", Open: openNative, DefaultImage: native.HostImage, NoEgress: nativeNoEgress,
 		Auto: &registry.Probe{
 			Check:   func(context.Context, registry.Env) (driver.Driver, error) { return nil, nativeSupported() },
 			Chosen:  "no Docker engine answers",
@@ -54,21 +54,28 @@ var computeDrivers = registry.New(
 	// auto never means the fake driver, whose sandboxes do not exist
 	registry.Entry{
 		Name: "fake", Open: openFake, DefaultImage: "busybox:latest",
+		NoEgress: func(config.Config) string { return "the fake driver's sandboxes do not exist" },
 		NotAuto: "simulates sandboxes, for tests only",
 	},
 )
 
-// noEgress says why a driver's sandboxes cannot have an egress proxy with
-// these settings, or "" when they can: the gateway must enter each
-// sandbox's network namespace, which takes root, and on Docker the
-// engine's processes must be its own host's.
-func noEgress(driverName string, cfg config.Config) string {
-	switch {
-	case driverName == "fake":
-		return "the fake driver's sandboxes do not exist"
-	case os.Geteuid() != 0:
+// nativeNoEgress says why native sandboxes cannot have an egress proxy:
+// the gateway enters each one's network namespace to serve it, which
+// takes root.
+func nativeNoEgress(config.Config) string {
+	if os.Geteuid() != 0 {
 		return "the gateway does not run as root, and serving a sandbox's proxy in its network namespace needs root"
-	case driverName == "docker" && !localEngine(dockerHost(cfg)):
+	}
+	return ""
+}
+
+// dockerNoEgress is nativeNoEgress for Docker, whose engine's processes
+// must also be the gateway's host's.
+func dockerNoEgress(cfg config.Config) string {
+	if why := nativeNoEgress(cfg); why != "" {
+		return why
+	}
+	if !localEngine(dockerHost(cfg)) {
 		return "the Docker engine is not on the gateway's host (" + dockerHost(cfg) + ")"
 	}
 	return ""
@@ -103,7 +110,7 @@ func openNative(_ context.Context, env registry.Env) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return native.New(driverConfig(env, "native", dir),
+	return native.New(driverConfig(env, dir, nativeNoEgress),
 		native.Options{Supervisor: bin, Hide: []string{env.Home}, Images: cache})
 }
 
@@ -140,7 +147,7 @@ func newDocker(env registry.Env) (*docker.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return docker.New(driverConfig(env, "docker", dir),
+	return docker.New(driverConfig(env, dir, dockerNoEgress),
 		docker.Options{Host: dockerHost(cfg), PullPolicy: cfg.ImagePullPolicy, Supervisor: bin,
 			GVisorRuntime: cfg.Drivers.Docker.GVisorRuntime})
 }
@@ -156,11 +163,11 @@ func dockerHost(cfg config.Config) string {
 }
 
 // driverConfig is what every real driver is built with; the egress proxy
-// only where the driver can serve it (noEgress).
-func driverConfig(env registry.Env, driverName, stateDir string) driver.Config {
+// only where the driver can serve it (its entry's NoEgress).
+func driverConfig(env registry.Env, stateDir string, noEgress func(config.Config) string) driver.Config {
 	logMax, _ := env.Config.SandboxLogMaxBytes() // validated with the rest
 	c := driver.Config{Label: env.Config.SandboxLabel, Gateway: env.Gateway, StateDir: stateDir, LogMaxBytes: logMax}
-	if noEgress(driverName, env.Config) == "" {
+	if noEgress(env.Config) == "" {
 		c.Egress = env.Egress
 	}
 	return c

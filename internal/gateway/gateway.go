@@ -125,7 +125,7 @@ func Run(opts Options) error {
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
 		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace, ImagePullPolicy: cfg.ImagePullPolicy,
 	}
-	if lcfg.NoEgress = noEgress(drv.Name(), cfg); lcfg.NoEgress == "" {
+	if lcfg.NoEgress = compute.WhyNoEgress(cfg); lcfg.NoEgress == "" {
 		lcfg.Egress = eg
 	}
 	mgr := lifecycle.New(lcfg)

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/driver/native"
 	"github.com/corral-sandbox/corral/internal/driver/registry"
 )
@@ -89,5 +91,34 @@ func TestOpenComputeGivesTheEntry(t *testing.T) {
 	if _, _, err := computeDrivers.Open(context.Background(), registry.Env{Config: cfg, Home: home, Log: quiet()}); err == nil ||
 		err.Error() != `unknown compute driver "kubernetes": this build has auto, docker, native and fake` {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// Each driver's entry says whether its sandboxes can have an egress proxy
+// with the settings, and why not.
+func TestEachDriverSaysWhetherItServesEgress(t *testing.T) {
+	cfg, _ := autoConfig(t, "auto")
+	remote := cfg
+	remote.Drivers.Docker.SocketPath = "tcp://10.0.0.1:2375"
+	asRoot := func(why string) string { // what a gateway that is not root says first
+		if os.Geteuid() != 0 {
+			return "does not run as root"
+		}
+		return why
+	}
+	for _, c := range []struct {
+		driver string
+		cfg    config.Config
+		why    string // "": served
+	}{
+		{"fake", cfg, "do not exist"},
+		{"native", cfg, asRoot("")},
+		{"docker", cfg, asRoot("")},
+		{"docker", remote, asRoot("not on the gateway's host")},
+	} {
+		e, _ := computeDrivers.Lookup(c.driver)
+		if why := e.WhyNoEgress(c.cfg); (why == "") != (c.why == "") || !strings.Contains(why, c.why) {
+			t.Errorf("%s (docker host %q): %q; want %q", c.driver, c.cfg.Drivers.Docker.SocketPath, why, c.why)
+		}
 	}
 }

@@ -50,6 +50,17 @@ type Entry struct {
 	// NotAuto says, for a driver auto never chooses, what it is instead;
 	// auto's error mentions it ("--driver fake simulates ...").
 	NotAuto string
+	// NoEgress says why this driver's sandboxes cannot have an egress
+	// proxy with these settings, or "" when they can; nil: they never can.
+	NoEgress func(cfg config.Config) string
+}
+
+// WhyNoEgress is NoEgress, saying so for a driver that has none.
+func (e Entry) WhyNoEgress(cfg config.Config) string {
+	if e.NoEgress == nil {
+		return "the " + e.Name + " driver serves no egress proxy"
+	}
+	return e.NoEgress(cfg)
 }
 
 // Image is the default image of sandboxes on this driver: the settings'
