@@ -55,7 +55,7 @@ var computeDrivers = registry.New(
 	registry.Entry{
 		Name: "fake", Open: openFake, DefaultImage: "busybox:latest",
 		NoEgress: func(config.Config) string { return "the fake driver's sandboxes do not exist" },
-		NotAuto: "simulates sandboxes, for tests only",
+		NotAuto:  "simulates sandboxes, for tests only",
 	},
 )
 
