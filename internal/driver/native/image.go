@@ -135,16 +135,24 @@ func (d *Driver) PullImage(ctx context.Context, ref string, progress func(driver
 
 // evictImages keeps the image cache within Options.ImageCacheBytes: past
 // it, the images no sandbox uses go, least recently pulled first, but
-// keep, the one just pulled.
+// keep, the one just pulled. Which images sandboxes use is read (every
+// sandbox's object) only when the cache is past its bound.
 func (d *Driver) evictImages(keep string) error {
 	d.imagesMu.Lock()
 	defer d.imagesMu.Unlock()
-	used, err := d.imagesInUse()
-	if err != nil {
-		return err
+	var used map[string]int
+	var usedErr error
+	inUse := func(id string) bool {
+		if id == keep {
+			return true
+		}
+		if used == nil && usedErr == nil {
+			used, usedErr = d.imagesInUse()
+		}
+		return usedErr != nil || used[id] > 0 // not known: kept
 	}
-	_, err = d.opts.Images.Evict(cmp.Or(d.opts.ImageCacheBytes, DefaultImageCacheBytes), func(id string) bool { return id == keep || used[id] > 0 })
-	return err
+	_, err := d.opts.Images.Evict(cmp.Or(d.opts.ImageCacheBytes, DefaultImageCacheBytes), inUse)
+	return errors.Join(err, usedErr)
 }
 
 // ListImages implements driver.Imager.
