@@ -92,21 +92,17 @@ var DefaultLimits = Limits{MaxConns: 256, HeaderTimeout: 10 * time.Second, IdleT
 
 // withDefaults fills l's zero fields from DefaultLimits.
 func (l Limits) withDefaults() Limits {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
+	d := DefaultLimits
+	return Limits{MaxConns: positiveOr(l.MaxConns, d.MaxConns), MaxHeaderBytes: positiveOr(l.MaxHeaderBytes, d.MaxHeaderBytes),
+		HeaderTimeout: positiveOr(l.HeaderTimeout, d.HeaderTimeout), IdleTimeout: positiveOr(l.IdleTimeout, d.IdleTimeout)}
+}
+
+// positiveOr is v when it is positive, else d.
+func positiveOr[T int | time.Duration](v, d T) T {
+	if v > 0 {
+		return v
 	}
-	defd := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&l.MaxConns, DefaultLimits.MaxConns)
-	def(&l.MaxHeaderBytes, DefaultLimits.MaxHeaderBytes)
-	defd(&l.HeaderTimeout, DefaultLimits.HeaderTimeout)
-	defd(&l.IdleTimeout, DefaultLimits.IdleTimeout)
-	return l
+	return d
 }
 
 // Decision is one connection or request the proxy decided.

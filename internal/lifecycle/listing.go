@@ -34,14 +34,10 @@ type Page struct {
 	Next string
 }
 
-// Phases are the phases a sandbox can be in, for a filter's check.
-var Phases = []sandbox.Phase{sandbox.PhaseProvisioning, sandbox.PhaseReady, sandbox.PhaseStopping, sandbox.PhaseStopped,
-	sandbox.PhaseStarting, sandbox.PhaseDeleting, sandbox.PhaseError, sandbox.PhaseExited}
-
 // ListPage returns the sandboxes opts selects, a page at a time.
 func (m *Manager) ListPage(ctx context.Context, opts ListOptions) (*Page, error) {
-	if opts.Phase != "" && !slices.Contains(Phases, opts.Phase) {
-		return nil, errdefs.InvalidArgument("phase %q: want one of %v", opts.Phase, Phases)
+	if opts.Phase != "" && !slices.Contains(sandbox.Phases, opts.Phase) {
+		return nil, errdefs.InvalidArgument("phase %q: want one of %v", opts.Phase, sandbox.Phases)
 	}
 	if opts.Limit < 0 {
 		return nil, errdefs.InvalidArgument("limit %d: want 0 (the most, %d) or more", opts.Limit, MaxPageSize)

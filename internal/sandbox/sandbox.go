@@ -38,6 +38,9 @@ const (
 	PhaseExited Phase = "exited"
 )
 
+// Phases are the phases above, every one a sandbox can be in.
+var Phases = []Phase{PhaseProvisioning, PhaseReady, PhaseStopping, PhaseStopped, PhaseStarting, PhaseDeleting, PhaseError, PhaseExited}
+
 // The restart policies, applied by the gateway when a main process exits.
 const (
 	RestartNever     = "never"
