@@ -209,6 +209,8 @@ func newRunOn(t *testing.T, seed int64, driverName, isolation string) *run {
 	switch driverName {
 	case "docker":
 		r.backend = newDockerBackend(t, r.label, isolation)
+		testenv.UnmountUnder(t, r.home) // the run directories of sandboxes a run leaves
+
 	case "native":
 		r.backend = &nativeBackend{t: t, dir: filepath.Join(r.home, "native"), label: r.label}
 	default:
