@@ -314,7 +314,7 @@ func TestHardenedLikeNative(t *testing.T) {
 func TestLogsAreCapped(t *testing.T) {
 	testenv.RequireDocker(t)
 	const logCap = 1 << 20
-	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: t.TempDir(), LogMaxBytes: logCap},
+	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: stateDir(t), LogMaxBytes: logCap},
 		Options{Host: testenv.DockerHost(), PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin)})
 	if err != nil {
 		t.Fatal(err)
@@ -379,7 +379,7 @@ func TestLogsAreCapped(t *testing.T) {
 func TestImagesFailFast(t *testing.T) {
 	testenv.RequireDocker(t)
 	relay := testenv.NewRelay(t, testenv.DockerSocket())
-	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: t.TempDir()},
+	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: stateDir(t)},
 		Options{Host: "unix://" + relay.Path, PullPolicy: "if_not_present", Supervisor: testenv.SupervisorOf(corralBin)})
 	if err != nil {
 		t.Fatal(err)
@@ -519,7 +519,7 @@ func TestDiskLimit(t *testing.T) {
 func TestExecThroughControlSocket(t *testing.T) {
 	testenv.RequireDocker(t)
 	relay := testenv.NewRelay(t, testenv.DockerSocket())
-	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: t.TempDir()},
+	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: stateDir(t)},
 		Options{Host: "unix://" + relay.Path, PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin)})
 	if err != nil {
 		t.Fatal(err)

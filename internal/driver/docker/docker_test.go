@@ -27,12 +27,18 @@ func TestMain(m *testing.M) {
 	testenv.MainWithCorral(m, &corralBin)
 }
 
+// stateDir is a driver's state directory for a test, the run directories
+// of the sandboxes it leaves unmounted when it ends.
+func stateDir(t *testing.T) string {
+	dir := t.TempDir()
+	testenv.UnmountUnder(t, dir)
+	return dir
+}
+
 func newTestDriver(t *testing.T, label string, env ...string) *Driver {
 	t.Helper()
 	testenv.RequireDocker(t)
-	dir := t.TempDir()
-	testenv.UnmountUnder(t, dir) // the run directories of sandboxes a test leaves
-	d, err := New(driver.Config{Label: label, StateDir: dir}, Options{Host: testenv.DockerHost(), PullPolicy: "never",
+	d, err := New(driver.Config{Label: label, StateDir: stateDir(t)}, Options{Host: testenv.DockerHost(), PullPolicy: "never",
 		Supervisor: testenv.SupervisorOf(corralBin), Env: env})
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +275,7 @@ func TestCancelledCreateLeavesNoContainer(t *testing.T) {
 func TestDeleteWaitsForACutCreate(t *testing.T) {
 	testenv.RequireDocker(t)
 	relay := testenv.NewRelay(t, testenv.DockerSocket())
-	d, err := New(driver.Config{Label: "corral.test.cutcreate." + sandbox.NewID()[:8], StateDir: t.TempDir()},
+	d, err := New(driver.Config{Label: "corral.test.cutcreate." + sandbox.NewID()[:8], StateDir: stateDir(t)},
 		Options{Host: "unix://" + relay.Path, PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin)})
 	if err != nil {
 		t.Fatal(err)

@@ -77,7 +77,7 @@ func TestGVisorKernel(t *testing.T) {
 // before anything is made, naming what is missing.
 func TestGVisorWithoutTheRuntimeIsRefused(t *testing.T) {
 	testenv.RequireDocker(t)
-	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: t.TempDir()},
+	d, err := New(driver.Config{Label: "corral.test." + sandbox.ShortID(sandbox.NewID()), StateDir: stateDir(t)},
 		Options{PullPolicy: "never", Supervisor: testenv.SupervisorOf(corralBin), GVisorRuntime: "corral-no-such-runtime"})
 	if err != nil {
 		t.Fatal(err)
