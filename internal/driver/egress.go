@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"net"
 	"strings"
 )
 
@@ -71,10 +72,25 @@ type Egress interface {
 	Attach(ctx context.Context, ref Ref, netns string) error
 }
 
-// NetNSer is a driver that tells where the network namespace of a running
-// incarnation is, so that a gateway started later can serve its proxy again.
-type NetNSer interface {
-	// NetNS returns /proc/PID/ns/net of a process in incarnation ref's
-	// network namespace; errdefs.ErrNotFound when it does not run.
-	NetNS(ctx context.Context, ref Ref) (string, error)
+// EgressAttacher is a driver that serves the gateway's egress proxy to a
+// running incarnation wherever its compute is, so that a gateway started
+// after the incarnation serves its proxy again. (The native and Docker
+// drivers serve it from the gateway's process, on a socket inside the
+// incarnation's network namespace.)
+type EgressAttacher interface {
+	// AttachEgress serves incarnation ref's proxy again (Egress.Attach for
+	// a driver on the gateway's host); errdefs.ErrNotFound when it does not
+	// run.
+	AttachEgress(ctx context.Context, ref Ref) error
+}
+
+// PortDialer is a driver that connects to a port of a running
+// incarnation: to its own loopback, wherever its compute is. It is not
+// egress: the sandbox's network policy does not apply to connections into
+// it.
+type PortDialer interface {
+	// DialPort connects to 127.0.0.1:port inside incarnation ref;
+	// errdefs.ErrNotFound when it does not run, an error wrapping
+	// syscall.ECONNREFUSED when nothing listens there.
+	DialPort(ctx context.Context, ref Ref, port int) (net.Conn, error)
 }

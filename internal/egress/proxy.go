@@ -40,6 +40,7 @@ import (
 	"github.com/elazarl/goproxy"
 
 	"github.com/corral-sandbox/corral/internal/policy"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
 // Config is what a sandbox's proxy is made of.
@@ -106,16 +107,7 @@ func positiveOr[T int | time.Duration](v, d T) T {
 }
 
 // Decision is one connection or request the proxy decided.
-type Decision struct {
-	Time          time.Time
-	Sandbox, Host string
-	Port          int
-	Addr          netip.Addr // the resolved address, when known
-	Method, Path  string     // for HTTP requests
-	Verdict       string     // Allowed, Denied or Audited
-	Policy        string     // the network_policies name, when an endpoint matched
-	Reason        string     // the rule that decided, or why nothing allowed it
-}
+type Decision = sandbox.EgressDecision
 
 // The verdicts of a Decision.
 const (

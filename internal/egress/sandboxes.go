@@ -20,6 +20,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/metrics"
 	"github.com/corral-sandbox/corral/internal/netns"
 	"github.com/corral-sandbox/corral/internal/policy"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
 // Network is what a sandbox's proxy enforces, as its record has it.
@@ -27,6 +28,22 @@ type Network struct {
 	Name  string
 	Rules []policy.NetworkPolicy
 	Hosts []string // add_hosts: "NAME:IP"
+}
+
+// FromRecords is a Sandboxes.Lookup that reads a sandbox's rules from its
+// record (the policy it was created or last updated with).
+func FromRecords(get func(ctx context.Context, id string) (*sandbox.Sandbox, error)) func(context.Context, string) (Network, error) {
+	return func(ctx context.Context, id string) (Network, error) {
+		sb, err := get(ctx, id)
+		if err != nil {
+			return Network{}, err
+		}
+		pol, err := policy.Parse(sb.Spec.Policy)
+		if err != nil {
+			return Network{}, fmt.Errorf("sandbox %q: %w", sb.Name, err)
+		}
+		return Network{Name: sb.Name, Rules: pol.Network, Hosts: sb.Spec.Hosts}, nil
+	}
 }
 
 // What is kept and logged of each sandbox's refusals: the last

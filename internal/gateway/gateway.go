@@ -129,7 +129,7 @@ func Run(opts Options) error {
 		lcfg.Egress = eg
 	}
 	mgr := lifecycle.New(lcfg)
-	eg.Lookup = mgr.NetworkOf
+	eg.Lookup = egress.FromRecords(st.GetSandbox)
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
 	if startCtx.Err() != nil {
 		log.Info("stopped during start-up, before recovery")

@@ -101,3 +101,39 @@ func TestDesignMap(t *testing.T) {
 		t.Errorf("checked only %d imports: is go list's output still what this test reads?", checked)
 	}
 }
+
+// The API core (the lifecycle, and the front ends' edge) reaches compute
+// only through the driver interface: no package that needs the
+// compute's host (network namespaces, the egress proxy, a supervisor's
+// control socket), no concrete driver or store, not even through another
+// package. A Kubernetes driver runs where none of those can.
+func TestCoreIsLocationNeutral(t *testing.T) {
+	forbidden := []string{
+		"internal/netns", "internal/egress", "internal/control", "internal/supervisor",
+		"internal/driver/docker", "internal/driver/native", "internal/driver/fake", "internal/store/sqlite",
+		"internal/images", "internal/cgroups", "internal/diskimage",
+	}
+	for _, pkg := range []string{"internal/lifecycle", "internal/service"} {
+		cmd := exec.Command("go", "list", "-deps", "./"+pkg)
+		cmd.Dir = filepath.Join("..", "..")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		deps := strings.Fields(string(out))
+		if !slices.Contains(deps, module+"internal/driver") {
+			t.Fatalf("go list -deps %s does not list internal/driver: is its output still what this test reads?", pkg)
+		}
+		for _, dep := range deps {
+			rel, ok := strings.CutPrefix(dep, module)
+			if !ok {
+				continue
+			}
+			for _, f := range forbidden {
+				if rel == f || strings.HasPrefix(rel, f+"/") {
+					t.Errorf("%s depends on %s: the core must reach compute through the driver interface alone", pkg, rel)
+				}
+			}
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"reflect"
 
 	"github.com/corral-sandbox/corral/internal/driver"
-	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
@@ -18,10 +17,9 @@ import (
 // reconciler attaches again what runs without it (after a gateway
 // restart), tells it of changed rules and of deleted sandboxes.
 type Egress interface {
-	driver.Egress
 	// Attached reports whether incarnation ref's proxy is served.
 	Attached(ref driver.Ref) bool
-	// Refresh reads sandbox id's rules and name again (NetworkOf) and
+	// Refresh reads sandbox id's rules and name again from its record and
 	// closes the open connections the rules no longer allow.
 	Refresh(id string)
 	// Forget drops what the proxy keeps of a deleted sandbox.
@@ -30,20 +28,7 @@ type Egress interface {
 	InForce(ctx context.Context, id string) string
 	// Denials returns the refused and audited decisions kept of sandbox
 	// id and, with follow, a channel of those to come and its stop.
-	Denials(id string, follow bool) ([]egress.Decision, <-chan egress.Decision, func())
-}
-
-// NetworkOf returns the egress rules of sandbox id as its record has them.
-func (m *Manager) NetworkOf(ctx context.Context, id string) (egress.Network, error) {
-	sb, err := m.cfg.Store.GetSandbox(ctx, id)
-	if err != nil {
-		return egress.Network{}, err
-	}
-	pol, err := policy.Parse(sb.Spec.Policy)
-	if err != nil {
-		return egress.Network{}, fmt.Errorf("sandbox %q: %w", sb.Name, err)
-	}
-	return egress.Network{Name: sb.Name, Rules: pol.Network, Hosts: sb.Spec.Hosts}, nil
+	Denials(id string, follow bool) ([]sandbox.EgressDecision, <-chan sandbox.EgressDecision, func())
 }
 
 // Network describes the egress rules in force for a sandbox ("" when the
@@ -58,7 +43,7 @@ func (m *Manager) Network(ctx context.Context, sb *sandbox.Sandbox) string {
 // Denials returns the egress proxy's refused and audited decisions of a
 // sandbox, oldest first, and with follow a channel of those to come (see
 // Egress.Denials).
-func (m *Manager) Denials(ctx context.Context, nameOrID string, follow bool) ([]egress.Decision, <-chan egress.Decision, func(), error) {
+func (m *Manager) Denials(ctx context.Context, nameOrID string, follow bool) ([]sandbox.EgressDecision, <-chan sandbox.EgressDecision, func(), error) {
 	sb, err := m.Get(ctx, nameOrID)
 	if err != nil {
 		return nil, nil, nil, err
@@ -77,18 +62,15 @@ func (m *Manager) ensureEgress(sb *sandbox.Sandbox) error {
 	if m.cfg.Egress == nil || m.cfg.Egress.Attached(ref) {
 		return nil
 	}
-	ns, ok := m.cfg.Driver.(driver.NetNSer)
+	a, ok := m.cfg.Driver.(driver.EgressAttacher)
 	if !ok {
 		return errdefs.NotImplemented("the %s driver cannot serve an egress proxy to a running sandbox", m.cfg.Driver.Name())
 	}
 	ctx, cancel := context.WithTimeout(m.callCtx, m.cfg.CallTimeout)
 	defer cancel()
-	path, err := ns.NetNS(ctx, ref)
+	err := a.AttachEgress(ctx, ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil // it stopped meanwhile: the next step sees that
-	}
-	if err == nil {
-		err = m.cfg.Egress.Attach(ctx, ref, path)
 	}
 	if err != nil {
 		return fmt.Errorf("serve the egress proxy again: %w", err)

@@ -3,14 +3,12 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
-	"os"
-	"strconv"
 	"syscall"
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
-	"github.com/corral-sandbox/corral/internal/netns"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
@@ -35,30 +33,24 @@ func validPort(port int) error {
 	return nil
 }
 
-// dialPort connects to a port of the running incarnation of sb, whose
-// network namespace the driver names.
+// dialPort connects to a port of the running incarnation of sb through
+// the driver.
 func (m *Manager) dialPort(ctx context.Context, sb *sandbox.Sandbox, port int) (net.Conn, error) {
 	if sb.Phase != sandbox.PhaseReady {
 		return nil, errdefs.FailedPrecondition("sandbox %q is %s, not ready: its ports are reached only while it runs", sb.Name, sb.Phase)
 	}
-	n, ok := m.cfg.Driver.(driver.NetNSer)
+	d, ok := m.cfg.Driver.(driver.PortDialer)
 	if !ok {
 		return nil, errdefs.NotImplemented("the %s driver cannot reach into a sandbox's network", m.cfg.Driver.Name())
 	}
-	path, err := n.NetNS(ctx, driver.Ref{ID: sb.ID, Generation: sb.Generation})
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil, errdefs.FailedPrecondition("sandbox %q does not run: %v", sb.Name, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	c, err := netns.Dial(ctx, path, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	c, err := d.DialPort(ctx, driver.Ref{ID: sb.ID, Generation: sb.Generation}, port)
 	switch {
-	case errors.Is(err, os.ErrPermission):
-		return nil, errdefs.FailedPrecondition("port %d of sandbox %q: reaching it enters the sandbox's network namespace, "+
-			"which needs a gateway running as root on the host of the sandboxes (%v)", port, sb.Name, err)
+	case errors.Is(err, errdefs.ErrNotFound):
+		return nil, errdefs.FailedPrecondition("sandbox %q does not run: %v", sb.Name, err)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return nil, errdefs.FailedPrecondition("nothing listens on 127.0.0.1:%d in sandbox %q", port, sb.Name)
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		return nil, fmt.Errorf("sandbox %q: %w", sb.Name, err)
 	case err != nil:
 		return nil, errdefs.Unavailable("port %d of sandbox %q: %v", port, sb.Name, err)
 	}

@@ -2,10 +2,14 @@ package netns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"runtime"
+	"strconv"
+
+	"github.com/corral-sandbox/corral/internal/errdefs"
 
 	"golang.org/x/sys/unix"
 )
@@ -66,4 +70,16 @@ func within(path string, fn func() error) error {
 		done <- ferr
 	}()
 	return <-done
+}
+
+// DialLoopback connects to 127.0.0.1:port inside the network namespace at
+// path. Not being allowed to enter it is errdefs.ErrFailedPrecondition
+// saying what the gateway lacks.
+func DialLoopback(ctx context.Context, path string, port int) (net.Conn, error) {
+	c, err := Dial(ctx, path, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if errors.Is(err, os.ErrPermission) {
+		return nil, errdefs.FailedPrecondition("port %d: reaching it enters the sandbox's network namespace, "+
+			"which needs a gateway running as root on the host of the sandboxes (%v)", port, err)
+	}
+	return c, err
 }

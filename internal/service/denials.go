@@ -4,7 +4,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
-	"github.com/corral-sandbox/corral/internal/egress"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
 func (s *service) SandboxDenials(req *corralv1.SandboxDenialsRequest, stream corralv1.SandboxService_SandboxDenialsServer) error {
@@ -36,7 +36,7 @@ func (s *service) SandboxDenials(req *corralv1.SandboxDenialsRequest, stream cor
 	}
 }
 
-func denialToProto(d egress.Decision) *corralv1.Denial {
+func denialToProto(d sandbox.EgressDecision) *corralv1.Denial {
 	out := &corralv1.Denial{Time: timestamppb.New(d.Time), Host: d.Host, Port: int32(d.Port), Method: d.Method,
 		Path: d.Path, Verdict: d.Verdict, Policy: d.Policy, Reason: d.Reason}
 	if d.Addr.IsValid() {

@@ -22,7 +22,6 @@ import (
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
-	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -41,7 +40,7 @@ type Lifecycle interface {
 	UpdatePolicy(ctx context.Context, nameOrID, text string) (*sandbox.Sandbox, error)
 	Protections(ctx context.Context, sb *sandbox.Sandbox) string
 	Network(ctx context.Context, sb *sandbox.Sandbox) string
-	Denials(ctx context.Context, nameOrID string, follow bool) ([]egress.Decision, <-chan egress.Decision, func(), error)
+	Denials(ctx context.Context, nameOrID string, follow bool) ([]sandbox.EgressDecision, <-chan sandbox.EgressDecision, func(), error)
 	Doctor(ctx context.Context) ([]lifecycle.Finding, error)
 	Tiers(ctx context.Context) []driver.Tier
 	WatchSandboxes(ctx context.Context, caller, name string) (<-chan lifecycle.Event, error)

@@ -330,8 +330,9 @@ func (d *Driver) attachEgress(ctx context.Context, ref driver.Ref, containerID s
 	return d.cfg.Egress.Attach(ctx, ref, netns)
 }
 
-// NetNS implements driver.NetNSer.
-func (d *Driver) NetNS(ctx context.Context, ref driver.Ref) (string, error) {
+// netNS is the network namespace of incarnation ref's container;
+// errdefs.ErrNotFound when it does not run.
+func (d *Driver) netNS(ctx context.Context, ref driver.Ref) (string, error) {
 	list, err := d.containers(ctx, ref.ID)
 	if err != nil {
 		return "", err

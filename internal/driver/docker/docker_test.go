@@ -50,7 +50,18 @@ func newTestDriver(t *testing.T, label string, env ...string) *Driver {
 func TestConformance(t *testing.T) {
 	testenv.RequireDocker(t)
 	drivertest.RunWith(t, func(t *testing.T, label string) driver.Driver { return newTestDriver(t, label) },
-		drivertest.Options{Image: testenv.TestImage, InvalidImage: "Bad?Ref"})
+		drivertest.Options{Image: testenv.TestImage, PullImage: pullableImage(t), InvalidImage: "Bad?Ref"})
+}
+
+// pullableImage is an image the driver's PullImage loads with no registry:
+// an archive of an image no other test has (random filler bytes give it
+// an id of its own, so its removal races no other test's use).
+func pullableImage(t *testing.T) string {
+	img, err := testenv.TestOCIImage(t.TempDir(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "docker-archive:" + img.DockerArchive
 }
 
 // startPolicySandbox runs a sandbox with a policy on the test image, and

@@ -38,7 +38,7 @@ func newGVisorDriver(t *testing.T, label string) *Driver {
 func TestGVisorConformance(t *testing.T) {
 	testenv.RequireDocker(t)
 	drivertest.RunWith(t, func(t *testing.T, label string) driver.Driver { return newGVisorDriver(t, label) },
-		drivertest.Options{Image: testenv.TestImage, InvalidImage: "Bad?Ref", Isolation: policy.IsolationGVisor})
+		drivertest.Options{Image: testenv.TestImage, PullImage: pullableImage(t), InvalidImage: "Bad?Ref", Isolation: policy.IsolationGVisor})
 }
 
 // The policy cases on Docker + gVisor: the same outcomes as on the

@@ -44,6 +44,9 @@ type Options struct {
 	// PrintCommand is the main command of the logs case (default
 	// DefaultPrintCommand).
 	PrintCommand []string
+	// PullImage is an image the driver's PullImage can bring (default
+	// Image); the images case runs a sandbox on it, then removes it.
+	PullImage string
 	// InvalidImage, when set, is an image Validate must refuse.
 	InvalidImage string
 	// Isolation is the policy's isolation tier of every object (default
@@ -68,6 +71,9 @@ func RunWith(t *testing.T, newDriver NewDriver, opts Options) {
 	t.Helper()
 	if opts.Image == "" {
 		opts.Image = DefaultImage
+	}
+	if opts.PullImage == "" {
+		opts.PullImage = opts.Image
 	}
 	if opts.Command == nil {
 		opts.Command = DefaultCommand

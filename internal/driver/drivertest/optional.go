@@ -17,7 +17,7 @@ import (
 )
 
 // The optional capabilities (driver.Execer, LogReader, Watcher,
-// Validator): every driver that has one runs its cases; a driver without
+// Validator, and those of capabilities.go): every driver that has one runs its cases; a driver without
 // it skips them, saying so.
 
 // DefaultPrintCommand is the main command of the logs case: it prints
@@ -38,6 +38,12 @@ func (s *suite) optionalCases() []struct {
 		{"Logs", s.testLogs},
 		{"Watch", s.testWatch},
 		{"Validate", s.testValidate},
+		{"DialPort", s.testDialPort},
+		{"AttachEgress", s.testAttachEgress},
+		{"Images", s.testImages},
+		{"Workdir", s.testWorkdir},
+		{"Leftovers", s.testLeftovers},
+		{"Tiers", s.testTiers},
 	}
 }
 

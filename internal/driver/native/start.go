@@ -405,14 +405,11 @@ func (d *Driver) attachEgress(ctx context.Context, ref driver.Ref) error {
 	if d.cfg.Egress == nil {
 		return nil
 	}
-	netns, err := d.NetNS(ctx, ref)
-	if err != nil {
-		return err
-	}
-	return d.cfg.Egress.Attach(ctx, ref, netns)
+	return d.AttachEgress(ctx, ref)
 }
 
-// NetNS implements driver.NetNSer.
+// NetNS returns /proc/PID/ns/net of incarnation ref's supervisor;
+// errdefs.ErrNotFound when it does not run.
 func (d *Driver) NetNS(ctx context.Context, ref driver.Ref) (string, error) {
 	b := d.bundle(ref.ID, ref.Generation)
 	if live, err := alive(b); err != nil || !live {
