@@ -1054,10 +1054,74 @@ func (x *WatchSandboxesRequest) GetName() string {
 	return ""
 }
 
+type WaitSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// goal is "running" (ready, or exited for good: what a create or a
+	// start waits for), "stopped" or "deleted".
+	Goal string `protobuf:"bytes,2,opt,name=goal,proto3" json:"goal,omitempty"`
+	// since_revision is the revision the request returned: older records
+	// say nothing about it.
+	SinceRevision int64 `protobuf:"varint,3,opt,name=since_revision,json=sinceRevision,proto3" json:"since_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitSandboxRequest) Reset() {
+	*x = WaitSandboxRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitSandboxRequest) ProtoMessage() {}
+
+func (x *WaitSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitSandboxRequest.ProtoReflect.Descriptor instead.
+func (*WaitSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WaitSandboxRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WaitSandboxRequest) GetGoal() string {
+	if x != nil {
+		return x.Goal
+	}
+	return ""
+}
+
+func (x *WaitSandboxRequest) GetSinceRevision() int64 {
+	if x != nil {
+		return x.SinceRevision
+	}
+	return 0
+}
+
 type SandboxEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// type is ADDED, MODIFIED, DELETED, or SYNCED (no sandbox: the initial
-	// list is complete).
+	// list is complete); of WaitSandbox, PROGRESS or REACHED.
 	Type          string   `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
 	Sandbox       *Sandbox `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1066,7 +1130,7 @@ type SandboxEvent struct {
 
 func (x *SandboxEvent) Reset() {
 	*x = SandboxEvent{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1142,7 @@ func (x *SandboxEvent) String() string {
 func (*SandboxEvent) ProtoMessage() {}
 
 func (x *SandboxEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1155,7 @@ func (x *SandboxEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxEvent.ProtoReflect.Descriptor instead.
 func (*SandboxEvent) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SandboxEvent) GetType() string {
@@ -1117,7 +1181,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1193,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1206,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListOperationsRequest) GetName() string {
@@ -1161,7 +1225,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1237,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1250,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -1206,7 +1270,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1282,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1295,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -1262,7 +1326,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1338,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1351,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecStart) GetName() string {
@@ -1340,7 +1404,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1416,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1429,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecRequest) GetMsg() isExecRequest_Msg {
@@ -1454,7 +1518,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1530,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1543,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1550,7 +1614,7 @@ type SandboxLogsRequest struct {
 
 func (x *SandboxLogsRequest) Reset() {
 	*x = SandboxLogsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1626,7 @@ func (x *SandboxLogsRequest) String() string {
 func (*SandboxLogsRequest) ProtoMessage() {}
 
 func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1639,7 @@ func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLogsRequest.ProtoReflect.Descriptor instead.
 func (*SandboxLogsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SandboxLogsRequest) GetName() string {
@@ -1609,7 +1673,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1685,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1698,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LogChunk) GetStdout() []byte {
@@ -1659,7 +1723,7 @@ type DoctorRequest struct {
 
 func (x *DoctorRequest) Reset() {
 	*x = DoctorRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1735,7 @@ func (x *DoctorRequest) String() string {
 func (*DoctorRequest) ProtoMessage() {}
 
 func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1748,7 @@ func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorRequest.ProtoReflect.Descriptor instead.
 func (*DoctorRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 type DoctorFinding struct {
@@ -1700,7 +1764,7 @@ type DoctorFinding struct {
 
 func (x *DoctorFinding) Reset() {
 	*x = DoctorFinding{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1776,7 @@ func (x *DoctorFinding) String() string {
 func (*DoctorFinding) ProtoMessage() {}
 
 func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1789,7 @@ func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorFinding.ProtoReflect.Descriptor instead.
 func (*DoctorFinding) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DoctorFinding) GetSandbox() string {
@@ -1761,7 +1825,7 @@ type DoctorReport struct {
 
 func (x *DoctorReport) Reset() {
 	*x = DoctorReport{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[25]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1837,7 @@ func (x *DoctorReport) String() string {
 func (*DoctorReport) ProtoMessage() {}
 
 func (x *DoctorReport) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[25]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1850,7 @@ func (x *DoctorReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorReport.ProtoReflect.Descriptor instead.
 func (*DoctorReport) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DoctorReport) GetFindings() []*DoctorFinding {
@@ -1817,7 +1881,7 @@ type IsolationTier struct {
 
 func (x *IsolationTier) Reset() {
 	*x = IsolationTier{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1893,7 @@ func (x *IsolationTier) String() string {
 func (*IsolationTier) ProtoMessage() {}
 
 func (x *IsolationTier) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1906,7 @@ func (x *IsolationTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsolationTier.ProtoReflect.Descriptor instead.
 func (*IsolationTier) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *IsolationTier) GetName() string {
@@ -1884,7 +1948,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1960,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +1973,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Image) GetId() string {
@@ -1961,7 +2025,7 @@ type PullImageRequest struct {
 
 func (x *PullImageRequest) Reset() {
 	*x = PullImageRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2037,7 @@ func (x *PullImageRequest) String() string {
 func (*PullImageRequest) ProtoMessage() {}
 
 func (x *PullImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2050,7 @@ func (x *PullImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullImageRequest.ProtoReflect.Descriptor instead.
 func (*PullImageRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PullImageRequest) GetImage() string {
@@ -2023,7 +2087,7 @@ type PullImageProgress struct {
 
 func (x *PullImageProgress) Reset() {
 	*x = PullImageProgress{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2099,7 @@ func (x *PullImageProgress) String() string {
 func (*PullImageProgress) ProtoMessage() {}
 
 func (x *PullImageProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2112,7 @@ func (x *PullImageProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullImageProgress.ProtoReflect.Descriptor instead.
 func (*PullImageProgress) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PullImageProgress) GetLayer() string {
@@ -2094,7 +2158,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2170,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2183,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 type ListImagesResponse struct {
@@ -2131,7 +2195,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +2207,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +2220,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -2176,7 +2240,7 @@ type RemoveImageRequest struct {
 
 func (x *RemoveImageRequest) Reset() {
 	*x = RemoveImageRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2252,7 @@ func (x *RemoveImageRequest) String() string {
 func (*RemoveImageRequest) ProtoMessage() {}
 
 func (x *RemoveImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2265,7 @@ func (x *RemoveImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveImageRequest.ProtoReflect.Descriptor instead.
 func (*RemoveImageRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveImageRequest) GetImage() string {
@@ -2219,7 +2283,7 @@ type PruneImagesRequest struct {
 
 func (x *PruneImagesRequest) Reset() {
 	*x = PruneImagesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2295,7 @@ func (x *PruneImagesRequest) String() string {
 func (*PruneImagesRequest) ProtoMessage() {}
 
 func (x *PruneImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2308,7 @@ func (x *PruneImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneImagesRequest.ProtoReflect.Descriptor instead.
 func (*PruneImagesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 type PruneImagesResponse struct {
@@ -2258,7 +2322,7 @@ type PruneImagesResponse struct {
 
 func (x *PruneImagesResponse) Reset() {
 	*x = PruneImagesResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2334,7 @@ func (x *PruneImagesResponse) String() string {
 func (*PruneImagesResponse) ProtoMessage() {}
 
 func (x *PruneImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2347,7 @@ func (x *PruneImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneImagesResponse.ProtoReflect.Descriptor instead.
 func (*PruneImagesResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PruneImagesResponse) GetRemoved() []*Image {
@@ -2310,7 +2374,7 @@ type SandboxDenialsRequest struct {
 
 func (x *SandboxDenialsRequest) Reset() {
 	*x = SandboxDenialsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2386,7 @@ func (x *SandboxDenialsRequest) String() string {
 func (*SandboxDenialsRequest) ProtoMessage() {}
 
 func (x *SandboxDenialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2399,7 @@ func (x *SandboxDenialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxDenialsRequest.ProtoReflect.Descriptor instead.
 func (*SandboxDenialsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SandboxDenialsRequest) GetName() string {
@@ -2374,7 +2438,7 @@ type Denial struct {
 
 func (x *Denial) Reset() {
 	*x = Denial{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2450,7 @@ func (x *Denial) String() string {
 func (*Denial) ProtoMessage() {}
 
 func (x *Denial) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2463,7 @@ func (x *Denial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Denial.ProtoReflect.Descriptor instead.
 func (*Denial) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Denial) GetTime() *timestamppb.Timestamp {
@@ -2481,7 +2545,7 @@ type PortForwardFrame struct {
 
 func (x *PortForwardFrame) Reset() {
 	*x = PortForwardFrame{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2557,7 @@ func (x *PortForwardFrame) String() string {
 func (*PortForwardFrame) ProtoMessage() {}
 
 func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2570,7 @@ func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortForwardFrame.ProtoReflect.Descriptor instead.
 func (*PortForwardFrame) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PortForwardFrame) GetName() string {
@@ -2550,7 +2614,7 @@ type ExposePortRequest struct {
 
 func (x *ExposePortRequest) Reset() {
 	*x = ExposePortRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2626,7 @@ func (x *ExposePortRequest) String() string {
 func (*ExposePortRequest) ProtoMessage() {}
 
 func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2639,7 @@ func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposePortRequest.ProtoReflect.Descriptor instead.
 func (*ExposePortRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExposePortRequest) GetName() string {
@@ -2617,7 +2681,7 @@ type ExposedPort struct {
 
 func (x *ExposedPort) Reset() {
 	*x = ExposedPort{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2693,7 @@ func (x *ExposedPort) String() string {
 func (*ExposedPort) ProtoMessage() {}
 
 func (x *ExposedPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2706,7 @@ func (x *ExposedPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposedPort.ProtoReflect.Descriptor instead.
 func (*ExposedPort) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ExposedPort) GetSandboxId() string {
@@ -2690,7 +2754,7 @@ type UnexposePortRequest struct {
 
 func (x *UnexposePortRequest) Reset() {
 	*x = UnexposePortRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2766,7 @@ func (x *UnexposePortRequest) String() string {
 func (*UnexposePortRequest) ProtoMessage() {}
 
 func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2779,7 @@ func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnexposePortRequest.ProtoReflect.Descriptor instead.
 func (*UnexposePortRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UnexposePortRequest) GetName() string {
@@ -2742,7 +2806,7 @@ type ListExposedPortsRequest struct {
 
 func (x *ListExposedPortsRequest) Reset() {
 	*x = ListExposedPortsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +2818,7 @@ func (x *ListExposedPortsRequest) String() string {
 func (*ListExposedPortsRequest) ProtoMessage() {}
 
 func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +2831,7 @@ func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposedPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListExposedPortsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListExposedPortsRequest) GetName() string {
@@ -2786,7 +2850,7 @@ type ListExposedPortsResponse struct {
 
 func (x *ListExposedPortsResponse) Reset() {
 	*x = ListExposedPortsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2862,7 @@ func (x *ListExposedPortsResponse) String() string {
 func (*ListExposedPortsResponse) ProtoMessage() {}
 
 func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2875,7 @@ func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposedPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListExposedPortsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListExposedPortsResponse) GetPorts() []*ExposedPort {
@@ -2833,7 +2897,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +2909,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +2922,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PoolSpec) GetImage() string {
@@ -2900,7 +2964,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +2976,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +2989,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Pool) GetName() string {
@@ -2984,7 +3048,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3060,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3073,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -3041,7 +3105,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3117,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3130,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 type ListPoolsResponse struct {
@@ -3078,7 +3142,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3090,7 +3154,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3103,7 +3167,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -3123,7 +3187,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3199,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3212,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeletePoolRequest) GetName() string {
@@ -3259,7 +3323,11 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x15DeleteSandboxResponse\x12,\n" +
 	"\asandbox\x18\x01 \x01(\v2\x12.corral.v1.SandboxR\asandbox\"+\n" +
 	"\x15WatchSandboxesRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"P\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"c\n" +
+	"\x12WaitSandboxRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04goal\x18\x02 \x01(\tR\x04goal\x12%\n" +
+	"\x0esince_revision\x18\x03 \x01(\x03R\rsinceRevision\"P\n" +
 	"\fSandboxEvent\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12,\n" +
 	"\asandbox\x18\x02 \x01(\v2\x12.corral.v1.SandboxR\asandbox\"+\n" +
@@ -3391,7 +3459,7 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x11ListPoolsResponse\x12%\n" +
 	"\x05pools\x18\x01 \x03(\v2\x0f.corral.v1.PoolR\x05pools\"'\n" +
 	"\x11DeletePoolRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name2\xe8\r\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name2\xb1\x0e\n" +
 	"\x0eSandboxService\x12R\n" +
 	"\rCreateSandbox\x12\x1f.corral.v1.CreateSandboxRequest\x1a .corral.v1.CreateSandboxResponse\x12>\n" +
 	"\n" +
@@ -3401,7 +3469,8 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\fStartSandbox\x12\x1e.corral.v1.StartSandboxRequest\x1a\x12.corral.v1.Sandbox\x12R\n" +
 	"\rDeleteSandbox\x12\x1f.corral.v1.DeleteSandboxRequest\x1a .corral.v1.DeleteSandboxResponse\x12D\n" +
 	"\rUpdateSandbox\x12\x1f.corral.v1.UpdateSandboxRequest\x1a\x12.corral.v1.Sandbox\x12M\n" +
-	"\x0eWatchSandboxes\x12 .corral.v1.WatchSandboxesRequest\x1a\x17.corral.v1.SandboxEvent0\x01\x12U\n" +
+	"\x0eWatchSandboxes\x12 .corral.v1.WatchSandboxesRequest\x1a\x17.corral.v1.SandboxEvent0\x01\x12G\n" +
+	"\vWaitSandbox\x12\x1d.corral.v1.WaitSandboxRequest\x1a\x17.corral.v1.SandboxEvent0\x01\x12U\n" +
 	"\x0eListOperations\x12 .corral.v1.ListOperationsRequest\x1a!.corral.v1.ListOperationsResponse\x12B\n" +
 	"\vExecSandbox\x12\x16.corral.v1.ExecRequest\x1a\x17.corral.v1.ExecResponse(\x010\x01\x12C\n" +
 	"\vSandboxLogs\x12\x1d.corral.v1.SandboxLogsRequest\x1a\x13.corral.v1.LogChunk0\x01\x12;\n" +
@@ -3435,7 +3504,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),              // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                  // 1: corral.v1.Sandbox
@@ -3451,77 +3520,78 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*UpdateSandboxRequest)(nil),     // 11: corral.v1.UpdateSandboxRequest
 	(*DeleteSandboxResponse)(nil),    // 12: corral.v1.DeleteSandboxResponse
 	(*WatchSandboxesRequest)(nil),    // 13: corral.v1.WatchSandboxesRequest
-	(*SandboxEvent)(nil),             // 14: corral.v1.SandboxEvent
-	(*ListOperationsRequest)(nil),    // 15: corral.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),   // 16: corral.v1.ListOperationsResponse
-	(*TerminalSize)(nil),             // 17: corral.v1.TerminalSize
-	(*ExecStart)(nil),                // 18: corral.v1.ExecStart
-	(*ExecRequest)(nil),              // 19: corral.v1.ExecRequest
-	(*ExecResponse)(nil),             // 20: corral.v1.ExecResponse
-	(*SandboxLogsRequest)(nil),       // 21: corral.v1.SandboxLogsRequest
-	(*LogChunk)(nil),                 // 22: corral.v1.LogChunk
-	(*DoctorRequest)(nil),            // 23: corral.v1.DoctorRequest
-	(*DoctorFinding)(nil),            // 24: corral.v1.DoctorFinding
-	(*DoctorReport)(nil),             // 25: corral.v1.DoctorReport
-	(*IsolationTier)(nil),            // 26: corral.v1.IsolationTier
-	(*Image)(nil),                    // 27: corral.v1.Image
-	(*PullImageRequest)(nil),         // 28: corral.v1.PullImageRequest
-	(*PullImageProgress)(nil),        // 29: corral.v1.PullImageProgress
-	(*ListImagesRequest)(nil),        // 30: corral.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),       // 31: corral.v1.ListImagesResponse
-	(*RemoveImageRequest)(nil),       // 32: corral.v1.RemoveImageRequest
-	(*PruneImagesRequest)(nil),       // 33: corral.v1.PruneImagesRequest
-	(*PruneImagesResponse)(nil),      // 34: corral.v1.PruneImagesResponse
-	(*SandboxDenialsRequest)(nil),    // 35: corral.v1.SandboxDenialsRequest
-	(*Denial)(nil),                   // 36: corral.v1.Denial
-	(*PortForwardFrame)(nil),         // 37: corral.v1.PortForwardFrame
-	(*ExposePortRequest)(nil),        // 38: corral.v1.ExposePortRequest
-	(*ExposedPort)(nil),              // 39: corral.v1.ExposedPort
-	(*UnexposePortRequest)(nil),      // 40: corral.v1.UnexposePortRequest
-	(*ListExposedPortsRequest)(nil),  // 41: corral.v1.ListExposedPortsRequest
-	(*ListExposedPortsResponse)(nil), // 42: corral.v1.ListExposedPortsResponse
-	(*PoolSpec)(nil),                 // 43: corral.v1.PoolSpec
-	(*Pool)(nil),                     // 44: corral.v1.Pool
-	(*CreatePoolRequest)(nil),        // 45: corral.v1.CreatePoolRequest
-	(*ListPoolsRequest)(nil),         // 46: corral.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),        // 47: corral.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),        // 48: corral.v1.DeletePoolRequest
-	nil,                              // 49: corral.v1.SandboxSpec.LabelsEntry
-	nil,                              // 50: corral.v1.ListSandboxesRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 51: google.protobuf.Timestamp
+	(*WaitSandboxRequest)(nil),       // 14: corral.v1.WaitSandboxRequest
+	(*SandboxEvent)(nil),             // 15: corral.v1.SandboxEvent
+	(*ListOperationsRequest)(nil),    // 16: corral.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),   // 17: corral.v1.ListOperationsResponse
+	(*TerminalSize)(nil),             // 18: corral.v1.TerminalSize
+	(*ExecStart)(nil),                // 19: corral.v1.ExecStart
+	(*ExecRequest)(nil),              // 20: corral.v1.ExecRequest
+	(*ExecResponse)(nil),             // 21: corral.v1.ExecResponse
+	(*SandboxLogsRequest)(nil),       // 22: corral.v1.SandboxLogsRequest
+	(*LogChunk)(nil),                 // 23: corral.v1.LogChunk
+	(*DoctorRequest)(nil),            // 24: corral.v1.DoctorRequest
+	(*DoctorFinding)(nil),            // 25: corral.v1.DoctorFinding
+	(*DoctorReport)(nil),             // 26: corral.v1.DoctorReport
+	(*IsolationTier)(nil),            // 27: corral.v1.IsolationTier
+	(*Image)(nil),                    // 28: corral.v1.Image
+	(*PullImageRequest)(nil),         // 29: corral.v1.PullImageRequest
+	(*PullImageProgress)(nil),        // 30: corral.v1.PullImageProgress
+	(*ListImagesRequest)(nil),        // 31: corral.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),       // 32: corral.v1.ListImagesResponse
+	(*RemoveImageRequest)(nil),       // 33: corral.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),       // 34: corral.v1.PruneImagesRequest
+	(*PruneImagesResponse)(nil),      // 35: corral.v1.PruneImagesResponse
+	(*SandboxDenialsRequest)(nil),    // 36: corral.v1.SandboxDenialsRequest
+	(*Denial)(nil),                   // 37: corral.v1.Denial
+	(*PortForwardFrame)(nil),         // 38: corral.v1.PortForwardFrame
+	(*ExposePortRequest)(nil),        // 39: corral.v1.ExposePortRequest
+	(*ExposedPort)(nil),              // 40: corral.v1.ExposedPort
+	(*UnexposePortRequest)(nil),      // 41: corral.v1.UnexposePortRequest
+	(*ListExposedPortsRequest)(nil),  // 42: corral.v1.ListExposedPortsRequest
+	(*ListExposedPortsResponse)(nil), // 43: corral.v1.ListExposedPortsResponse
+	(*PoolSpec)(nil),                 // 44: corral.v1.PoolSpec
+	(*Pool)(nil),                     // 45: corral.v1.Pool
+	(*CreatePoolRequest)(nil),        // 46: corral.v1.CreatePoolRequest
+	(*ListPoolsRequest)(nil),         // 47: corral.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),        // 48: corral.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),        // 49: corral.v1.DeletePoolRequest
+	nil,                              // 50: corral.v1.SandboxSpec.LabelsEntry
+	nil,                              // 51: corral.v1.ListSandboxesRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 52: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	49, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	50, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	51, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	51, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	51, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	52, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	52, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	52, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	51, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	51, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	51, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	52, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	52, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	52, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
-	50, // 11: corral.v1.ListSandboxesRequest.labels:type_name -> corral.v1.ListSandboxesRequest.LabelsEntry
+	51, // 11: corral.v1.ListSandboxesRequest.labels:type_name -> corral.v1.ListSandboxesRequest.LabelsEntry
 	1,  // 12: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
 	1,  // 13: corral.v1.DeleteSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 14: corral.v1.SandboxEvent.sandbox:type_name -> corral.v1.Sandbox
 	2,  // 15: corral.v1.ListOperationsResponse.operations:type_name -> corral.v1.Operation
-	17, // 16: corral.v1.ExecStart.size:type_name -> corral.v1.TerminalSize
-	18, // 17: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
-	17, // 18: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
-	24, // 19: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
-	26, // 20: corral.v1.DoctorReport.tiers:type_name -> corral.v1.IsolationTier
-	51, // 21: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
-	27, // 22: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
-	27, // 23: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
-	27, // 24: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
-	51, // 25: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
-	39, // 26: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
-	43, // 27: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
-	51, // 28: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
-	43, // 29: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
-	44, // 30: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
+	18, // 16: corral.v1.ExecStart.size:type_name -> corral.v1.TerminalSize
+	19, // 17: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
+	18, // 18: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
+	25, // 19: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
+	27, // 20: corral.v1.DoctorReport.tiers:type_name -> corral.v1.IsolationTier
+	52, // 21: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
+	28, // 22: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
+	28, // 23: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
+	28, // 24: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
+	52, // 25: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
+	40, // 26: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
+	44, // 27: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
+	52, // 28: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
+	44, // 29: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
+	45, // 30: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
 	3,  // 31: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
 	5,  // 32: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
 	6,  // 33: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
@@ -3530,48 +3600,50 @@ var file_corral_v1_sandbox_proto_depIdxs = []int32{
 	10, // 36: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
 	11, // 37: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
 	13, // 38: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	15, // 39: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	19, // 40: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	21, // 41: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	23, // 42: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	28, // 43: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
-	30, // 44: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
-	32, // 45: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
-	33, // 46: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
-	35, // 47: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
-	37, // 48: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
-	38, // 49: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
-	40, // 50: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
-	41, // 51: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
-	45, // 52: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
-	46, // 53: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
-	48, // 54: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
-	4,  // 55: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 56: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 57: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 58: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 59: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	12, // 60: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	1,  // 61: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
-	14, // 62: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	16, // 63: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	20, // 64: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	22, // 65: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	25, // 66: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	29, // 67: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
-	31, // 68: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
-	27, // 69: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
-	34, // 70: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
-	36, // 71: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
-	37, // 72: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
-	39, // 73: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
-	39, // 74: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
-	42, // 75: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
-	44, // 76: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
-	47, // 77: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
-	44, // 78: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
-	55, // [55:79] is the sub-list for method output_type
-	31, // [31:55] is the sub-list for method input_type
+	14, // 39: corral.v1.SandboxService.WaitSandbox:input_type -> corral.v1.WaitSandboxRequest
+	16, // 40: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	20, // 41: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	22, // 42: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	24, // 43: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	29, // 44: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
+	31, // 45: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
+	33, // 46: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
+	34, // 47: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
+	36, // 48: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
+	38, // 49: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
+	39, // 50: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
+	41, // 51: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
+	42, // 52: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
+	46, // 53: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
+	47, // 54: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
+	49, // 55: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
+	4,  // 56: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 57: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 58: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 59: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 60: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	12, // 61: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 62: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	15, // 63: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	15, // 64: corral.v1.SandboxService.WaitSandbox:output_type -> corral.v1.SandboxEvent
+	17, // 65: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	21, // 66: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	23, // 67: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	26, // 68: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	30, // 69: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
+	32, // 70: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
+	28, // 71: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
+	35, // 72: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
+	37, // 73: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
+	38, // 74: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
+	40, // 75: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
+	40, // 76: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
+	43, // 77: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
+	45, // 78: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
+	48, // 79: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
+	45, // 80: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
+	56, // [56:81] is the sub-list for method output_type
+	31, // [31:56] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name
@@ -3583,13 +3655,13 @@ func file_corral_v1_sandbox_proto_init() {
 		return
 	}
 	file_corral_v1_sandbox_proto_msgTypes[1].OneofWrappers = []any{}
-	file_corral_v1_sandbox_proto_msgTypes[19].OneofWrappers = []any{
+	file_corral_v1_sandbox_proto_msgTypes[20].OneofWrappers = []any{
 		(*ExecRequest_Start)(nil),
 		(*ExecRequest_Stdin)(nil),
 		(*ExecRequest_CloseStdin)(nil),
 		(*ExecRequest_Resize)(nil),
 	}
-	file_corral_v1_sandbox_proto_msgTypes[20].OneofWrappers = []any{
+	file_corral_v1_sandbox_proto_msgTypes[21].OneofWrappers = []any{
 		(*ExecResponse_Stdout)(nil),
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_ExitCode)(nil),
@@ -3600,7 +3672,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

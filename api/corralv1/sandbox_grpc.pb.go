@@ -27,6 +27,7 @@ const (
 	SandboxService_DeleteSandbox_FullMethodName    = "/corral.v1.SandboxService/DeleteSandbox"
 	SandboxService_UpdateSandbox_FullMethodName    = "/corral.v1.SandboxService/UpdateSandbox"
 	SandboxService_WatchSandboxes_FullMethodName   = "/corral.v1.SandboxService/WatchSandboxes"
+	SandboxService_WaitSandbox_FullMethodName      = "/corral.v1.SandboxService/WaitSandbox"
 	SandboxService_ListOperations_FullMethodName   = "/corral.v1.SandboxService/ListOperations"
 	SandboxService_ExecSandbox_FullMethodName      = "/corral.v1.SandboxService/ExecSandbox"
 	SandboxService_SandboxLogs_FullMethodName      = "/corral.v1.SandboxService/SandboxLogs"
@@ -65,6 +66,14 @@ type SandboxServiceClient interface {
 	// WatchSandboxes first sends every matching sandbox as ADDED, then one
 	// SYNCED event, then one event per change until the caller goes away.
 	WatchSandboxes(ctx context.Context, in *WatchSandboxesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SandboxEvent], error)
+	// WaitSandbox follows one sandbox until it reaches a goal: a PROGRESS
+	// event at each change of its phase or reason, then REACHED with the
+	// record that reached it (no record for "deleted"), and the stream ends.
+	// An error phase written after since_revision fails it
+	// (FAILED_PRECONDITION, with the reason), as does the sandbox's deletion
+	// while waiting for another goal (NOT_FOUND). The request it follows
+	// stands whenever the caller stops waiting.
+	WaitSandbox(ctx context.Context, in *WaitSandboxRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SandboxEvent], error)
 	// ListOperations returns the journal of one sandbox, oldest first.
 	ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error)
 	// ExecSandbox runs a command in a ready sandbox. The first request is an
@@ -219,6 +228,25 @@ func (c *sandboxServiceClient) WatchSandboxes(ctx context.Context, in *WatchSand
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_WatchSandboxesClient = grpc.ServerStreamingClient[SandboxEvent]
 
+func (c *sandboxServiceClient) WaitSandbox(ctx context.Context, in *WaitSandboxRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SandboxEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[1], SandboxService_WaitSandbox_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WaitSandboxRequest, SandboxEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_WaitSandboxClient = grpc.ServerStreamingClient[SandboxEvent]
+
 func (c *sandboxServiceClient) ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListOperationsResponse)
@@ -231,7 +259,7 @@ func (c *sandboxServiceClient) ListOperations(ctx context.Context, in *ListOpera
 
 func (c *sandboxServiceClient) ExecSandbox(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecRequest, ExecResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[1], SandboxService_ExecSandbox_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[2], SandboxService_ExecSandbox_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +272,7 @@ type SandboxService_ExecSandboxClient = grpc.BidiStreamingClient[ExecRequest, Ex
 
 func (c *sandboxServiceClient) SandboxLogs(ctx context.Context, in *SandboxLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[2], SandboxService_SandboxLogs_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[3], SandboxService_SandboxLogs_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +301,7 @@ func (c *sandboxServiceClient) Doctor(ctx context.Context, in *DoctorRequest, op
 
 func (c *sandboxServiceClient) PullImage(ctx context.Context, in *PullImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullImageProgress], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[3], SandboxService_PullImage_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_PullImage_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +350,7 @@ func (c *sandboxServiceClient) PruneImages(ctx context.Context, in *PruneImagesR
 
 func (c *sandboxServiceClient) SandboxDenials(ctx context.Context, in *SandboxDenialsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Denial], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_SandboxDenials_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[5], SandboxService_SandboxDenials_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +369,7 @@ type SandboxService_SandboxDenialsClient = grpc.ServerStreamingClient[Denial]
 
 func (c *sandboxServiceClient) PortForward(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PortForwardFrame, PortForwardFrame], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[5], SandboxService_PortForward_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[6], SandboxService_PortForward_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -432,6 +460,14 @@ type SandboxServiceServer interface {
 	// WatchSandboxes first sends every matching sandbox as ADDED, then one
 	// SYNCED event, then one event per change until the caller goes away.
 	WatchSandboxes(*WatchSandboxesRequest, grpc.ServerStreamingServer[SandboxEvent]) error
+	// WaitSandbox follows one sandbox until it reaches a goal: a PROGRESS
+	// event at each change of its phase or reason, then REACHED with the
+	// record that reached it (no record for "deleted"), and the stream ends.
+	// An error phase written after since_revision fails it
+	// (FAILED_PRECONDITION, with the reason), as does the sandbox's deletion
+	// while waiting for another goal (NOT_FOUND). The request it follows
+	// stands whenever the caller stops waiting.
+	WaitSandbox(*WaitSandboxRequest, grpc.ServerStreamingServer[SandboxEvent]) error
 	// ListOperations returns the journal of one sandbox, oldest first.
 	ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error)
 	// ExecSandbox runs a command in a ready sandbox. The first request is an
@@ -520,6 +556,9 @@ func (UnimplementedSandboxServiceServer) UpdateSandbox(context.Context, *UpdateS
 }
 func (UnimplementedSandboxServiceServer) WatchSandboxes(*WatchSandboxesRequest, grpc.ServerStreamingServer[SandboxEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchSandboxes not implemented")
+}
+func (UnimplementedSandboxServiceServer) WaitSandbox(*WaitSandboxRequest, grpc.ServerStreamingServer[SandboxEvent]) error {
+	return status.Error(codes.Unimplemented, "method WaitSandbox not implemented")
 }
 func (UnimplementedSandboxServiceServer) ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOperations not implemented")
@@ -726,6 +765,17 @@ func _SandboxService_WatchSandboxes_Handler(srv interface{}, stream grpc.ServerS
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_WatchSandboxesServer = grpc.ServerStreamingServer[SandboxEvent]
+
+func _SandboxService_WaitSandbox_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WaitSandboxRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).WaitSandbox(m, &grpc.GenericServerStream[WaitSandboxRequest, SandboxEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_WaitSandboxServer = grpc.ServerStreamingServer[SandboxEvent]
 
 func _SandboxService_ListOperations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListOperationsRequest)
@@ -1056,6 +1106,11 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchSandboxes",
 			Handler:       _SandboxService_WatchSandboxes_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WaitSandbox",
+			Handler:       _SandboxService_WaitSandbox_Handler,
 			ServerStreams: true,
 		},
 		{

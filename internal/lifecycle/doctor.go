@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
@@ -108,7 +109,8 @@ func (m *Manager) orphanAction(id string) string {
 // that no compute object is left, for a driver that cannot answer. It is
 // journaled in the gateway's journal with who asked and why; an object that
 // is left becomes an orphan, removed after the grace period.
-func (m *Manager) AssumeGone(ctx context.Context, nameOrID string, force bool, who, why string) (*sandbox.Sandbox, error) {
+func (m *Manager) AssumeGone(ctx context.Context, nameOrID string, force bool, why string) (*sandbox.Sandbox, error) {
+	who := caller.From(ctx).Name
 	done, err := m.admit()
 	if err != nil {
 		return nil, err

@@ -414,16 +414,16 @@ func TestAssumeGoneNeedsForceAndAReason(t *testing.T) {
 		h.create("lost")
 		h.waitPhase("lost", sandbox.PhaseReady)
 		ctx := context.Background()
-		if _, err := h.m.AssumeGone(ctx, "lost", false, "me", "host burned"); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "--force") {
+		if _, err := h.m.AssumeGone(ctx, "lost", false, "host burned"); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "--force") {
 			t.Errorf("assume-gone without force: %v; want invalid argument naming --force", err)
 		}
-		if _, err := h.m.AssumeGone(ctx, "lost", true, "me", ""); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "--reason") {
+		if _, err := h.m.AssumeGone(ctx, "lost", true, ""); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "--reason") {
 			t.Errorf("assume-gone without a reason: %v; want invalid argument naming --reason", err)
 		}
 		if _, err := h.m.Get(ctx, "lost"); err != nil {
 			t.Fatalf("a refused assume-gone removed the record: %v", err)
 		}
-		if _, err := h.m.AssumeGone(ctx, "lost", true, "me", "host burned"); err != nil {
+		if _, err := h.m.AssumeGone(ctx, "lost", true, "host burned"); err != nil {
 			t.Fatal(err)
 		}
 		h.waitGone("lost")

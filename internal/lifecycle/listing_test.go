@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -78,6 +79,7 @@ func TestListPagesAndFilters(t *testing.T) {
 func TestWatchesAreBoundedPerCaller(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, nil)
+		ctx := context.Background()
 		var cancels []func()
 		defer func() {
 			for _, c := range cancels {
@@ -85,22 +87,22 @@ func TestWatchesAreBoundedPerCaller(t *testing.T) {
 			}
 		}()
 		for range maxWatchesPerCaller {
-			_, cancel, err := h.m.Watch("greedy")
+			_, cancel, err := h.m.Watch(caller.With(ctx, caller.Caller{Name: "greedy"}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			cancels = append(cancels, cancel)
 		}
-		if _, _, err := h.m.Watch("greedy"); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		if _, _, err := h.m.Watch(caller.With(ctx, caller.Caller{Name: "greedy"})); !errors.Is(err, errdefs.ErrResourceExhausted) {
 			t.Fatalf("watch %d of one caller: %v; want resource exhausted", maxWatchesPerCaller+1, err)
 		}
-		_, other, err := h.m.Watch("modest")
+		_, other, err := h.m.Watch(caller.With(ctx, caller.Caller{Name: "modest"}))
 		if err != nil {
 			t.Fatalf("another caller's watch: %v", err)
 		}
 		other()
 		cancels[0]()
-		_, again, err := h.m.Watch("greedy")
+		_, again, err := h.m.Watch(caller.With(ctx, caller.Caller{Name: "greedy"}))
 		if err != nil {
 			t.Fatalf("a watch after one ended: %v", err)
 		}
@@ -118,7 +120,7 @@ func TestWatchSandboxesListsThenStreams(t *testing.T) {
 		h.waitPhase("seen", sandbox.PhaseReady)
 		h.waitPhase("other", sandbox.PhaseReady)
 		ctx, cancel := context.WithCancel(context.Background())
-		events, err := h.m.WatchSandboxes(ctx, "watcher", "seen")
+		events, err := h.m.WatchSandboxes(ctx, "seen")
 		if err != nil {
 			t.Fatal(err)
 		}

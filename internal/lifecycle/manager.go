@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/metrics"
@@ -316,12 +317,11 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 	return err
 }
 
-// Watch subscribes caller (who asks, as the journal names them) to record
-// changes. The channel closes when cancel is called, the watcher falls
+// Watch subscribes the caller of ctx to record changes. The channel closes when cancel is called, the watcher falls
 // behind, or the gateway shuts down. A caller that holds too many watches,
 // or a gateway that does, is errdefs.ErrResourceExhausted.
-func (m *Manager) Watch(caller string) (<-chan Event, func(), error) {
-	return m.events.subscribe(caller)
+func (m *Manager) Watch(ctx context.Context) (<-chan Event, func(), error) {
+	return m.events.subscribe(caller.From(ctx).Name)
 }
 
 // WatchSandboxes is what a front end streams to a client: every sandbox
@@ -330,12 +330,12 @@ func (m *Manager) Watch(caller string) (<-chan Event, func(), error) {
 // closes) or the watch does (the channel closes first: the caller fell
 // behind, or the gateway is shutting down). No change between the list
 // and the stream is missed: the watch begins before the list.
-func (m *Manager) WatchSandboxes(ctx context.Context, caller, name string) (<-chan Event, error) {
-	live, cancel, err := m.Watch(caller)
+func (m *Manager) WatchSandboxes(ctx context.Context, name string) (<-chan Event, error) {
+	live, cancel, err := m.Watch(ctx)
 	if err != nil {
 		return nil, err
 	}
-	list, err := m.List(ctx)
+	list, err := m.selected(ctx, name)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -400,4 +400,20 @@ func (m *Manager) mutateWith(mutate mutator, key string, fn func(sb *sandbox.San
 	}
 	m.events.publish(Event{Type: EventModified, Sandbox: sb})
 	return sb, nil
+}
+
+// selected is the sandbox name names (none when there is no such
+// sandbox), or every sandbox for "".
+func (m *Manager) selected(ctx context.Context, name string) ([]*sandbox.Sandbox, error) {
+	if name == "" {
+		return m.List(ctx)
+	}
+	sb, err := m.Get(ctx, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []*sandbox.Sandbox{sb}, nil
 }

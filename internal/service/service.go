@@ -12,10 +12,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -36,14 +34,15 @@ type Lifecycle interface {
 	Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	Delete(ctx context.Context, nameOrID string, force bool) (*sandbox.Sandbox, error)
-	AssumeGone(ctx context.Context, nameOrID string, force bool, who, why string) (*sandbox.Sandbox, error)
+	AssumeGone(ctx context.Context, nameOrID string, force bool, why string) (*sandbox.Sandbox, error)
 	UpdatePolicy(ctx context.Context, nameOrID, text string) (*sandbox.Sandbox, error)
 	Protections(ctx context.Context, sb *sandbox.Sandbox) string
 	Network(ctx context.Context, sb *sandbox.Sandbox) string
 	Denials(ctx context.Context, nameOrID string, follow bool) ([]sandbox.EgressDecision, <-chan sandbox.EgressDecision, func(), error)
 	Doctor(ctx context.Context) ([]lifecycle.Finding, error)
 	Tiers(ctx context.Context) []driver.Tier
-	WatchSandboxes(ctx context.Context, caller, name string) (<-chan lifecycle.Event, error)
+	WatchSandboxes(ctx context.Context, name string) (<-chan lifecycle.Event, error)
+	Wait(ctx context.Context, nameOrID string, goal lifecycle.Goal, since int64, progress func(*sandbox.Sandbox)) (*sandbox.Sandbox, error)
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
 	Imager
@@ -66,7 +65,8 @@ func New(m Lifecycle) corralv1.SandboxServiceServer { return &service{m: m} }
 // NewServer is a gRPC server with the API, health checking and
 // reflection; the caller gives it its listeners.
 func NewServer(m Lifecycle, opts ...grpc.ServerOption) *grpc.Server {
-	srv := grpc.NewServer(append(StreamOptions(), opts...)...)
+	opts = append(StreamOptions(), opts...)
+	srv := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(unaryCaller), grpc.ChainStreamInterceptor(streamCaller))...)
 	corralv1.RegisterSandboxServiceServer(srv, New(m))
 	corralv1.RegisterFileServiceServer(srv, NewFiles(m))
 	hs := health.NewServer()
@@ -173,7 +173,7 @@ func (s *service) StartSandbox(ctx context.Context, req *corralv1.StartSandboxRe
 
 func (s *service) DeleteSandbox(ctx context.Context, req *corralv1.DeleteSandboxRequest) (*corralv1.DeleteSandboxResponse, error) {
 	if req.GetAssumeGone() {
-		sb, err := s.m.AssumeGone(ctx, req.GetName(), req.GetForce(), caller(ctx), req.GetReason())
+		sb, err := s.m.AssumeGone(ctx, req.GetName(), req.GetForce(), req.GetReason())
 		if err != nil {
 			return nil, toGRPC(err)
 		}
@@ -201,17 +201,6 @@ func (s *service) Doctor(ctx context.Context, _ *corralv1.DoctorRequest) (*corra
 	return report, nil
 }
 
-// caller names who made a request: the client certificate's name over
-// mutual TLS, else the local socket.
-func caller(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
-			return "client certificate " + ti.State.PeerCertificates[0].Subject.CommonName
-		}
-	}
-	return "a local socket user"
-}
-
 func (s *service) ListOperations(ctx context.Context, req *corralv1.ListOperationsRequest) (*corralv1.ListOperationsResponse, error) {
 	ops, err := s.m.Operations(ctx, req.GetName())
 	if err != nil {
@@ -227,7 +216,7 @@ func (s *service) ListOperations(ctx context.Context, req *corralv1.ListOperatio
 func (s *service) WatchSandboxes(req *corralv1.WatchSandboxesRequest, stream corralv1.SandboxService_WatchSandboxesServer) error {
 	ctx, cancel := context.WithCancel(stream.Context()) // a failed send ends the watch
 	defer cancel()
-	events, err := s.m.WatchSandboxes(ctx, caller(ctx), req.GetName())
+	events, err := s.m.WatchSandboxes(ctx, req.GetName())
 	if err != nil {
 		return toGRPC(err)
 	}
@@ -244,4 +233,24 @@ func (s *service) WatchSandboxes(req *corralv1.WatchSandboxesRequest, stream cor
 		return nil
 	}
 	return status.Error(codes.Unavailable, "watch ended: the gateway is shutting down or this watcher fell behind; watch again")
+}
+
+func (s *service) WaitSandbox(req *corralv1.WaitSandboxRequest, stream corralv1.SandboxService_WaitSandboxServer) error {
+	var sendErr error
+	sb, err := s.m.Wait(stream.Context(), req.GetName(), lifecycle.Goal(req.GetGoal()), req.GetSinceRevision(), func(sb *sandbox.Sandbox) {
+		if sendErr == nil {
+			sendErr = stream.Send(&corralv1.SandboxEvent{Type: "PROGRESS", Sandbox: toProto(sb)})
+		}
+	})
+	switch {
+	case sendErr != nil:
+		return sendErr
+	case err != nil:
+		return toGRPC(err)
+	}
+	out := &corralv1.SandboxEvent{Type: "REACHED"}
+	if sb != nil {
+		out.Sandbox = toProto(sb)
+	}
+	return stream.Send(out)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,10 +14,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
-	"github.com/corral-sandbox/corral/internal/egress"
+	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -33,11 +33,11 @@ type stub struct {
 func (s *stub) Get(_ context.Context, name string) (*sandbox.Sandbox, error) { return s.get(name) }
 func (s *stub) Protections(context.Context, *sandbox.Sandbox) string         { return "landlock" }
 func (s *stub) Network(context.Context, *sandbox.Sandbox) string             { return "deny all" }
-func (s *stub) Denials(context.Context, string, bool) ([]egress.Decision, <-chan egress.Decision, func(), error) {
+func (s *stub) Denials(context.Context, string, bool) ([]sandbox.EgressDecision, <-chan sandbox.EgressDecision, func(), error) {
 	return nil, nil, nil, errdefs.NotImplemented("no egress in this stub")
 }
-func (s *stub) AssumeGone(_ context.Context, name string, force bool, who, why string) (*sandbox.Sandbox, error) {
-	s.gone = append(s.gone, fmt.Sprintf("%s|%v|%s|%s", name, force, who, why))
+func (s *stub) AssumeGone(ctx context.Context, name string, force bool, why string) (*sandbox.Sandbox, error) {
+	s.gone = append(s.gone, fmt.Sprintf("%s|%v|%s|%s", name, force, caller.From(ctx).Name, why))
 	return &sandbox.Sandbox{ID: "sb-1", Name: name}, nil
 }
 func (s *stub) Delete(_ context.Context, name string, _ bool) (*sandbox.Sandbox, error) {
@@ -45,15 +45,19 @@ func (s *stub) Delete(_ context.Context, name string, _ bool) (*sandbox.Sandbox,
 	return &sandbox.Sandbox{ID: "sb-1", Name: name}, nil
 }
 
+// dial serves l on a Unix socket, as the gateway's home socket, and
+// connects to it.
 func dial(t *testing.T, l Lifecycle) *grpc.ClientConn {
 	t.Helper()
-	lis := bufconn.Listen(1 << 16)
+	path := filepath.Join(t.TempDir(), "api.sock")
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := NewServer(l)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
