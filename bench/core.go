@@ -17,8 +17,10 @@ import (
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
+	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 // figure is one measurement of the gateway's own path, with its goal.
@@ -217,7 +219,8 @@ func seed(home string, n int) error {
 }
 
 // sigtermExit times a gateway's exit after SIGTERM with nothing in
-// flight, and after the release of a driver call it had to wait for.
+// flight, and after the release of a driver call it had to wait for (held
+// by the fake driver's fault rules, which only a test build obeys).
 func sigtermExit(bin, home string) (idle, held time.Duration, err error) {
 	g, err := startGateway(bin, home, "--driver", "fake")
 	if err != nil {
@@ -230,10 +233,17 @@ func sigtermExit(bin, home string) (idle, held time.Duration, err error) {
 	g.conn.Close()
 
 	state := filepath.Join(home, "fake")
-	if err := fake.SetFaults(state, fake.Rule{Op: "create", Action: "hold"}); err != nil {
+	if err := faults.Set(state, faults.Rule{Op: "create", Action: "hold"}); err != nil {
 		return 0, 0, err
 	}
-	g, err = startGateway(bin, home, "--driver", "fake")
+	if err := os.MkdirAll(filepath.Join(home, "test-build"), 0o755); err != nil {
+		return 0, 0, err
+	}
+	tagged, err := testenv.BuildCorral(filepath.Join(home, "test-build"))
+	if err != nil {
+		return 0, 0, err
+	}
+	g, err = startGateway(tagged, home, "--driver", "fake")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -244,13 +254,13 @@ func sigtermExit(bin, home string) (idle, held time.Duration, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := fake.WaitHeld(ctx, state, "create", resp.Sandbox.Id); err != nil {
+	if err := faults.WaitHeld(ctx, state, "create", resp.Sandbox.Id); err != nil {
 		return 0, 0, err
 	}
 	_ = g.cmd.Process.Signal(syscall.SIGTERM)
 	time.Sleep(200 * time.Millisecond) // the shutdown now waits for the call
 	t0 = time.Now()
-	if err := fake.SetFaults(state); err != nil {
+	if err := faults.Set(state); err != nil {
 		return 0, 0, err
 	}
 	_ = g.cmd.Wait()

@@ -18,6 +18,7 @@ import (
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/driver/native"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
@@ -57,10 +58,10 @@ type fakeBackend struct {
 func (b *fakeBackend) args() []string { return []string{"--driver", "fake"} }
 
 func (b *fakeBackend) faults(rng *rand.Rand) {
-	var rules []fake.Rule
+	var rules []faults.Rule
 	ops := []string{"create", "start", "stop", "delete", "inspect"}
 	for range rng.IntN(3) {
-		rule := fake.Rule{Op: ops[rng.IntN(len(ops))], After: rng.IntN(3) == 0}
+		rule := faults.Rule{Op: ops[rng.IntN(len(ops))], After: rng.IntN(3) == 0}
 		switch rng.IntN(3) {
 		case 0:
 			rule.Action = "hold"
@@ -71,19 +72,19 @@ func (b *fakeBackend) faults(rng *rand.Rand) {
 		}
 		rules = append(rules, rule)
 	}
-	if err := fake.SetFaults(b.dir, rules...); err != nil {
+	if err := faults.Set(b.dir, rules...); err != nil {
 		b.t.Fatal(err)
 	}
 }
 
 func (b *fakeBackend) clear() {
-	if err := fake.SetFaults(b.dir); err != nil {
+	if err := faults.Set(b.dir); err != nil {
 		b.t.Fatal(err)
 	}
 }
 
 func (b *fakeBackend) objects() map[string]driver.Object {
-	d, err := fake.New(driver.Config{Label: b.label, StateDir: b.dir})
+	d, err := fake.New(driver.Config{Label: b.label, StateDir: b.dir}, fake.Options{})
 	return objectsOf(b.t, d, err)
 }
 

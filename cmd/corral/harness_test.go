@@ -20,6 +20,7 @@ import (
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
 	"github.com/corral-sandbox/corral/internal/testenv"
@@ -228,9 +229,9 @@ func startKeepsWorkdir(t *testing.T, home, name string) {
 
 func stateDir(home string) string { return filepath.Join(home, "fake") }
 
-func setFaults(t *testing.T, home string, rules ...fake.Rule) {
+func setFaults(t *testing.T, home string, rules ...faults.Rule) {
 	t.Helper()
-	if err := fake.SetFaults(stateDir(home), rules...); err != nil {
+	if err := faults.Set(stateDir(home), rules...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -239,7 +240,7 @@ func waitHeld(t *testing.T, home, op, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := fake.WaitHeld(ctx, stateDir(home), op, id); err != nil {
+	if err := faults.WaitHeld(ctx, stateDir(home), op, id); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -339,7 +340,7 @@ func emptyThroughAPI(t *testing.T, c corralv1.SandboxServiceClient) {
 // fakeObjects lists the fake driver's objects of a home, as the driver sees them.
 func fakeObjects(t *testing.T, home string) []driver.Object {
 	t.Helper()
-	d, err := fake.New(driver.Config{Label: "corral.managed", StateDir: stateDir(home)})
+	d, err := fake.New(driver.Config{Label: "corral.managed", StateDir: stateDir(home)}, fake.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

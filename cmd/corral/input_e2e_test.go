@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
-	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
@@ -211,8 +211,8 @@ func TestAssumeGoneAndDoctorForADriverThatCannotAnswer(t *testing.T) {
 	home := t.TempDir()
 	startGateway(t, home, "--orphan-grace", "1h")
 	id := strings.TrimSpace(mustCorral(t, home, "sandbox", "create", "--name", "stuck"))
-	setFaults(t, home, fake.Rule{Op: "inspect", Action: "fail", Error: "host unreachable"},
-		fake.Rule{Op: "delete", Action: "fail", Error: "host unreachable"})
+	setFaults(t, home, faults.Rule{Op: "inspect", Action: "fail", Error: "host unreachable"},
+		faults.Rule{Op: "delete", Action: "fail", Error: "host unreachable"})
 	mustCorral(t, home, "sandbox", "delete", "stuck", "--detach")
 	waitReason(t, home, "stuck", "host unreachable")
 	if _, errOut, code := corral(t, home, "sandbox", "delete", "stuck", "--force", "--assume-gone"); code != 1 || !strings.Contains(errOut, "--reason") {
@@ -225,7 +225,7 @@ func TestAssumeGoneAndDoctorForADriverThatCannotAnswer(t *testing.T) {
 	if _, errOut, code := corral(t, home, "sandbox", "get", "stuck"); code != 1 || !strings.Contains(errOut, "not found") {
 		t.Fatalf("record still there: %q", errOut)
 	}
-	setFaults(t, home, fake.Rule{Op: "delete", Action: "fail", Error: "host unreachable"})
+	setFaults(t, home, faults.Rule{Op: "delete", Action: "fail", Error: "host unreachable"})
 	out := mustCorral(t, home, "gateway", "doctor")
 	if !strings.Contains(out, id) || !strings.Contains(out, "without a record") {
 		t.Fatalf("doctor did not report the object left behind:\n%s", out)

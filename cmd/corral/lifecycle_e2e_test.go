@@ -18,6 +18,7 @@ import (
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
@@ -165,7 +166,7 @@ func TestStopStartStormNeverDeletes(t *testing.T) {
 func TestCallerGoneThenSIGTERMDrainsHeldCall(t *testing.T) {
 	home := t.TempDir()
 	g := startGateway(t, home, "--shutdown-timeout", "60s")
-	setFaults(t, home, fake.Rule{Op: "create", Action: "hold"})
+	setFaults(t, home, faults.Rule{Op: "create", Action: "hold"})
 	caller := exec.Command(bin, "--home", home, "sandbox", "create", "--name", "held")
 	if err := caller.Start(); err != nil {
 		t.Fatal(err)
@@ -224,7 +225,7 @@ func TestSIGTERMDuringStartupRecovery(t *testing.T) {
 	}
 	// While the gateway is down the sandboxes stop; the recovery of the next
 	// gateway must start them again, and that start is held.
-	d, err := fake.New(driver.Config{Label: "corral.managed", StateDir: stateDir(home)})
+	d, err := fake.New(driver.Config{Label: "corral.managed", StateDir: stateDir(home)}, fake.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func TestSIGTERMDuringStartupRecovery(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	setFaults(t, home, fake.Rule{Op: "start", Action: "hold"})
+	setFaults(t, home, faults.Rule{Op: "start", Action: "hold"})
 
 	t.Run("held recovery call", func(t *testing.T) {
 		g := launch(t, home, "--shutdown-timeout", "500ms")
@@ -286,7 +287,7 @@ func TestSIGTERMDuringStartupRecovery(t *testing.T) {
 func TestSIGKILLMidCallThenRestart(t *testing.T) {
 	home := t.TempDir()
 	g := startGateway(t, home)
-	setFaults(t, home, fake.Rule{Op: "start", Action: "hold"})
+	setFaults(t, home, faults.Rule{Op: "start", Action: "hold"})
 	id := strings.TrimSpace(mustCorral(t, home, "sandbox", "create", "--name", "killed", "--detach"))
 	waitHeld(t, home, "start", id)
 	g.signal(syscall.SIGKILL)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
-	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -158,7 +158,7 @@ func TestPoolThroughCLIOnFake(t *testing.T) {
 func TestPoolEmptyClaimSaysSoThroughCLI(t *testing.T) {
 	home := t.TempDir()
 	startGateway(t, home)
-	setFaults(t, home, fake.Rule{Op: "create", Action: "hold"})
+	setFaults(t, home, faults.Rule{Op: "create", Action: "hold"})
 	mustCorral(t, home, "pool", "create", "warm", "--size", "1")
 	if c := claimThroughCLI(t, home, "cold", "warm", "--detach"); !c.cold {
 		t.Fatal("a create from a pool with none ready did not say it was made cold")

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/testbug"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
@@ -59,6 +60,37 @@ func TestReleaseBinaryHasNoTestSwitches(t *testing.T) {
 		if !bytes.Contains(tagged, []byte(name)) {
 			t.Errorf("the test build lacks %s: the check above proves nothing", name)
 		}
+	}
+}
+
+// The fake driver of a release build runs every call as asked: its fault
+// injection (package faults, and the rules file it reads) is not linked.
+// The tagged build that the other tests run has it, so the check can fail.
+func TestReleaseBinaryHasNoFakeFaults(t *testing.T) {
+	const faultsPkg = "github.com/corral-sandbox/corral/internal/driver/fake/faults"
+	if deps := goList(t, "./cmd/corral"); slices.Contains(deps, faultsPkg) {
+		t.Errorf("go list -deps ./cmd/corral includes %s", faultsPkg)
+	}
+	if deps := goList(t, "-tags", testbug.Tag, "./cmd/corral"); !slices.Contains(deps, faultsPkg) {
+		t.Errorf("go list -tags %s -deps ./cmd/corral lacks %s: the check above proves nothing", testbug.Tag, faultsPkg)
+	}
+	release, err := testenv.BuildCorralRelease(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := os.ReadFile(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tagged, err := os.ReadFile(bin) // TestMain's, built with the tag
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(tagged, []byte(faults.FaultsFile)) {
+		t.Fatalf("the test build lacks %q: the check below proves nothing", faults.FaultsFile)
+	}
+	if bytes.Contains(rel, []byte(faults.FaultsFile)) {
+		t.Errorf("the release binary holds %q, the fake driver's fault rules", faults.FaultsFile)
 	}
 }
 

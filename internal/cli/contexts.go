@@ -1,82 +1,14 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
+
+	corral "github.com/corral-sandbox/corral/client"
 )
-
-// clientConfig is the CLI's file of gateway contexts, kubectl-like:
-// $CORRAL_CONFIG, else $XDG_CONFIG_HOME/corral/config (~/.config/corral/config).
-type clientConfig struct {
-	CurrentContext string                   `yaml:"current-context,omitempty"`
-	Contexts       map[string]*contextEntry `yaml:"contexts,omitempty"`
-}
-
-// contextEntry is how to reach one gateway.
-type contextEntry struct {
-	Gateway string `yaml:"gateway"` // https://HOST:PORT or unix:///path
-	CA      string `yaml:"ca,omitempty"`
-	Cert    string `yaml:"cert,omitempty"`
-	Key     string `yaml:"key,omitempty"`
-}
-
-func clientConfigPath() string {
-	if p := os.Getenv("CORRAL_CONFIG"); p != "" {
-		return p
-	}
-	dir := os.Getenv("XDG_CONFIG_HOME")
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".config")
-	}
-	return filepath.Join(dir, "corral", "config")
-}
-
-func loadClientConfig() (*clientConfig, error) {
-	path := clientConfigPath()
-	cfg := &clientConfig{Contexts: map[string]*contextEntry{}}
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return cfg, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if cfg.Contexts == nil {
-		cfg.Contexts = map[string]*contextEntry{}
-	}
-	return cfg, nil
-}
-
-func (c *clientConfig) save() error {
-	path := clientConfigPath()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	data, err := yaml.Marshal(c)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
 
 func newContextCmd() *cobra.Command {
 	cmd := &cobra.Command{
@@ -85,34 +17,17 @@ func newContextCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	var entry contextEntry
+	var entry corral.Context
 	add := &cobra.Command{
 		Use:   "add NAME --gateway https://HOST:PORT --ca FILE --cert FILE --key FILE",
 		Short: "Add (or replace) a context",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			e := entry
-			u, err := url.Parse(e.Gateway)
-			if err != nil || (u.Scheme != "https" && u.Scheme != "unix") || (u.Scheme == "https" && u.Port() == "") {
-				return fmt.Errorf("--gateway %q: want https://HOST:PORT or unix:///path", e.Gateway)
+			if err := e.Check(); err != nil {
+				return err
 			}
-			if u.Scheme == "https" && (e.CA == "" || e.Cert == "" || e.Key == "") {
-				return errors.New("an https gateway needs --ca, --cert and --key (see corral gateway client-cert)")
-			}
-			for _, p := range []*string{&e.CA, &e.Cert, &e.Key} {
-				if *p == "" {
-					continue
-				}
-				abs, err := filepath.Abs(*p)
-				if err != nil {
-					return err
-				}
-				if _, err := os.Stat(abs); err != nil {
-					return err
-				}
-				*p = abs
-			}
-			cfg, err := loadClientConfig()
+			cfg, err := corral.LoadConfig()
 			if err != nil {
 				return err
 			}
@@ -120,7 +35,7 @@ func newContextCmd() *cobra.Command {
 			if cfg.CurrentContext == "" {
 				cfg.CurrentContext = args[0]
 			}
-			if err := cfg.save(); err != nil {
+			if err := cfg.Save(); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "context %q added (current: %q)\n", args[0], cfg.CurrentContext)
@@ -136,7 +51,7 @@ func newContextCmd() *cobra.Command {
 		Short: "Make a context the current one",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadClientConfig()
+			cfg, err := corral.LoadConfig()
 			if err != nil {
 				return err
 			}
@@ -144,7 +59,7 @@ func newContextCmd() *cobra.Command {
 				return fmt.Errorf("context %q not found (see corral context list)", args[0])
 			}
 			cfg.CurrentContext = args[0]
-			if err := cfg.save(); err != nil {
+			if err := cfg.Save(); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "switched to context %q\n", args[0])
@@ -156,7 +71,7 @@ func newContextCmd() *cobra.Command {
 		Short: "List contexts; * marks the current one",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadClientConfig()
+			cfg, err := corral.LoadConfig()
 			if err != nil {
 				return err
 			}
@@ -182,7 +97,7 @@ func newContextCmd() *cobra.Command {
 		Short: "Remove a context",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadClientConfig()
+			cfg, err := corral.LoadConfig()
 			if err != nil {
 				return err
 			}
@@ -193,7 +108,7 @@ func newContextCmd() *cobra.Command {
 			if cfg.CurrentContext == args[0] {
 				cfg.CurrentContext = ""
 			}
-			return cfg.save()
+			return cfg.Save()
 		},
 	}
 	cmd.AddCommand(add, use, list, remove)

@@ -24,17 +24,12 @@ func TestSplitRemote(t *testing.T) {
 			t.Errorf("splitRemote(%q) = %q %q %v, want %q %q %v", c.arg, name, p, remote, c.name, c.path, c.remote)
 		}
 	}
-	for p, want := range map[string]string{"/sandbox/dir": "dir", "/sandbox/dir/": "dir", "/sandbox/dir/.": "", "/": ""} {
-		if got := remoteBase(p); got != want {
-			t.Errorf("remoteBase(%q) = %q, want %q", p, got, want)
-		}
-	}
 }
 
 // Off a terminal the progress shows nothing, and counts what is read.
 func TestCopyProgressOffTerminal(t *testing.T) {
 	var out bytes.Buffer
-	p := newCopyProgress(&out, "box:/sandbox/x", 10)
+	p := newCopyProgress(&out, "box:/sandbox/x")
 	var got bytes.Buffer
 	got.ReadFrom(p.reader(strings.NewReader("0123456789")))
 	p.done = true

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	corral "github.com/corral-sandbox/corral/client"
 	"github.com/corral-sandbox/corral/internal/policy"
 )
 
@@ -68,19 +69,19 @@ cold, and a line on stderr says so.`,
 			}
 			resp, err := c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, Spec: spec, RequestId: requestID, Pool: pool})
 			if err != nil {
-				return c.explain(err)
+				return c.Explain(err)
 			}
 			if pool != "" && !resp.FromPool && resp.PoolReason != "" {
 				fmt.Fprintf(g.stderr, "not from the pool: %s\n", resp.PoolReason)
 			}
 			sb := resp.Sandbox
 			if !detach {
-				err := waitFor(ctx, c, []*corralv1.Sandbox{sb}, waitOptions{goal: running, timeout: timeout, progress: g.stderr})
+				err := waitFor(ctx, c, []*corralv1.Sandbox{sb}, corral.Running, timeout, g.stderr)
 				if err != nil {
 					return err
 				}
 				if sb, err = c.GetSandbox(ctx, &corralv1.GetSandboxRequest{Name: sb.Id}); err != nil {
-					return c.explain(err)
+					return c.Explain(err)
 				}
 			}
 			if ok, err := printStructured(g.stdout, format, viewOf(sb)); ok || err != nil {
@@ -108,12 +109,12 @@ cold, and a line on stderr says so.`,
 
 // pullForCreate pulls what the create of image would pull, showing the
 // progress; a driver that keeps no images (the fake) has nothing to pull.
-func pullForCreate(ctx context.Context, c *client, image string, progress io.Writer) error {
+func pullForCreate(ctx context.Context, c *corral.Client, image string, progress io.Writer) error {
 	_, err := pullImage(ctx, c, image, true, progress)
 	if status.Code(err) == codes.Unimplemented {
 		return nil
 	}
-	return c.explain(err)
+	return c.Explain(err)
 }
 
 // readPolicyFlag reads the file a --policy flag names; none is no policy.

@@ -52,7 +52,7 @@ ones. -o json prints one JSON object a line.`,
 			defer c.Close()
 			stream, err := c.SandboxDenials(cmd.Context(), &corralv1.SandboxDenialsRequest{Name: args[0], Follow: follow})
 			if err != nil {
-				return c.explain(err)
+				return c.Explain(err)
 			}
 			// Without -f the table is aligned at the end; with it, each
 			// row goes out as it comes, tab-separated.
@@ -71,7 +71,7 @@ ones. -o json prints one JSON object a line.`,
 					return nil
 				}
 				if err != nil {
-					return c.explain(err)
+					return c.Explain(err)
 				}
 				if err := printDenial(out, format, d); err != nil {
 					return err

@@ -22,7 +22,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			defer c.Close()
 			report, err := c.Doctor(cmd.Context(), &corralv1.DoctorRequest{})
 			if err != nil {
-				return c.explain(err)
+				return c.Explain(err)
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			if len(report.Tiers) > 0 {

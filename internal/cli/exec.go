@@ -1,9 +1,9 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	corral "github.com/corral-sandbox/corral/client"
 )
 
 func newExecCmd(g *globals) *cobra.Command {
@@ -29,52 +29,33 @@ func newExecCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			stream, err := c.ExecSandbox(cmd.Context())
-			if err != nil {
-				return c.explain(err)
+			opts := corral.ExecOptions{Stdout: g.stdout, Stderr: g.stderr, TTY: tty}
+			if interactive {
+				opts.Stdin = os.Stdin
 			}
-			start := &corralv1.ExecStart{Name: args[0], Command: args[1:], Tty: tty, Stdin: interactive}
 			fd := int(os.Stdin.Fd())
 			if tty {
 				if !term.IsTerminal(fd) {
 					return errors.New("-t needs a terminal on stdin")
 				}
 				if cols, rows, err := term.GetSize(fd); err == nil {
-					start.Size = &corralv1.TerminalSize{Rows: uint32(rows), Cols: uint32(cols)}
+					opts.Size = corral.TerminalSize{Rows: uint32(rows), Cols: uint32(cols)}
 				}
 				state, err := term.MakeRaw(fd)
 				if err != nil {
 					return err
 				}
 				defer term.Restore(fd, state)
-				go forwardResizes(fd, stream)
+				opts.Resize = resizes(cmd.Context(), fd)
 			}
-			if err := stream.Send(&corralv1.ExecRequest{Msg: &corralv1.ExecRequest_Start{Start: start}}); err != nil {
-				return c.explain(err)
+			code, err := c.Exec(cmd.Context(), args[0], args[1:], opts)
+			if err != nil {
+				return err
 			}
-			if interactive {
-				go sendStdin(stream)
+			if code != 0 {
+				return &exitError{code: code}
 			}
-			for {
-				resp, err := stream.Recv()
-				if err == io.EOF {
-					return errors.New("the gateway ended the exec without an exit code")
-				}
-				if err != nil {
-					return c.explain(err)
-				}
-				switch msg := resp.Msg.(type) {
-				case *corralv1.ExecResponse_Stdout:
-					g.stdout.Write(msg.Stdout)
-				case *corralv1.ExecResponse_Stderr:
-					g.stderr.Write(msg.Stderr)
-				case *corralv1.ExecResponse_ExitCode:
-					if msg.ExitCode != 0 {
-						return &exitError{code: int(msg.ExitCode)}
-					}
-					return nil
-				}
-			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "send stdin to the command")
@@ -82,30 +63,28 @@ func newExecCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func sendStdin(stream corralv1.SandboxService_ExecSandboxClient) {
-	buf := make([]byte, 32*1024)
-	for {
-		n, err := os.Stdin.Read(buf)
-		if n > 0 {
-			if stream.Send(&corralv1.ExecRequest{Msg: &corralv1.ExecRequest_Stdin{Stdin: append([]byte(nil), buf[:n]...)}}) != nil {
-				return
-			}
-		}
-		if err != nil {
-			_ = stream.Send(&corralv1.ExecRequest{Msg: &corralv1.ExecRequest_CloseStdin{CloseStdin: true}})
-			return
-		}
-	}
-}
-
-func forwardResizes(fd int, stream corralv1.SandboxService_ExecSandboxClient) {
+// resizes sends the terminal's size at each SIGWINCH until ctx ends.
+func resizes(ctx context.Context, fd int) <-chan corral.TerminalSize {
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
-	for range winch {
-		if cols, rows, err := term.GetSize(fd); err == nil {
-			_ = stream.Send(&corralv1.ExecRequest{Msg: &corralv1.ExecRequest_Resize{Resize: &corralv1.TerminalSize{Rows: uint32(rows), Cols: uint32(cols)}}})
+	out := make(chan corral.TerminalSize, 1)
+	go func() {
+		defer signal.Stop(winch)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-winch:
+				if cols, rows, err := term.GetSize(fd); err == nil {
+					select {
+					case out <- corral.TerminalSize{Rows: uint32(rows), Cols: uint32(cols)}:
+					default: // the last one not sent yet is as good
+					}
+				}
+			}
 		}
-	}
+	}()
+	return out
 }
 
 func newLogsCmd(g *globals) *cobra.Command {
@@ -123,21 +102,7 @@ func newLogsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			stream, err := c.SandboxLogs(cmd.Context(), &corralv1.SandboxLogsRequest{Name: args[0], Follow: follow, Tail: tail})
-			if err != nil {
-				return c.explain(err)
-			}
-			for {
-				chunk, err := stream.Recv()
-				if err == io.EOF {
-					return nil
-				}
-				if err != nil {
-					return c.explain(err)
-				}
-				g.stdout.Write(chunk.Stdout)
-				g.stderr.Write(chunk.Stderr)
-			}
+			return c.Logs(cmd.Context(), args[0], corral.LogOptions{Follow: follow, Tail: int(tail)}, g.stdout, g.stderr)
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output")

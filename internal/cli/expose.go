@@ -10,13 +10,14 @@ import (
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	corral "github.com/corral-sandbox/corral/client"
 )
 
 func newExposeCmd(g *globals) *cobra.Command {
 	var address string
 	cmd := newPortCmd(g, "expose NAME PORT [--address HOST:PORT]",
 		"Serve a sandbox's port on an address of the gateway host, and print it",
-		func(ctx context.Context, c *client, name string, port int32) (*corralv1.ExposedPort, error) {
+		func(ctx context.Context, c *corral.Client, name string, port int32) (*corralv1.ExposedPort, error) {
 			return c.ExposePort(ctx, &corralv1.ExposePortRequest{Name: name, Port: port, Address: address})
 		})
 	cmd.Long = "The gateway listens on --address (default 127.0.0.1 and a free port) on its own host and forwards\n" +
@@ -29,7 +30,7 @@ func newExposeCmd(g *globals) *cobra.Command {
 
 func newUnexposeCmd(g *globals) *cobra.Command {
 	return newPortCmd(g, "unexpose NAME PORT", "Stop serving a sandbox's exposed port",
-		func(ctx context.Context, c *client, name string, port int32) (*corralv1.ExposedPort, error) {
+		func(ctx context.Context, c *corral.Client, name string, port int32) (*corralv1.ExposedPort, error) {
 			return c.UnexposePort(ctx, &corralv1.UnexposePortRequest{Name: name, Port: port})
 		})
 }
@@ -37,7 +38,7 @@ func newUnexposeCmd(g *globals) *cobra.Command {
 // newPortCmd is a command on NAME PORT that prints the address of the
 // exposed port that send returns.
 func newPortCmd(g *globals, use, short string,
-	send func(ctx context.Context, c *client, name string, port int32) (*corralv1.ExposedPort, error)) *cobra.Command {
+	send func(ctx context.Context, c *corral.Client, name string, port int32) (*corralv1.ExposedPort, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -54,7 +55,7 @@ func newPortCmd(g *globals, use, short string,
 			defer c.Close()
 			p, err := send(cmd.Context(), c, args[0], port)
 			if err != nil {
-				return c.explain(err)
+				return c.Explain(err)
 			}
 			fmt.Fprintln(g.stdout, p.Address)
 			if p.Error != "" {
@@ -76,7 +77,7 @@ func newPortsCmd(g *globals) *cobra.Command {
 			if len(args) == 1 {
 				name = args[0]
 			}
-			return query(g, cmd, format, func(ctx context.Context, c *client) (any, func() error, error) {
+			return query(g, cmd, format, func(ctx context.Context, c *corral.Client) (any, func() error, error) {
 				resp, err := c.ListExposedPorts(ctx, &corralv1.ListExposedPortsRequest{Name: name})
 				if err != nil {
 					return nil, nil, err

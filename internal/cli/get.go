@@ -8,12 +8,13 @@ import (
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	corral "github.com/corral-sandbox/corral/client"
 )
 
 // query runs a read-only command: it checks -o, dials the gateway, fetches
 // with fetch, and prints the result's view as JSON/YAML or its table.
 func query(g *globals, cmd *cobra.Command, format string,
-	fetch func(ctx context.Context, c *client) (view any, table func() error, err error)) error {
+	fetch func(ctx context.Context, c *corral.Client) (view any, table func() error, err error)) error {
 	if err := checkFormat(format); err != nil {
 		return err
 	}
@@ -24,7 +25,7 @@ func query(g *globals, cmd *cobra.Command, format string,
 	defer c.Close()
 	view, table, err := fetch(cmd.Context(), c)
 	if err != nil {
-		return c.explain(err)
+		return c.Explain(err)
 	}
 	if ok, err := printStructured(g.stdout, format, view); ok || err != nil {
 		return err
@@ -39,7 +40,7 @@ func newGetCmd(g *globals) *cobra.Command {
 		Short: "Show one sandbox",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return query(g, cmd, format, func(ctx context.Context, c *client) (any, func() error, error) {
+			return query(g, cmd, format, func(ctx context.Context, c *corral.Client) (any, func() error, error) {
 				sb, err := c.GetSandbox(ctx, &corralv1.GetSandboxRequest{Name: args[0]})
 				if err != nil {
 					return nil, nil, err
@@ -75,7 +76,7 @@ func newListCmd(g *globals) *cobra.Command {
 		selectedBy map[string]string
 	)
 	cmd := listCommand(g, "List sandboxes, oldest first (every page, or --limit of them)",
-		func(ctx context.Context, c *client) ([]*corralv1.Sandbox, error) {
+		func(ctx context.Context, c *corral.Client) ([]*corralv1.Sandbox, error) {
 			req := &corralv1.ListSandboxesRequest{Limit: int32(limit), PageToken: pageToken, Labels: selectedBy, Phase: phase}
 			list, next, err := listSandboxes(ctx, c, req)
 			if next != "" {
@@ -100,7 +101,7 @@ func newListCmd(g *globals) *cobra.Command {
 
 // listSandboxes asks for req's sandboxes page after page, until req.Limit
 // of them (0: all); next continues past the last one when more match.
-func listSandboxes(ctx context.Context, c *client, req *corralv1.ListSandboxesRequest) (list []*corralv1.Sandbox, next string, err error) {
+func listSandboxes(ctx context.Context, c *corral.Client, req *corralv1.ListSandboxesRequest) (list []*corralv1.Sandbox, next string, err error) {
 	want := int(req.GetLimit())
 	for {
 		if want > 0 {
@@ -121,7 +122,7 @@ func listSandboxes(ctx context.Context, c *client, req *corralv1.ListSandboxesRe
 
 // listCommand is a `list` command: list fetches the items, which print as
 // a table, or as JSON or YAML of their views.
-func listCommand[T, V any](g *globals, short string, list func(ctx context.Context, c *client) ([]T, error),
+func listCommand[T, V any](g *globals, short string, list func(ctx context.Context, c *corral.Client) ([]T, error),
 	view func(T) V, table func(io.Writer, []T) error) *cobra.Command {
 	var format string
 	cmd := &cobra.Command{
@@ -130,7 +131,7 @@ func listCommand[T, V any](g *globals, short string, list func(ctx context.Conte
 		Short:   short,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return query(g, cmd, format, func(ctx context.Context, c *client) (any, func() error, error) {
+			return query(g, cmd, format, func(ctx context.Context, c *corral.Client) (any, func() error, error) {
 				items, err := list(ctx, c)
 				if err != nil {
 					return nil, nil, err
@@ -154,7 +155,7 @@ func newHistoryCmd(g *globals) *cobra.Command {
 		Short: "Show the operation journal of a sandbox, oldest first",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return query(g, cmd, format, func(ctx context.Context, c *client) (any, func() error, error) {
+			return query(g, cmd, format, func(ctx context.Context, c *corral.Client) (any, func() error, error) {
 				resp, err := c.ListOperations(ctx, &corralv1.ListOperationsRequest{Name: args[0]})
 				if err != nil {
 					return nil, nil, err

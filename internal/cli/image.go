@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	corral "github.com/corral-sandbox/corral/client"
 )
 
 func newImageCmd(g *globals) *cobra.Command {
@@ -53,7 +54,7 @@ func newImagePullCmd(g *globals) *cobra.Command {
 		Short: "Pull an image into the driver's store, showing its progress on stderr; print its id",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return query(g, cmd, format, func(ctx context.Context, c *client) (any, func() error, error) {
+			return query(g, cmd, format, func(ctx context.Context, c *corral.Client) (any, func() error, error) {
 				img, err := pullImage(ctx, c, args[0], false, g.stderr)
 				if err != nil {
 					return nil, nil, err
@@ -74,7 +75,7 @@ func newImagePullCmd(g *globals) *cobra.Command {
 
 func newImageListCmd(g *globals) *cobra.Command {
 	return listCommand(g, "List the images of the driver's store",
-		func(ctx context.Context, c *client) ([]*corralv1.Image, error) {
+		func(ctx context.Context, c *corral.Client) ([]*corralv1.Image, error) {
 			resp, err := c.ListImages(ctx, &corralv1.ListImagesRequest{})
 			return resp.GetImages(), err
 		}, imageViewOf, printImages)
@@ -120,7 +121,7 @@ func newImageRmCmd(g *globals) *cobra.Command {
 			for _, ref := range refs {
 				img, err := c.RemoveImage(cmd.Context(), &corralv1.RemoveImageRequest{Image: ref})
 				if err != nil {
-					errs = append(errs, errors.New(message(c.explain(err))))
+					errs = append(errs, errors.New(corral.Message(c.Explain(err))))
 					continue
 				}
 				fmt.Fprintf(g.stdout, "removed %s (%s)\n", printableText(ref), shortDigest(img.Id))
@@ -146,7 +147,7 @@ from docker-archive: and oci: sources are removed, never the engine's others.`,
 			defer c.Close()
 			resp, err := c.PruneImages(cmd.Context(), &corralv1.PruneImagesRequest{})
 			if err != nil {
-				return c.explain(err)
+				return c.Explain(err)
 			}
 			for _, img := range resp.Removed {
 				names := "<none>"

@@ -9,17 +9,17 @@ import (
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	corral "github.com/corral-sandbox/corral/client"
 )
 
 // intentCmd describes a command that changes the intent of sandboxes.
 type intentCmd struct {
 	use, short, long string
 	// call sends the request for one sandbox and returns its record.
-	call func(ctx context.Context, c *client, name string, f intentFlags) (*corralv1.Sandbox, error)
+	call func(ctx context.Context, c *corral.Client, name string, f intentFlags) (*corralv1.Sandbox, error)
 	// wait is the goal the command waits for unless --detach.
-	wait        goal
-	wantDeleted bool
-	canForce    bool // --force and --all are offered
+	wait     corral.Goal
+	canForce bool // --force and --all are offered
 }
 
 // intentFlags are the flags an intent command passes to its call.
@@ -54,7 +54,7 @@ func newIntentCmd(g *globals, ic intentCmd) *cobra.Command {
 			if all {
 				list, _, err := listSandboxes(ctx, c, &corralv1.ListSandboxesRequest{})
 				if err != nil {
-					return c.explain(err)
+					return c.Explain(err)
 				}
 				for _, sb := range list {
 					names = append(names, sb.Name)
@@ -67,13 +67,13 @@ func newIntentCmd(g *globals, ic intentCmd) *cobra.Command {
 			for _, name := range names {
 				sb, err := ic.call(ctx, c, name, flags)
 				if err != nil {
-					errs = append(errs, errors.New(message(c.explain(err))))
+					errs = append(errs, errors.New(corral.Message(c.Explain(err))))
 					continue
 				}
 				targets = append(targets, sb)
 			}
 			if !detach && len(targets) > 0 {
-				err := waitFor(ctx, c, targets, waitOptions{goal: ic.wait, wantDeleted: ic.wantDeleted, timeout: timeout, progress: g.stderr})
+				err := waitFor(ctx, c, targets, ic.wait, timeout, g.stderr)
 				if err != nil {
 					errs = append(errs, err)
 				}
@@ -99,20 +99,20 @@ func newIntentCmd(g *globals, ic intentCmd) *cobra.Command {
 func newStopCmd(g *globals) *cobra.Command {
 	return newIntentCmd(g, intentCmd{
 		use: "stop NAME...", short: "Stop sandboxes and wait until they are stopped",
-		call: func(ctx context.Context, c *client, name string, _ intentFlags) (*corralv1.Sandbox, error) {
+		call: func(ctx context.Context, c *corral.Client, name string, _ intentFlags) (*corralv1.Sandbox, error) {
 			return c.StopSandbox(ctx, &corralv1.StopSandboxRequest{Name: name})
 		},
-		wait: reached("stopped"),
+		wait: corral.Stopped,
 	})
 }
 
 func newStartCmd(g *globals) *cobra.Command {
 	return newIntentCmd(g, intentCmd{
 		use: "start NAME...", short: "Start stopped sandboxes and wait until they are ready",
-		call: func(ctx context.Context, c *client, name string, _ intentFlags) (*corralv1.Sandbox, error) {
+		call: func(ctx context.Context, c *corral.Client, name string, _ intentFlags) (*corralv1.Sandbox, error) {
 			return c.StartSandbox(ctx, &corralv1.StartSandboxRequest{Name: name})
 		},
-		wait: running,
+		wait: corral.Running,
 	})
 }
 
@@ -126,17 +126,11 @@ removal the sandbox stays visible as deleting, with the reason, and the
 gateway keeps trying; for a driver that will not answer again,
 --force --assume-gone --reason WHY removes the record anyway (journaled with
 who and why; a compute object that is left is removed as an orphan).`,
-		call: func(ctx context.Context, c *client, name string, f intentFlags) (*corralv1.Sandbox, error) {
+		call: func(ctx context.Context, c *corral.Client, name string, f intentFlags) (*corralv1.Sandbox, error) {
 			resp, err := c.DeleteSandbox(ctx, &corralv1.DeleteSandboxRequest{Name: name, Force: f.force, AssumeGone: f.assumeGone, Reason: f.reason})
 			return resp.GetSandbox(), err
 		},
-		wait: func(sb *corralv1.Sandbox, since int64) (bool, error) {
-			if sb.Phase == "error" && sb.Revision > since {
-				return false, fmt.Errorf("sandbox %q is not deleted yet: %s; the gateway keeps trying", sb.Name, sb.Reason)
-			}
-			return false, nil
-		},
-		wantDeleted: true,
-		canForce:    true,
+		wait:     corral.Deleted,
+		canForce: true,
 	})
 }

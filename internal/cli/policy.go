@@ -90,7 +90,7 @@ func setPolicy(g *globals, cmd *cobra.Command, name, flag, file string) error {
 	defer c.Close()
 	sb, err := c.UpdateSandbox(cmd.Context(), &corralv1.UpdateSandboxRequest{Name: name, Policy: text})
 	if err != nil {
-		return c.explain(err)
+		return c.Explain(err)
 	}
 	if sb.DesiredState == "stopped" && sb.Phase == "stopped" {
 		fmt.Fprintf(g.stderr, "sandbox %q: policy replaced; the next start uses it\n", sb.Name)

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	corral "github.com/corral-sandbox/corral/client"
 )
 
 func newPoolCmd(g *globals) *cobra.Command {
@@ -80,7 +81,7 @@ running (sleep), so that a claim can exec into it.`,
 			}
 			p, err := c.CreatePool(cmd.Context(), &corralv1.CreatePoolRequest{Name: name, Size: size, Spec: spec})
 			if err != nil {
-				return c.explain(err)
+				return c.Explain(err)
 			}
 			if ok, err := printStructured(g.stdout, format, poolViewOf(p)); ok || err != nil {
 				return err
@@ -100,7 +101,7 @@ running (sleep), so that a claim can exec into it.`,
 
 func newPoolListCmd(g *globals) *cobra.Command {
 	return listCommand(g, "List the pools with how many members are ready",
-		func(ctx context.Context, c *client) ([]*corralv1.Pool, error) {
+		func(ctx context.Context, c *corral.Client) ([]*corralv1.Pool, error) {
 			resp, err := c.ListPools(ctx, &corralv1.ListPoolsRequest{})
 			return resp.GetPools(), err
 		}, poolViewOf, printPools)
@@ -121,7 +122,7 @@ func newPoolDeleteCmd(g *globals) *cobra.Command {
 			for _, name := range names {
 				p, err := c.DeletePool(cmd.Context(), &corralv1.DeletePoolRequest{Name: name})
 				if err != nil {
-					return c.explain(err)
+					return c.Explain(err)
 				}
 				fmt.Fprintf(g.stdout, "deleted pool %s (%d unclaimed sandboxes being deleted)\n", p.Name, p.Members)
 			}

@@ -14,10 +14,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
-	"github.com/corral-sandbox/corral/internal/tunnel"
+	corral "github.com/corral-sandbox/corral/client"
 )
 
 func newPortForwardCmd(g *globals) *cobra.Command {
@@ -45,7 +44,7 @@ func newPortForwardCmd(g *globals) *cobra.Command {
 			defer stop()
 			sb, err := c.GetSandbox(ctx, &corralv1.GetSandboxRequest{Name: args[0]})
 			if err != nil {
-				return c.explain(err)
+				return c.Explain(err)
 			}
 			if sb.Phase != "ready" {
 				return fmt.Errorf("sandbox %q is %s, not ready: port-forward needs a running sandbox", sb.Name, sb.Phase)
@@ -94,7 +93,7 @@ func parseForwards(args []string) ([]forward, error) {
 // portForwarder carries the connections of one port-forward command.
 type portForwarder struct {
 	g    *globals
-	c    *client
+	c    *corral.Client
 	name string
 	mu   sync.Mutex // one line printed at a time
 	wg   sync.WaitGroup
@@ -120,30 +119,10 @@ func (pf *portForwarder) accept(ctx context.Context, l net.Listener, remote int)
 			defer pf.wg.Done()
 			defer conn.Close()
 			pf.printf(pf.g.stdout, "Handling connection for %d\n", remote)
-			if err := pf.carry(ctx, conn.(*net.TCPConn), remote); err != nil && ctx.Err() == nil {
+			if err := pf.c.Forward(ctx, pf.name, remote, conn.(*net.TCPConn)); err != nil && ctx.Err() == nil {
 				_ = conn.(*net.TCPConn).SetLinger(0) // the local client sees a reset
-				pf.printf(pf.g.stderr, "corral: error forwarding port %d: %s\n", remote, message(pf.c.explain(err)))
+				pf.printf(pf.g.stderr, "corral: error forwarding port %d: %s\n", remote, corral.Message(err))
 			}
 		}()
 	}
-}
-
-// carry joins one local connection to a PortForward call.
-func (pf *portForwarder) carry(ctx context.Context, conn *net.TCPConn, remote int) error {
-	ctx, cancel := context.WithCancel(ctx) // ends the call however the connection ends
-	defer cancel()
-	stream, err := pf.c.PortForward(ctx)
-	if err != nil {
-		return err
-	}
-	if err := stream.Send(&corralv1.PortForwardFrame{Name: pf.name, Port: int32(remote)}); err != nil {
-		_, err = stream.Recv() // the call's own error
-		return err
-	}
-	err = tunnel.Join(conn, &tunnel.Frames{Send: stream.Send, Recv: stream.Recv, CloseSend: stream.CloseSend})
-	var call interface{ GRPCStatus() *status.Status }
-	if errors.As(err, &call) { // the gateway's answer, without the local copy's wrapping
-		return call.GRPCStatus().Err()
-	}
-	return err
 }

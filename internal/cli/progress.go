@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	corral "github.com/corral-sandbox/corral/client"
 )
 
 // pullProgress shows a pull's progress: on a terminal, one line per layer
@@ -129,7 +130,7 @@ func humanSize(n int64) string {
 
 // pullImage pulls image through the gateway, showing its progress on w,
 // and returns the image (nil when if_needed found nothing to do).
-func pullImage(ctx context.Context, c *client, image string, ifNeeded bool, w io.Writer) (*corralv1.Image, error) {
+func pullImage(ctx context.Context, c *corral.Client, image string, ifNeeded bool, w io.Writer) (*corralv1.Image, error) {
 	stream, err := c.PullImage(ctx, &corralv1.PullImageRequest{Image: image, IfNeeded: ifNeeded})
 	if err != nil {
 		return nil, err

@@ -10,8 +10,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/status"
 
+	corral "github.com/corral-sandbox/corral/client"
 	"github.com/corral-sandbox/corral/internal/supervisecmd"
 )
 
@@ -44,7 +44,7 @@ func Main() int {
 		}
 		return exit.code
 	}
-	fmt.Fprintln(g.stderr, "corral:", message(err))
+	fmt.Fprintln(g.stderr, "corral:", corral.Message(err))
 	return 1
 }
 
@@ -55,20 +55,6 @@ type exitError struct {
 }
 
 func (e *exitError) Error() string { return e.msg }
-
-// message is what a person should read of an error: a gRPC status's own
-// message without the "rpc error: code = ..." wrapping.
-func message(err error) string {
-	if s, ok := status.FromError(err); ok {
-		return s.Message()
-	}
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if s, ok := status.FromError(e); ok {
-			return s.Message()
-		}
-	}
-	return err.Error()
-}
 
 func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{

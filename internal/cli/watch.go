@@ -32,7 +32,7 @@ func newWatchCmd(g *globals) *cobra.Command {
 			}
 			stream, err := c.WatchSandboxes(cmd.Context(), req)
 			if err != nil {
-				return c.explain(err)
+				return c.Explain(err)
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			if format == "table" {
@@ -45,7 +45,7 @@ func newWatchCmd(g *globals) *cobra.Command {
 					if cmd.Context().Err() != nil {
 						return nil
 					}
-					return c.explain(err)
+					return c.Explain(err)
 				}
 				if ev.Type == "SYNCED" {
 					continue

@@ -94,7 +94,7 @@ func openFake(_ context.Context, env registry.Env) (driver.Driver, error) {
 	if dir == "" {
 		dir = filepath.Join(env.Home, "fake")
 	}
-	return fake.New(driver.Config{Label: env.Config.SandboxLabel, Gateway: env.Gateway, StateDir: dir})
+	return fake.New(driver.Config{Label: env.Config.SandboxLabel, Gateway: env.Gateway, StateDir: dir}, fake.Options{Faults: fakeFaults(dir)})
 }
 
 func openNative(_ context.Context, env registry.Env) (driver.Driver, error) {

@@ -85,7 +85,7 @@ func TestAutoWithNoRealDriverRefusesToStart(t *testing.T) {
 
 func TestAutoPrefersDockerThenNative(t *testing.T) {
 	t.Run("an engine answers", func(t *testing.T) {
-		engine, err := fake.New(driver.Config{Label: "corral.test", StateDir: t.TempDir()})
+		engine, err := fake.New(driver.Config{Label: "corral.test", StateDir: t.TempDir()}, fake.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

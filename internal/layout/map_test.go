@@ -137,3 +137,24 @@ func TestCoreIsLocationNeutral(t *testing.T) {
 		}
 	}
 }
+
+// The command line reaches a gateway only through the public client
+// package: it makes no gRPC connection of its own (codes and status, to
+// read the gateway's answers, are all it takes of gRPC).
+func TestCommandLineIsAClientOfTheClientPackage(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, "./internal/cli")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	imports := strings.Fields(string(out))
+	if !slices.Contains(imports, module+"client") {
+		t.Errorf("internal/cli does not import the client package: %v", imports)
+	}
+	for _, imp := range imports {
+		if strings.HasPrefix(imp, "google.golang.org/grpc") && imp != "google.golang.org/grpc/codes" && imp != "google.golang.org/grpc/status" {
+			t.Errorf("internal/cli imports %s: a connection to a gateway is the client package's to make", imp)
+		}
+	}
+}

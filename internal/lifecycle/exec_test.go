@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/corral-sandbox/corral/internal/driver"
-	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -47,7 +47,7 @@ func TestExecPath(t *testing.T) {
 	if _, _, err := h.exec("web", "", "bad\x00arg"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("exec with NUL: %v; want invalid argument", err)
 	}
-	h.faults(fake.Rule{Op: "exec", Action: "fail", Error: "engine gone"})
+	h.faults(faults.Rule{Op: "exec", Action: "fail", Error: "engine gone"})
 	if _, _, err := h.exec("web", "", "true"); err == nil || !strings.Contains(err.Error(), "engine gone") {
 		t.Errorf("exec when the driver fails: %v; want its error", err)
 	}

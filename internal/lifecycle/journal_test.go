@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
 )
@@ -59,7 +59,7 @@ func newCountingHarness(t *testing.T) (*harness, *countingStore) {
 func TestSettledEntriesRideOnTheNextWrite(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h, counting := newCountingHarness(t)
-		h.faults(fake.Rule{Op: "start", Action: "hold"})
+		h.faults(faults.Rule{Op: "start", Action: "hold"})
 		before := counting.writes.Load()
 		sb := h.create("web")
 		h.held("start", sb.ID)
@@ -93,7 +93,7 @@ func TestPhaseAndPendingEntryInOneWrite(t *testing.T) {
 		sb := h.create("web")
 		h.waitPhase("web", sandbox.PhaseReady)
 		time.Sleep(time.Second) // the bubble's clock: any later step has run
-		h.faults(fake.Rule{Op: "create", Action: "hold"})
+		h.faults(faults.Rule{Op: "create", Action: "hold"})
 		before := counting.writes.Load()
 		if err := h.drv.Delete(context.Background(), sb.ID); err != nil {
 			t.Fatal(err)
@@ -120,7 +120,7 @@ func TestPhaseAndPendingEntryInOneWrite(t *testing.T) {
 func TestFailedCallSettledWithTheReason(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.RetryBase, c.RetryMax = time.Hour, time.Hour })
-		h.faults(fake.Rule{Op: "start", Action: "fail", Error: "no start today"})
+		h.faults(faults.Rule{Op: "start", Action: "fail", Error: "no start today"})
 		sb := h.create("web")
 		h.waitFor("the failure recorded", func() bool {
 			got, err := h.m.Get(context.Background(), "web")

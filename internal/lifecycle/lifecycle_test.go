@@ -16,6 +16,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
@@ -55,7 +56,7 @@ func (h *harness) start() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.drv, err = fake.New(driver.Config{Label: label, Gateway: gatewayID, StateDir: h.stateDir})
+	h.drv, err = fake.New(driver.Config{Label: label, Gateway: gatewayID, StateDir: h.stateDir}, fake.Options{Faults: faults.File(h.stateDir)})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -155,9 +156,9 @@ func (h *harness) object(id string) (driver.Object, bool) {
 	return o, true
 }
 
-func (h *harness) faults(rules ...fake.Rule) {
+func (h *harness) faults(rules ...faults.Rule) {
 	h.t.Helper()
-	if err := fake.SetFaults(h.stateDir, rules...); err != nil {
+	if err := faults.Set(h.stateDir, rules...); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -166,7 +167,7 @@ func (h *harness) held(op, id string) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := fake.WaitHeld(ctx, h.stateDir, op, id); err != nil {
+	if err := faults.WaitHeld(ctx, h.stateDir, op, id); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -239,7 +240,7 @@ func TestStopThenStartBeforeTheActorRunsRestartsWithNewGeneration(t *testing.T) 
 		h := newHarness(t, nil)
 		sb := h.create("svc")
 		h.waitPhase("svc", sandbox.PhaseReady)
-		h.faults(fake.Rule{Op: "inspect", Sandbox: sb.ID, Action: "hold"})
+		h.faults(faults.Rule{Op: "inspect", Sandbox: sb.ID, Action: "hold"})
 		// the resync's inspect is held, so both requests land before a step
 		if err := h.m.Resync(context.Background()); err != nil {
 			t.Fatal(err)
@@ -269,7 +270,7 @@ func TestStopThenStartBeforeTheActorRunsRestartsWithNewGeneration(t *testing.T) 
 func TestFailuresRetryAndTurnToErrorPastTheDeadline(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.ProvisioningTimeout = 100 * time.Millisecond })
-		h.faults(fake.Rule{Op: "start", Action: "fail", Error: "engine on fire"})
+		h.faults(faults.Rule{Op: "start", Action: "fail", Error: "engine on fire"})
 		sb := h.create("flaky")
 		got := h.waitPhase("flaky", sandbox.PhaseError)
 		if got.Reason == "" || !contains(got.Reason, "engine on fire") || !contains(got.Reason, "deadline") {
@@ -295,7 +296,7 @@ func TestFailuresRetryAndTurnToErrorPastTheDeadline(t *testing.T) {
 func TestDriverEventsDoNotShortenTheBackoff(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.RetryBase, c.RetryMax = 10*time.Second, 10*time.Second })
-		h.faults(fake.Rule{Op: "start", Action: "fail", Error: "argument list too long"})
+		h.faults(faults.Rule{Op: "start", Action: "fail", Error: "argument list too long"})
 		sb := h.create("doomed")
 		failedStarts := func() int {
 			n := 0
@@ -345,7 +346,7 @@ func TestDeleteFinishesInEveryPhase(t *testing.T) {
 		}},
 		{"stopping with stop held", func(h *harness, sb *sandbox.Sandbox) {
 			h.waitPhase(sb.Name, sandbox.PhaseReady)
-			h.faults(fake.Rule{Op: "stop", Action: "hold"})
+			h.faults(faults.Rule{Op: "stop", Action: "hold"})
 			if _, err := h.m.Stop(context.Background(), sb.Name); err != nil {
 				h.t.Fatal(err)
 			}
@@ -364,7 +365,7 @@ func TestDeleteFinishesInEveryPhase(t *testing.T) {
 				h.t.Fatal(err)
 			}
 			h.waitPhase(sb.Name, sandbox.PhaseStopped)
-			h.faults(fake.Rule{Op: "start", Action: "hold"})
+			h.faults(faults.Rule{Op: "start", Action: "hold"})
 			if _, err := h.m.Start(context.Background(), sb.Name); err != nil {
 				h.t.Fatal(err)
 			}
@@ -380,12 +381,12 @@ func TestDeleteFinishesInEveryPhase(t *testing.T) {
 				h := newHarness(t, func(c *Config) { c.ProvisioningTimeout = time.Hour })
 				switch tc.name {
 				case "provisioning with create held":
-					h.faults(fake.Rule{Op: "create", Action: "hold"})
+					h.faults(faults.Rule{Op: "create", Action: "hold"})
 				case "provisioning with start held":
-					h.faults(fake.Rule{Op: "start", Action: "hold"})
+					h.faults(faults.Rule{Op: "start", Action: "hold"})
 				case "error":
 					h.restartWith(func(c *Config) { c.ProvisioningTimeout = 50 * time.Millisecond })
-					h.faults(fake.Rule{Op: "start", Action: "fail"})
+					h.faults(faults.Rule{Op: "start", Action: "fail"})
 				}
 				sb := h.create("victim")
 				tc.setup(h, sb)
@@ -435,7 +436,7 @@ func TestForcedDeleteNeedsNoInspect(t *testing.T) {
 		h := newHarness(t, nil)
 		sb := h.create("forced")
 		h.waitPhase(sb.Name, sandbox.PhaseReady)
-		h.faults(fake.Rule{Op: "inspect", Sandbox: sb.ID, Action: "fail", Error: "inspect is broken"})
+		h.faults(faults.Rule{Op: "inspect", Sandbox: sb.ID, Action: "fail", Error: "inspect is broken"})
 		if _, err := h.m.Delete(context.Background(), sb.Name, true); err != nil {
 			t.Fatal(err)
 		}
@@ -454,12 +455,12 @@ func TestConfirmedDeleteRemovesTheRecord(t *testing.T) {
 		h := newHarness(t, nil)
 		sb := h.create("confirmed")
 		h.waitPhase(sb.Name, sandbox.PhaseReady)
-		h.faults(fake.Rule{Op: "delete", Action: "hold"})
+		h.faults(faults.Rule{Op: "delete", Action: "hold"})
 		if _, err := h.m.Delete(context.Background(), sb.Name, false); err != nil { // not forced: it inspects first
 			t.Fatal(err)
 		}
 		h.held("delete", sb.ID)
-		h.faults(fake.Rule{Op: "inspect", Sandbox: sb.ID, Action: "fail", Error: "inspect is broken"})
+		h.faults(faults.Rule{Op: "inspect", Sandbox: sb.ID, Action: "fail", Error: "inspect is broken"})
 		h.waitGone(sb.Name)
 		h.faults()
 		if o, ok := h.object(sb.ID); ok {
@@ -476,7 +477,7 @@ func (h *harness) restartWith(tweak func(*Config)) {
 func TestShutdownWaitsForHeldCallAndRecordsIt(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, nil)
-		h.faults(fake.Rule{Op: "start", Action: "hold"})
+		h.faults(faults.Rule{Op: "start", Action: "hold"})
 		sb := h.create("slow")
 		h.held("start", sb.ID)
 		done := make(chan struct{})
@@ -517,7 +518,7 @@ func TestShutdownWaitsForHeldCallAndRecordsIt(t *testing.T) {
 func TestShutdownBudgetInterruptsAndNextInstanceConverges(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, nil)
-		h.faults(fake.Rule{Op: "start", Action: "hold"})
+		h.faults(faults.Rule{Op: "start", Action: "hold"})
 		sb := h.create("stuck")
 		h.held("start", sb.ID)
 		h.stop(50 * time.Millisecond)
@@ -832,7 +833,7 @@ func TestOrphanGraceOutlivesRestarts(t *testing.T) {
 func TestAnotherGatewaysObjectsAreLeftAlone(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.OrphanGrace = 50 * time.Millisecond })
-		other, err := fake.New(driver.Config{Label: label, Gateway: "fedcba9876543210", StateDir: h.stateDir})
+		other, err := fake.New(driver.Config{Label: label, Gateway: "fedcba9876543210", StateDir: h.stateDir}, fake.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -93,7 +93,7 @@ func TestPoolClaimRefills(t *testing.T) {
 func TestPoolRefillsAFewAtATime(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, nil)
-		h.faults(fake.Rule{Op: "create", Action: "hold"})
+		h.faults(faults.Rule{Op: "create", Action: "hold"})
 		size := refillAtOnce + 3
 		h.createPool("warm", size)
 		time.Sleep(time.Second) // the bubble's clock: the pool loop has run
@@ -108,7 +108,7 @@ func TestPoolRefillsAFewAtATime(t *testing.T) {
 func TestPoolClaimWhenEmptyIsCold(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, nil)
-		h.faults(fake.Rule{Op: "create", Action: "hold"})
+		h.faults(faults.Rule{Op: "create", Action: "hold"})
 		h.createPool("warm", 1)
 		c := h.claim("cold", "warm")
 		if c.FromPool || !c.Created || !strings.Contains(c.Reason, `pool "warm" had no ready sandbox`) {
@@ -131,7 +131,7 @@ func TestConcurrentClaimsNeverShareAMember(t *testing.T) {
 		h.waitPool("warm", members)
 		// Refills and cold creates stay provisioning, so exactly the
 		// ready members can be claimed.
-		h.faults(fake.Rule{Op: "create", Action: "hold"})
+		h.faults(faults.Rule{Op: "create", Action: "hold"})
 		answers := make(chan *Claimed, claims)
 		for i := range claims {
 			go func() {
@@ -172,7 +172,7 @@ func TestPoolSurvivesRestartAndRefills(t *testing.T) {
 		h := newHarness(t, nil)
 		h.createPool("warm", 2)
 		h.waitPool("warm", 2)
-		h.faults(fake.Rule{Op: "create", Action: "hold"})
+		h.faults(faults.Rule{Op: "create", Action: "hold"})
 		h.claim("mine", "warm")
 		h.restart()
 		h.faults()

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -58,7 +58,7 @@ func TestWaitFollowsRequestsToTheirGoals(t *testing.T) {
 func TestWaitFailsOnErrorAndBadGoals(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.ProvisioningTimeout = 100 * time.Millisecond })
-		h.faults(fake.Rule{Op: "start", Action: "fail", Error: "engine on fire"})
+		h.faults(faults.Rule{Op: "start", Action: "fail", Error: "engine on fire"})
 		sb := h.create("doomed")
 		_, err := h.m.Wait(context.Background(), "doomed", GoalRunning, sb.Revision, nil)
 		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "engine on fire") {
@@ -74,7 +74,7 @@ func TestWaitFailsOnErrorAndBadGoals(t *testing.T) {
 func TestWaitEndsWithItsContext(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, nil)
-		h.faults(fake.Rule{Op: "start", Action: "hold"})
+		h.faults(faults.Rule{Op: "start", Action: "hold"})
 		sb := h.create("slow")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

@@ -38,7 +38,7 @@ func manager(t *testing.T, drv driver.Driver, pullPolicy string) corralv1.Sandbo
 
 func newFake(t *testing.T) *fake.Driver {
 	t.Helper()
-	drv, err := fake.New(driver.Config{Label: "corral.test", StateDir: t.TempDir()})
+	drv, err := fake.New(driver.Config{Label: "corral.test", StateDir: t.TempDir()}, fake.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package fake is a compute driver without compute: it keeps each object in
-// a JSON file of its own (so they survive a gateway restart) and obeys fault
-// rules read from another file, so tests can hold, delay or fail any call,
-// from this process or from outside it.
+// a JSON file of its own (so they survive a gateway restart), so that the
+// API runs without Docker or root. Tests give it fault injection (Faults,
+// package faults) to hold, delay or fail any call.
 package fake
 
 import (
@@ -42,21 +42,29 @@ type Driver struct {
 	seen, end int64 // end: the file's size when it was last looked at
 
 	free []string // files of the free dir believed there (d.mu)
+
+	faults Faults // nil: none
+}
+
+// Options tune a fake driver.
+type Options struct {
+	// Faults, when set, injects faults into every call (tests only).
+	Faults Faults
 }
 
 var _ driver.Driver = (*Driver)(nil)
 
 // New returns a fake driver keeping its files in cfg.StateDir.
-func New(cfg driver.Config) (*Driver, error) {
+func New(cfg driver.Config, opts Options) (*Driver, error) {
 	if cfg.Label == "" {
 		return nil, errors.New("fake driver: no sandbox label configured")
 	}
-	for _, dir := range []string{"held", ObjectsDir, freeDir} {
+	for _, dir := range []string{ObjectsDir, freeDir} {
 		if err := os.MkdirAll(filepath.Join(cfg.StateDir, dir), 0o700); err != nil {
 			return nil, fmt.Errorf("fake driver: %w", err)
 		}
 	}
-	d := &Driver{cfg: cfg, caching: true, cache: map[string]*object{}}
+	d := &Driver{cfg: cfg, caching: true, cache: map[string]*object{}, faults: opts.Faults}
 	if err := d.keepFree(); err != nil {
 		return nil, fmt.Errorf("fake driver: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/drivertest"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -35,7 +36,7 @@ func TestConformance(t *testing.T) {
 			dirs[t] = dir
 		}
 		mu.Unlock()
-		d, err := fake.New(driver.Config{Label: label, StateDir: dir})
+		d, err := fake.New(driver.Config{Label: label, StateDir: dir}, fake.Options{Faults: faults.File(dir)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +52,7 @@ func ctx(t *testing.T) context.Context {
 
 func newFake(t *testing.T, dir string) *fake.Driver {
 	t.Helper()
-	d, err := fake.New(driver.Config{Label: label, StateDir: dir})
+	d, err := fake.New(driver.Config{Label: label, StateDir: dir}, fake.Options{Faults: faults.File(dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,9 +77,9 @@ func newSpec() driver.Spec {
 	return driver.Spec{ID: id, Name: "sb-" + sandbox.ShortID(id), Generation: 1}
 }
 
-func setFaults(t *testing.T, dir string, rules ...fake.Rule) {
+func setFaults(t *testing.T, dir string, rules ...faults.Rule) {
 	t.Helper()
-	if err := fake.SetFaults(dir, rules...); err != nil {
+	if err := faults.Set(dir, rules...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -104,7 +105,7 @@ func starts(t *testing.T, dir, id string) int {
 func ref(spec driver.Spec) driver.Ref { return driver.Ref{ID: spec.ID, Generation: spec.Generation} }
 
 func TestNewNeedsLabel(t *testing.T) {
-	if _, err := fake.New(driver.Config{StateDir: t.TempDir()}); err == nil {
+	if _, err := fake.New(driver.Config{StateDir: t.TempDir()}, fake.Options{}); err == nil {
 		t.Error("New without a label succeeded")
 	}
 }
@@ -115,7 +116,7 @@ func TestFaultFail(t *testing.T) {
 	if err := d.Create(ctx(t), other); err != nil {
 		t.Fatal(err)
 	}
-	setFaults(t, dir, fake.Rule{Op: "start", Sandbox: spec.ID, Action: "fail", Error: "disk on fire"})
+	setFaults(t, dir, faults.Rule{Op: "start", Sandbox: spec.ID, Action: "fail", Error: "disk on fire"})
 
 	err := d.Start(ctx(t), ref(spec))
 	if err == nil || !strings.Contains(err.Error(), "disk on fire") {
@@ -145,7 +146,7 @@ func TestFaultFail(t *testing.T) {
 
 func TestFaultFailByName(t *testing.T) {
 	d, dir, spec := setup(t)
-	setFaults(t, dir, fake.Rule{Op: "inspect", Sandbox: spec.Name, Action: "fail"})
+	setFaults(t, dir, faults.Rule{Op: "inspect", Sandbox: spec.Name, Action: "fail"})
 	_, err := d.Inspect(ctx(t), spec.ID)
 	if err == nil || !strings.Contains(err.Error(), "injected failure") {
 		t.Errorf("Inspect under a fail rule naming the sandbox = %v, want the default injected failure", err)
@@ -155,7 +156,7 @@ func TestFaultFailByName(t *testing.T) {
 func TestFaultDelay(t *testing.T) {
 	d, dir, spec := setup(t)
 	const delay = 200 * time.Millisecond
-	setFaults(t, dir, fake.Rule{Op: "stop", Action: "delay", Delay: delay.String()})
+	setFaults(t, dir, faults.Rule{Op: "stop", Action: "delay", Delay: delay.String()})
 
 	begin := time.Now()
 	if err := d.Stop(ctx(t), ref(spec), driver.StopOptions{}); err != nil {
@@ -165,7 +166,7 @@ func TestFaultDelay(t *testing.T) {
 		t.Errorf("Stop under a %v delay rule took only %v", delay, took)
 	}
 
-	setFaults(t, dir, fake.Rule{Op: "stop", Action: "delay", Delay: "1h"})
+	setFaults(t, dir, faults.Rule{Op: "stop", Action: "delay", Delay: "1h"})
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
@@ -174,7 +175,7 @@ func TestFaultDelay(t *testing.T) {
 		t.Errorf("Stop delayed past its deadline = %v, want context.DeadlineExceeded", err)
 	}
 
-	setFaults(t, dir, fake.Rule{Op: "stop", Action: "delay", Delay: "soon"})
+	setFaults(t, dir, faults.Rule{Op: "stop", Action: "delay", Delay: "soon"})
 	if err := d.Stop(ctx(t), ref(spec), driver.StopOptions{}); err == nil {
 		t.Error("Stop under a delay rule with a bad duration succeeded")
 	}
@@ -184,10 +185,10 @@ func TestFaultDelay(t *testing.T) {
 // is held; the returned channel yields Start's result.
 func startHeld(t *testing.T, c context.Context, d *fake.Driver, dir string, spec driver.Spec) <-chan error {
 	t.Helper()
-	setFaults(t, dir, fake.Rule{Op: "start", Sandbox: spec.ID, Action: "hold"})
+	setFaults(t, dir, faults.Rule{Op: "start", Sandbox: spec.ID, Action: "hold"})
 	done := make(chan error, 1)
 	go func() { done <- d.Start(c, ref(spec)) }()
-	if err := fake.WaitHeld(ctx(t), dir, "start", spec.ID); err != nil {
+	if err := faults.WaitHeld(ctx(t), dir, "start", spec.ID); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -257,7 +258,7 @@ func TestWaitHeldTimesOut(t *testing.T) {
 	newFake(t, dir)
 	c, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := fake.WaitHeld(c, dir, "start", "nothing"); !errors.Is(err, context.DeadlineExceeded) {
+	if err := faults.WaitHeld(c, dir, "start", "nothing"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitHeld with nothing held = %v, want context.DeadlineExceeded", err)
 	}
 }
@@ -267,8 +268,8 @@ func TestFaultAfter(t *testing.T) {
 	d := newFake(t, dir)
 	spec := newSpec()
 	setFaults(t, dir,
-		fake.Rule{Op: "create", Action: "fail", Error: "reply lost", After: true},
-		fake.Rule{Op: "start", Action: "fail", Error: "reply lost", After: true},
+		faults.Rule{Op: "create", Action: "fail", Error: "reply lost", After: true},
+		faults.Rule{Op: "start", Action: "fail", Error: "reply lost", After: true},
 	)
 
 	if err := d.Create(ctx(t), spec); err == nil || !strings.Contains(err.Error(), "reply lost") {
@@ -299,7 +300,7 @@ func TestFaultAfter(t *testing.T) {
 
 func TestFaultUnknownAction(t *testing.T) {
 	d, dir, spec := setup(t)
-	setFaults(t, dir, fake.Rule{Op: "inspect", Action: "explode"})
+	setFaults(t, dir, faults.Rule{Op: "inspect", Action: "explode"})
 	if _, err := d.Inspect(ctx(t), spec.ID); err == nil || !strings.Contains(err.Error(), "explode") {
 		t.Errorf("Inspect under an unknown action = %v, want an error naming it", err)
 	}
@@ -307,10 +308,10 @@ func TestFaultUnknownAction(t *testing.T) {
 
 func TestFaultsFileCorrupt(t *testing.T) {
 	d, dir, _ := setup(t)
-	if err := os.WriteFile(filepath.Join(dir, fake.FaultsFile), []byte("{not json"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, faults.FaultsFile), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.List(ctx(t)); err == nil || !strings.Contains(err.Error(), fake.FaultsFile) {
+	if _, err := d.List(ctx(t)); err == nil || !strings.Contains(err.Error(), faults.FaultsFile) {
 		t.Errorf("List with a corrupt faults file = %v, want an error naming it", err)
 	}
 }
@@ -422,7 +423,7 @@ func TestWatchFollowsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := newSpec()
-	od, err := fake.New(driver.Config{Label: "other.gateway", StateDir: dir})
+	od, err := fake.New(driver.Config{Label: "other.gateway", StateDir: dir}, fake.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
