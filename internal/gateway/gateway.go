@@ -49,31 +49,12 @@ type Options struct {
 }
 
 // Run runs a gateway until a signal stops it. It returns nil after a
-// graceful shutdown.
+// graceful shutdown. Once the lifecycle exists, every way out (a signal,
+// a failed recovery, a listener that cannot open) goes through one
+// shutdown, which settles the journal.
 func Run(opts Options) error {
-	log := opts.Logger
-	cfg := opts.Config
-	stopping := make(chan struct{}) // closed at the first signal
-	hurry := make(chan struct{})    // closed at the second
-	signals := opts.Signals
-	late := make(chan struct{}) // closed once a late signal handler is installed
-	if signals == nil {         // testbug late-signal-handler: installed after recovery
-		ch := make(chan os.Signal, 2)
-		signals = ch
-		go func() {
-			<-late
-			signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
-		}()
-	}
-	go func() {
-		sig := <-signals
-		log.Info("signal received; shutting down", "signal", sig.String(), "budget", cfg.ShutdownTimeout)
-		close(stopping)
-		sig = <-signals
-		log.Warn("second signal; cutting the shutdown budget short", "signal", sig.String())
-		close(hurry)
-	}()
-
+	log, cfg := opts.Logger, opts.Config
+	sig := watchSignals(opts.Signals, log, cfg.ShutdownTimeout)
 	if err := prepareHome(opts.Home); err != nil {
 		return err
 	}
@@ -91,13 +72,13 @@ func Run(opts Options) error {
 	defer cancelStart()
 	go func() {
 		select {
-		case <-stopping:
+		case <-sig.stopping:
 			cancelStart()
 		case <-startCtx.Done():
 		}
 	}()
 	// The store opens whatever the signals say: a stop during start-up
-	// still settles what dead instances left pending, below.
+	// still settles what dead instances left pending, at the shutdown.
 	st, err := sqlite.Open(context.Background(), filepath.Join(opts.Home, "corral.db"))
 	if err != nil {
 		return err
@@ -106,7 +87,7 @@ func Run(opts Options) error {
 	files := raiseFileLimit()
 	eg := &egress.Sandboxes{Dir: filepath.Join(opts.Home, "egress"), Deny: hostAddrs(), HostBundle: driver.SystemBundle, Logger: log,
 		Limits: egress.Limits{MaxConns: cfg.Egress.MaxConnections, HeaderTimeout: cfg.Egress.HeaderTimeout, IdleTimeout: cfg.Egress.IdleTimeout},
-		Budget: egress.NewBudget(egressBudget(files))}
+		Budget: egress.NewBudget(egressBudget(files)), Lookup: egress.FromRecords(st.GetSandbox)}
 	identity, err := st.Identity(context.Background())
 	if err != nil {
 		return err
@@ -124,85 +105,140 @@ func Run(opts Options) error {
 		Store: st, Driver: drv, Instance: instance, Gateway: identity, Logger: log,
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
 		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace, ImagePullPolicy: cfg.ImagePullPolicy,
+		Failures: reintroduced(),
 	}
 	if lcfg.NoEgress = compute.WhyNoEgress(cfg); lcfg.NoEgress == "" {
 		lcfg.Egress = eg
 	}
-	mgr := lifecycle.New(lcfg)
-	eg.Lookup = egress.FromRecords(st.GetSandbox)
+	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: lifecycle.New(lcfg), startCtx: startCtx}
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
-	if startCtx.Err() != nil {
-		log.Info("stopped during start-up, before recovery")
-		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, nil) // settles what dead instances left
-	}
+	cause := g.run(sig)
+	return g.shutdown(sig.hurry, cause)
+}
 
+// signals are what the gateway's signals say: stopping closes at the
+// first (a graceful shutdown), hurry at the second (its budget cut short);
+// late closes once a late signal handler may be installed (see
+// watchSignals).
+type signals struct {
+	stopping, hurry, late chan struct{}
+}
+
+// watchSignals follows the signals the caller subscribed to. With none
+// (nil: a test build's late-signal-handler failure), it subscribes itself,
+// but only once recovery is done (late).
+func watchSignals(ch <-chan os.Signal, log *slog.Logger, budget time.Duration) signals {
+	s := signals{stopping: make(chan struct{}), hurry: make(chan struct{}), late: make(chan struct{})}
+	if ch == nil {
+		own := make(chan os.Signal, 2)
+		ch = own
+		go func() {
+			<-s.late
+			signal.Notify(own, syscall.SIGTERM, syscall.SIGINT)
+		}()
+	}
+	go func() {
+		sig := <-ch
+		log.Info("signal received; shutting down", "signal", sig.String(), "budget", budget)
+		close(s.stopping)
+		sig = <-ch
+		log.Warn("second signal; cutting the shutdown budget short", "signal", sig.String())
+		close(s.hurry)
+	}()
+	return s
+}
+
+// gateway is a running gateway once its lifecycle exists.
+type gateway struct {
+	opts     Options
+	cfg      config.Config
+	log      *slog.Logger
+	mgr      *lifecycle.Manager
+	startCtx context.Context // ends at the first signal
+	servers  []server        // what serves the API and metrics, in the order opened
+}
+
+// run recovers, opens the listeners and keeps the sandboxes reconciled
+// until the first signal (nil) or a failure (its error).
+func (g *gateway) run(sig signals) error {
+	if g.startCtx.Err() != nil {
+		g.log.Info("stopped during start-up, before recovery")
+		return nil
+	}
 	// Recovery runs while signals are watched: a signal during it cancels
 	// it and leads to the same graceful shutdown as at any other time.
 	recoverCtx, cancelRecover := context.WithCancel(context.Background())
+	defer cancelRecover()
 	recovered := make(chan error, 1)
-	go func() { recovered <- mgr.Recover(recoverCtx) }()
+	go func() { recovered <- g.mgr.Recover(recoverCtx) }()
 	select {
 	case err := <-recovered:
 		if err != nil {
-			cancelRecover()
-			return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, fmt.Errorf("recovery: %w", err))
+			return fmt.Errorf("recovery: %w", err)
 		}
-	case <-stopping:
+	case <-sig.stopping:
 		cancelRecover()
 		<-recovered
-		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, nil)
+		return nil
 	}
-	cancelRecover()
-	close(late)
-	if err := mgr.ReportForeign(startCtx); err != nil && startCtx.Err() == nil {
-		log.Warn("could not look for other gateways' objects", "err", err)
+	close(sig.late)
+	if err := g.mgr.ReportForeign(g.startCtx); err != nil && g.startCtx.Err() == nil {
+		g.log.Warn("could not look for other gateways' objects", "err", err)
 	}
-	mgr.WatchDriver()
-	if err := mgr.ServeExposed(startCtx); err != nil {
-		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, fmt.Errorf("exposed ports: %w", err))
+	g.mgr.WatchDriver()
+	if err := g.mgr.ServeExposed(g.startCtx); err != nil {
+		return fmt.Errorf("exposed ports: %w", err)
 	}
+	if err := g.listen(); err != nil {
+		return err
+	}
+	g.log.Info("gateway ready", "socket", config.SocketPath(g.opts.Home))
 
-	srv, err := serve(opts.Home, mgr, log)
-	if err != nil {
-		return shutdown(log, mgr, nil, cfg.ShutdownTimeout, hurry, err)
-	}
-	servers := []*grpc.Server{srv}
-	if cfg.Listen != "" {
-		tcp, err := serveTLS(cfg, opts.Home, mgr, log)
-		if err != nil {
-			return shutdown(log, mgr, servers, cfg.ShutdownTimeout, hurry, err)
-		}
-		servers = append(servers, tcp)
-	}
-	if cfg.MetricsListen != "" {
-		msrv, err := serveMetrics(cfg.MetricsListen, log)
-		if err != nil {
-			return shutdown(log, mgr, servers, cfg.ShutdownTimeout, hurry, err)
-		}
-		defer msrv.Close()
-	}
-	log.Info("gateway ready", "socket", config.SocketPath(opts.Home))
-
-	resync := time.NewTicker(cfg.ResyncInterval)
+	resync := time.NewTicker(g.cfg.ResyncInterval)
 	defer resync.Stop()
 	for {
 		select {
-		case <-stopping:
-			return shutdown(log, mgr, servers, cfg.ShutdownTimeout, hurry, nil)
+		case <-sig.stopping:
+			return nil
 		case <-resync.C:
 			// startCtx ends at the first signal, so that this never holds
 			// up a shutdown
-			if err := mgr.Resync(startCtx); err != nil && startCtx.Err() == nil {
-				log.Error("resync", "err", err)
+			if err := g.mgr.Resync(g.startCtx); err != nil && g.startCtx.Err() == nil {
+				g.log.Error("resync", "err", err)
 			}
-			if err := mgr.CollectOrphans(startCtx); err != nil && startCtx.Err() == nil {
-				log.Error("collect orphans", "err", err)
+			if err := g.mgr.CollectOrphans(g.startCtx); err != nil && g.startCtx.Err() == nil {
+				g.log.Error("collect orphans", "err", err)
 			}
-			if err := mgr.ServeExposed(startCtx); err != nil && startCtx.Err() == nil {
-				log.Error("exposed ports", "err", err)
+			if err := g.mgr.ServeExposed(g.startCtx); err != nil && g.startCtx.Err() == nil {
+				g.log.Error("exposed ports", "err", err)
 			}
 		}
 	}
+}
+
+// listen opens every listener the settings ask for: the home's socket,
+// the TLS address, the metrics address.
+func (g *gateway) listen() error {
+	srv, err := serve(g.opts.Home, g.mgr, g.log)
+	if err != nil {
+		return err
+	}
+	g.servers = append(g.servers, grpcServer{srv})
+	if g.cfg.Listen != "" {
+		tcp, err := serveTLS(g.cfg, g.opts.Home, g.mgr, g.log)
+		if err != nil {
+			return err
+		}
+		g.servers = append(g.servers, grpcServer{tcp})
+	}
+	if g.cfg.MetricsListen != "" {
+		msrv, err := serveMetrics(g.cfg.MetricsListen, g.log)
+		if err != nil {
+			return err
+		}
+		g.servers = append(g.servers, httpServer{msrv})
+	}
+	return nil
 }
 
 // cancelGrace is how long shutdown waits, once its budget is spent and the
@@ -210,14 +246,14 @@ func Run(opts Options) error {
 const cancelGrace = 500 * time.Millisecond
 
 // shutdown stops accepting requests, drains the driver calls in flight
-// within budget and settles the journal. It returns cause, or the error of
-// settling.
-func shutdown(log *slog.Logger, mgr *lifecycle.Manager, servers []*grpc.Server, budget time.Duration, hurry <-chan struct{}, cause error) error {
+// within the budget (cut short by hurry) and settles the journal. It
+// returns cause, joined with the error of settling.
+func (g *gateway) shutdown(hurry <-chan struct{}, cause error) error {
 	start := time.Now()
-	for _, srv := range servers {
-		go srv.GracefulStop() // refuses new connections at once
+	for _, srv := range g.servers {
+		go srv.drain() // refuses new connections at once
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
 	defer cancel()
 	go func() {
 		select {
@@ -226,13 +262,32 @@ func shutdown(log *slog.Logger, mgr *lifecycle.Manager, servers []*grpc.Server, 
 		case <-ctx.Done():
 		}
 	}()
-	err := mgr.Shutdown(ctx, cancelGrace)
-	for _, srv := range servers {
-		srv.Stop() // ends watch streams and anything GracefulStop still waits for
+	err := g.mgr.Shutdown(ctx, cancelGrace)
+	for _, srv := range g.servers {
+		srv.stop() // ends watch streams and anything the drain still waits for
 	}
-	log.Info("gateway stopped", "took", time.Since(start).Round(time.Millisecond))
+	g.log.Info("gateway stopped", "took", time.Since(start).Round(time.Millisecond))
 	return errors.Join(cause, err)
 }
+
+// server is what a listener serves, as shutdown stops it: gRPC for the
+// API, HTTP for metrics (and for the front ends to come).
+type server interface {
+	// drain refuses new connections and waits for those open to finish.
+	drain()
+	// stop closes whatever is still open.
+	stop()
+}
+
+type grpcServer struct{ *grpc.Server }
+
+func (s grpcServer) drain() { s.GracefulStop() }
+func (s grpcServer) stop()  { s.Stop() }
+
+type httpServer struct{ *http.Server }
+
+func (s httpServer) drain() { _ = s.Shutdown(context.Background()) }
+func (s httpServer) stop()  { _ = s.Close() }
 
 // serve listens on HOME/corral.sock (mode 0600) and serves the API.
 func serve(home string, mgr *lifecycle.Manager, log *slog.Logger) (*grpc.Server, error) {

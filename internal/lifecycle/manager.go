@@ -62,6 +62,9 @@ type Config struct {
 	// NoEgress says why Egress is nil, for the error that refuses
 	// network_policies.
 	NoEgress string
+	// Failures are the failures a test build re-introduces (none
+	// elsewhere).
+	Failures Failures
 }
 
 func (c *Config) setDefaults() {
@@ -152,7 +155,7 @@ const recoveryConcurrency = 64
 func (m *Manager) Recover(ctx context.Context) error {
 	now := m.now()
 	n, err := 0, error(nil)
-	if !failures.keepDeadClaims {
+	if !m.cfg.Failures.RetainedClaim {
 		n, err = m.cfg.Store.SettlePending(ctx, store.Owners{IsNot: m.cfg.Instance}, sandbox.OpInterrupted, now,
 			"interrupted: the gateway instance that owned it ended before it finished")
 	}
@@ -277,7 +280,7 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 	}
 	m.mu.Unlock()
 	m.exposed.closeAll()
-	if failures.abandonCalls {
+	if m.cfg.Failures.UnawaitedWorker {
 		return nil // the calls in flight die with the process, unsettled
 	}
 
@@ -301,7 +304,7 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 	defer cancel()
 	n, err := m.cfg.Store.SettlePending(sctx, store.Owners{Is: m.cfg.Instance}, sandbox.OpInterrupted, m.now(),
 		"interrupted: the gateway shut down before it finished")
-	if err == nil && !failures.keepDeadClaims {
+	if err == nil && !m.cfg.Failures.RetainedClaim {
 		// A shutdown during recovery may come before the entries of dead
 		// instances were settled; with the home lock held, every other
 		// owner is dead, so settle them too.

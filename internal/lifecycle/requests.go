@@ -235,12 +235,8 @@ func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbo
 		return nil, err
 	}
 	defer done()
-	if failures.claimCheck != nil {
-		cur, err := m.Get(ctx, nameOrID)
-		if err != nil {
-			return nil, err
-		}
-		if err := failures.claimCheck(ctx, m, cur); err != nil {
+	if m.cfg.Failures.RetainedClaim {
+		if err := m.claimPending(ctx, nameOrID); err != nil {
 			return nil, err
 		}
 	}

@@ -98,20 +98,14 @@ func (d *Driver) status(id string, gen int64) (string, error) {
 }
 
 // spawn starts the supervisor of an incarnation, detached from the gateway
-// (its own session and namespaces), and waits for it to report readiness.
+// (its own session and namespaces), and waits for it to report readiness:
+// it takes the incarnation's lock and clears what an earlier supervisor
+// left, writes the supervisor's config, starts it, serves its egress, and
+// reads its report.
 func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
-	if err := os.MkdirAll(b.Dir, 0o700); err != nil {
-		return fmt.Errorf("native start: %w", err)
-	}
-	// The lock comes first, and is inherited by the supervisor (or handed
-	// to a standby): a supervisor that this gateway dies before seeing
-	// still holds it, and is never started twice. Without it nothing of
-	// the incarnation is touched: another gateway starting it at the same
-	// moment may hold it, and clearing its bundle and cgroup killed the
-	// sandbox that one had just started.
-	lock, err := shim.Lock(b.Path(shim.LockFile))
+	lock, err := d.claimBundle(ctx, o, b)
 	if err != nil {
-		return fmt.Errorf("native start: %w", err)
+		return err
 	}
 	handed := false
 	defer func() {
@@ -119,63 +113,8 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 			lock.Close()
 		}
 	}()
-	for _, f := range []string{shim.ExitFile, shim.PIDFile, supervisor.ProtectionsFile, shim.StdoutFile, shim.StderrFile,
-		shim.StdoutFile + shim.RotatedSuffix, shim.StderrFile + shim.RotatedSuffix, shim.SupervisorLog, shim.GVisorDir} {
-		if err := os.RemoveAll(b.Path(f)); err != nil {
-			return fmt.Errorf("native start: %w", err)
-		}
-	}
-	if err := removeCgroup(ctx, o.ID); err != nil { // a killed supervisor's
-		return err
-	}
-	pol, ids := o.Policy, o.ids()
-	if ids != nil { // root inside is for those who ask for it
-		pol = pol.WithDefaultUser()
-	}
-	var (
-		runsc string
-		files *policy.Filesystem
-	)
-	if pol.GVisor() {
-		// gVisor's kernel keeps the sandbox's ids apart from the host's,
-		// and has no Landlock: the root's mounts enforce the file lists.
-		var err error
-		if runsc, err = d.runsc(); err != nil {
-			return errdefs.InvalidArgument("isolation: gvisor: %v", err)
-		}
-		ids = nil
-		if pol.Filesystem.Set {
-			lists := pol.Filesystem
-			files = &lists
-			pol.Process.NoNewPrivileges = true // as the exec stage sets it under file lists
-		}
-		pol.Filesystem = policy.Filesystem{}
-	}
-	cfg := shim.SandboxConfig{
-		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
-		Env:    d.sandboxEnv(o, pol),
-		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide, Dir: o.Dir,
-		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
-		Limits: pol.Limits, IDs: ids, Runsc: runsc, Files: files, LogMaxBytes: d.cfg.LogMax(),
-	}
-	if o.ImageID != "" {
-		cfg.Layers = d.layerPaths(o)
-	}
-	if d.cfg.Egress != nil {
-		trust, err := d.cfg.Egress.Prepare(o.ID)
-		if err != nil {
-			return fmt.Errorf("native start: egress: %w", err)
-		}
-		cfg.Trust, cfg.Env = trust, driver.WithEnv(cfg.Env, driver.EgressEnv()) // over an image's own
-	}
-	owner := -1 // the workdir's owner on the host; -1: leave it
-	if uid := pol.Process.RunAsUser; uid != nil {
-		owner = *uid
-		if ids != nil {
-			owner = ids.Host(owner)
-		}
-	}
-	if err := d.prepareWorkdir(o, pol, &cfg, owner); err != nil {
+	cfg, err := d.supervisorConfig(o)
+	if err != nil {
 		return err
 	}
 	if err := b.WriteConfig(cfg); err != nil {
@@ -208,10 +147,102 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 			return err
 		}
 	}
+	return d.awaitReady(ctx, o, b, readyR)
+}
 
+// claimBundle takes the lock of incarnation o's bundle and clears what an
+// earlier supervisor of it left (its files, its cgroup).
+func (d *Driver) claimBundle(ctx context.Context, o *object, b shim.Bundle) (*os.File, error) {
+	if err := os.MkdirAll(b.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("native start: %w", err)
+	}
+	// The lock comes first, and is inherited by the supervisor (or handed
+	// to a standby): a supervisor that this gateway dies before seeing
+	// still holds it, and is never started twice. Without it nothing of
+	// the incarnation is touched: another gateway starting it at the same
+	// moment may hold it, and clearing its bundle and cgroup killed the
+	// sandbox that one had just started.
+	lock, err := shim.Lock(b.Path(shim.LockFile))
+	if err != nil {
+		return nil, fmt.Errorf("native start: %w", err)
+	}
+	for _, f := range []string{shim.ExitFile, shim.PIDFile, supervisor.ProtectionsFile, shim.StdoutFile, shim.StderrFile,
+		shim.StdoutFile + shim.RotatedSuffix, shim.StderrFile + shim.RotatedSuffix, shim.SupervisorLog, shim.GVisorDir} {
+		if err := os.RemoveAll(b.Path(f)); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("native start: %w", err)
+		}
+	}
+	if err := removeCgroup(ctx, o.ID); err != nil { // a killed supervisor's
+		lock.Close()
+		return nil, err
+	}
+	return lock, nil
+}
+
+// supervisorConfig is what incarnation o's supervisor runs: the policy as
+// its tier enforces it, the environment, root, workdir (made ready for
+// its user), limits and egress.
+func (d *Driver) supervisorConfig(o *object) (shim.SandboxConfig, error) {
+	pol, ids := o.Policy, o.ids()
+	if ids != nil { // root inside is for those who ask for it
+		pol = pol.WithDefaultUser()
+	}
+	var (
+		runsc string
+		files *policy.Filesystem
+	)
+	if pol.GVisor() {
+		// gVisor's kernel keeps the sandbox's ids apart from the host's,
+		// and has no Landlock: the root's mounts enforce the file lists.
+		var err error
+		if runsc, err = d.runsc(); err != nil {
+			return shim.SandboxConfig{}, errdefs.InvalidArgument("isolation: gvisor: %v", err)
+		}
+		ids = nil
+		if pol.Filesystem.Set {
+			lists := pol.Filesystem
+			files = &lists
+			pol.Process.NoNewPrivileges = true // as the exec stage sets it under file lists
+		}
+		pol.Filesystem = policy.Filesystem{}
+	}
+	cfg := shim.SandboxConfig{
+		ID: o.ID, Generation: o.Generation, Hostname: hostname(o.Name), Command: o.Command,
+		Env:    d.sandboxEnv(o, pol),
+		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide, Dir: o.Dir,
+		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
+		Limits: pol.Limits, IDs: ids, Runsc: runsc, Files: files, LogMaxBytes: d.cfg.LogMax(),
+	}
+	if o.ImageID != "" {
+		cfg.Layers = d.layerPaths(o)
+	}
+	if d.cfg.Egress != nil {
+		trust, err := d.cfg.Egress.Prepare(o.ID)
+		if err != nil {
+			return shim.SandboxConfig{}, fmt.Errorf("native start: egress: %w", err)
+		}
+		cfg.Trust, cfg.Env = trust, driver.WithEnv(cfg.Env, driver.EgressEnv()) // over an image's own
+	}
+	owner := -1 // the workdir's owner on the host; -1: leave it
+	if uid := pol.Process.RunAsUser; uid != nil {
+		owner = *uid
+		if ids != nil {
+			owner = ids.Host(owner)
+		}
+	}
+	if err := d.prepareWorkdir(o, pol, &cfg, owner); err != nil {
+		return shim.SandboxConfig{}, err
+	}
+	return cfg, nil
+}
+
+// awaitReady reads the supervisor's report on ready: "ok" once the main
+// process runs, else why it could not start it.
+func (d *Driver) awaitReady(ctx context.Context, o *object, b shim.Bundle, ready io.Reader) error {
 	answer := make(chan string, 1)
 	go func() {
-		line, _ := bufio.NewReader(readyR).ReadString('\n')
+		line, _ := bufio.NewReader(ready).ReadString('\n')
 		answer <- strings.TrimSpace(line)
 	}()
 	select {
