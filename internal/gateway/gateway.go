@@ -32,6 +32,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/metrics"
+	"github.com/corral-sandbox/corral/internal/sandboxfiles"
 	"github.com/corral-sandbox/corral/internal/service"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
 	"github.com/corral-sandbox/corral/internal/tlsauth"
@@ -110,7 +111,9 @@ func Run(opts Options) error {
 	if lcfg.NoEgress = compute.WhyNoEgress(cfg); lcfg.NoEgress == "" {
 		lcfg.Egress = eg
 	}
-	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: lifecycle.New(lcfg), startCtx: startCtx}
+	mgr := lifecycle.New(lcfg)
+	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: mgr, Ports: mgr, Pools: mgr}
+	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: mgr, core: core, startCtx: startCtx}
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
 	cause := g.run(sig)
 	return g.shutdown(sig.hurry, cause)
@@ -154,6 +157,7 @@ type gateway struct {
 	cfg      config.Config
 	log      *slog.Logger
 	mgr      *lifecycle.Manager
+	core     service.Core    // what the front ends serve
 	startCtx context.Context // ends at the first signal
 	servers  []server        // what serves the API and metrics, in the order opened
 }
@@ -219,13 +223,13 @@ func (g *gateway) run(sig signals) error {
 // listen opens every listener the settings ask for: the home's socket,
 // the TLS address, the metrics address.
 func (g *gateway) listen() error {
-	srv, err := serve(g.opts.Home, g.mgr, g.log)
+	srv, err := serve(g.opts.Home, g.core, g.log)
 	if err != nil {
 		return err
 	}
 	g.servers = append(g.servers, grpcServer{srv})
 	if g.cfg.Listen != "" {
-		tcp, err := serveTLS(g.cfg, g.opts.Home, g.mgr, g.log)
+		tcp, err := serveTLS(g.cfg, g.opts.Home, g.core, g.log)
 		if err != nil {
 			return err
 		}
@@ -290,7 +294,7 @@ func (s httpServer) drain() { _ = s.Shutdown(context.Background()) }
 func (s httpServer) stop()  { _ = s.Close() }
 
 // serve listens on HOME/corral.sock (mode 0600) and serves the API.
-func serve(home string, mgr *lifecycle.Manager, log *slog.Logger) (*grpc.Server, error) {
+func serve(home string, core service.Core, log *slog.Logger) (*grpc.Server, error) {
 	path := config.SocketPath(home)
 	// The home lock is held, so a socket file left here is stale.
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -304,7 +308,7 @@ func serve(home string, mgr *lifecycle.Manager, log *slog.Logger) (*grpc.Server,
 		lis.Close()
 		return nil, fmt.Errorf("chmod %s: %w", path, err)
 	}
-	srv := service.NewServer(mgr)
+	srv := service.NewServer(core)
 	background(log, "API server", func() error { return srv.Serve(lis) }, grpc.ErrServerStopped)
 	return srv, nil
 }
@@ -321,7 +325,7 @@ func background(log *slog.Logger, what string, serve func() error, stopped error
 
 // serveTLS serves the API on cfg.Listen with mutual TLS 1.3, making the
 // gateway's CA and server certificate on first use.
-func serveTLS(cfg config.Config, home string, mgr *lifecycle.Manager, log *slog.Logger) (*grpc.Server, error) {
+func serveTLS(cfg config.Config, home string, core service.Core, log *slog.Logger) (*grpc.Server, error) {
 	ca, err := tlsauth.LoadOrCreateCA(filepath.Join(home, "tls"))
 	if err != nil {
 		return nil, fmt.Errorf("TLS: %w", err)
@@ -346,7 +350,7 @@ func serveTLS(cfg config.Config, home string, mgr *lifecycle.Manager, log *slog.
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	srv := service.NewServer(mgr, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	srv := service.NewServer(core, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	background(log, "API server (TCP)", func() error { return srv.Serve(lis) }, grpc.ErrServerStopped)
 	log.Info("serving the API with mutual TLS", "address", lis.Addr().String(), "ca", filepath.Join(home, "tls", "ca.crt"))
 	return srv, nil

@@ -15,7 +15,7 @@ func (m *Manager) Exec(ctx context.Context, nameOrID string, opts driver.ExecOpt
 	if len(opts.Command) == 0 {
 		return 0, errdefs.InvalidArgument("no command to exec: give one after --")
 	}
-	if err := validateCommand(nameOrID, "exec command", opts.Command); err != nil {
+	if err := ValidateCommand(nameOrID, "exec command", opts.Command); err != nil {
 		return 0, err
 	}
 	sb, err := m.Get(ctx, nameOrID)

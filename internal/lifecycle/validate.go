@@ -50,7 +50,7 @@ func validateInput(name, requestID string, spec sandbox.Spec) error {
 	if err := validateLabels(name, spec.Labels); err != nil {
 		return err
 	}
-	if err := validateCommand(name, "command", spec.Command); err != nil {
+	if err := ValidateCommand(name, "command", spec.Command); err != nil {
 		return err
 	}
 	if err := validateImage(name, spec.Image); err != nil {
@@ -123,9 +123,11 @@ func validateLabels(name string, labels map[string]string) error {
 	return nil
 }
 
-// validateCommand checks a main or exec command: what execve can take. An
-// empty command is left to the caller (create runs the image's own).
-func validateCommand(name, field string, command []string) error {
+// ValidateCommand checks a command line of sandbox name (a main command,
+// an exec, a file operation's) against the input bounds: what execve can
+// take. An empty command is left to the caller (create runs the image's
+// own).
+func ValidateCommand(name, field string, command []string) error {
 	if len(command) > MaxCommandArgs {
 		return invalid(name, field, "%d arguments, more than %d", len(command), MaxCommandArgs)
 	}

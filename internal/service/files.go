@@ -3,8 +3,6 @@ package service
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"io"
 
 	"google.golang.org/grpc"
@@ -15,19 +13,28 @@ import (
 	"github.com/corral-sandbox/corral/internal/files"
 )
 
-// Files is what the file API asks of the lifecycle.
+// Files is what the file API asks of the core; *sandboxfiles.Files is the
+// one implementation.
 type Files interface {
-	Files(ctx context.Context, nameOrID string, req files.Request, stdin io.Reader, stdout io.Writer) error
+	Read(ctx context.Context, nameOrID, path string, w io.Writer) error
+	CopyOut(ctx context.Context, nameOrID, path string, w io.Writer) error
+	Write(ctx context.Context, nameOrID, path string, mode uint32, r io.Reader) (*files.Info, error)
+	CopyIn(ctx context.Context, nameOrID, dir, base string, r io.Reader) (int64, error)
+	Stat(ctx context.Context, nameOrID, path string) (*files.Info, error)
+	List(ctx context.Context, nameOrID, path string) ([]files.Info, error)
+	MkDir(ctx context.Context, nameOrID, path string, parents bool, mode uint32) (*files.Info, error)
+	Remove(ctx context.Context, nameOrID, path string, recursive bool) error
+	Watch(ctx context.Context, nameOrID, path string, event func(files.Event) error) error
 }
 
-// fileService implements corral.v1.FileService on the lifecycle's file
+// fileService implements corral.v1.FileService on the core's file
 // operations, streaming in chunks of at most chunkSize.
 type fileService struct {
 	corralv1.UnimplementedFileServiceServer
 	m Files
 }
 
-// NewFiles is the file API served on a lifecycle.
+// NewFiles is the file API served on the core's file operations.
 func NewFiles(m Files) corralv1.FileServiceServer { return &fileService{m: m} }
 
 // chunkSize is the most one message of a stream carries.
@@ -69,12 +76,12 @@ func (c chunker) Write(p []byte) (int, error) {
 
 func (s *fileService) CopyOut(req *corralv1.CopyOutRequest, stream grpc.ServerStreamingServer[corralv1.FileChunk]) error {
 	out := chunker(func(p []byte) error { return stream.Send(&corralv1.FileChunk{Data: p}) })
-	return toGRPC(s.m.Files(stream.Context(), req.GetSandbox(), files.Request{Op: files.OpCopyOut, Path: req.GetPath()}, nil, out))
+	return toGRPC(s.m.CopyOut(stream.Context(), req.GetSandbox(), req.GetPath(), out))
 }
 
 func (s *fileService) ReadFile(req *corralv1.ReadFileRequest, stream grpc.ServerStreamingServer[corralv1.FileChunk]) error {
 	out := chunker(func(p []byte) error { return stream.Send(&corralv1.FileChunk{Data: p}) })
-	return toGRPC(s.m.Files(stream.Context(), req.GetSandbox(), files.Request{Op: files.OpRead, Path: req.GetPath()}, nil, out))
+	return toGRPC(s.m.Read(stream.Context(), req.GetSandbox(), req.GetPath(), out))
 }
 
 // upload receives a client stream's header, its first message, and
@@ -119,12 +126,11 @@ func (s *fileService) CopyIn(stream grpc.ClientStreamingServer[corralv1.CopyInRe
 	if err != nil {
 		return err
 	}
-	req := files.Request{Op: files.OpCopyIn, Path: h.GetPath(), Base: h.GetBase()}
-	res, err := s.result(stream.Context(), h.GetSandbox(), req, in)
+	written, err := s.m.CopyIn(stream.Context(), h.GetSandbox(), h.GetPath(), h.GetBase(), in)
 	if err != nil {
-		return err
+		return toGRPC(err)
 	}
-	return stream.SendAndClose(&corralv1.CopyInResponse{Written: res.Written})
+	return stream.SendAndClose(&corralv1.CopyInResponse{Written: written})
 }
 
 func (s *fileService) WriteFile(stream grpc.ClientStreamingServer[corralv1.WriteFileRequest, corralv1.FileInfo]) error {
@@ -132,110 +138,52 @@ func (s *fileService) WriteFile(stream grpc.ClientStreamingServer[corralv1.Write
 	if err != nil {
 		return err
 	}
-	res, err := s.result(stream.Context(), h.GetSandbox(), files.Request{Op: files.OpWrite, Path: h.GetPath(), Mode: h.GetMode()}, in)
+	info, err := s.m.Write(stream.Context(), h.GetSandbox(), h.GetPath(), h.GetMode(), in)
 	if err != nil {
-		return err
+		return toGRPC(err)
 	}
-	return stream.SendAndClose(infoToProto(res.Info))
-}
-
-// result runs an operation whose output is a files.Result.
-func (s *fileService) result(ctx context.Context, name string, req files.Request, in io.Reader) (files.Result, error) {
-	var out bytes.Buffer
-	if err := s.m.Files(ctx, name, req, in, &out); err != nil {
-		return files.Result{}, toGRPC(err)
-	}
-	res, err := files.ReadResult(&out)
-	return res, toGRPC(err)
+	return stream.SendAndClose(infoToProto(info))
 }
 
 func (s *fileService) ListDir(ctx context.Context, req *corralv1.ListDirRequest) (*corralv1.ListDirResponse, error) {
-	res, err := s.result(ctx, req.GetSandbox(), files.Request{Op: files.OpList, Path: req.GetPath()}, nil)
+	entries, err := s.m.List(ctx, req.GetSandbox(), req.GetPath())
 	if err != nil {
-		return nil, err
+		return nil, toGRPC(err)
 	}
 	out := &corralv1.ListDirResponse{}
-	for i := range res.Entries {
-		out.Entries = append(out.Entries, infoToProto(&res.Entries[i]))
+	for i := range entries {
+		out.Entries = append(out.Entries, infoToProto(&entries[i]))
 	}
 	return out, nil
 }
 
 func (s *fileService) StatFile(ctx context.Context, req *corralv1.StatFileRequest) (*corralv1.FileInfo, error) {
-	res, err := s.result(ctx, req.GetSandbox(), files.Request{Op: files.OpStat, Path: req.GetPath()}, nil)
+	info, err := s.m.Stat(ctx, req.GetSandbox(), req.GetPath())
 	if err != nil {
-		return nil, err
+		return nil, toGRPC(err)
 	}
-	return infoToProto(res.Info), nil
+	return infoToProto(info), nil
 }
 
 func (s *fileService) RemoveFile(ctx context.Context, req *corralv1.RemoveFileRequest) (*corralv1.RemoveFileResponse, error) {
-	err := s.m.Files(ctx, req.GetSandbox(), files.Request{Op: files.OpRemove, Path: req.GetPath(), Recursive: req.GetRecursive()}, nil, io.Discard)
-	if err != nil {
+	if err := s.m.Remove(ctx, req.GetSandbox(), req.GetPath(), req.GetRecursive()); err != nil {
 		return nil, toGRPC(err)
 	}
 	return &corralv1.RemoveFileResponse{}, nil
 }
 
 func (s *fileService) MakeDir(ctx context.Context, req *corralv1.MakeDirRequest) (*corralv1.FileInfo, error) {
-	res, err := s.result(ctx, req.GetSandbox(), files.Request{Op: files.OpMkdir, Path: req.GetPath(), Parents: req.GetParents(), Mode: req.GetMode()}, nil)
+	info, err := s.m.MkDir(ctx, req.GetSandbox(), req.GetPath(), req.GetParents(), req.GetMode())
 	if err != nil {
-		return nil, err
+		return nil, toGRPC(err)
 	}
-	return infoToProto(res.Info), nil
+	return infoToProto(info), nil
 }
 
 func (s *fileService) WatchDir(req *corralv1.WatchDirRequest, stream grpc.ServerStreamingServer[corralv1.FileEvent]) error {
-	lines := &lineWriter{line: func(line []byte) error {
-		var ev files.Event
-		if err := json.Unmarshal(line, &ev); err != nil {
-			return errors.New("the watch sent a line that is not an event")
-		}
+	return toGRPC(s.m.Watch(stream.Context(), req.GetSandbox(), req.GetPath(), func(ev files.Event) error {
 		return stream.Send(&corralv1.FileEvent{Type: ev.Type, Path: ev.Path, Dir: ev.Dir})
-	}}
-	err := s.m.Files(stream.Context(), req.GetSandbox(), files.Request{Op: files.OpWatch, Path: req.GetPath()}, nil, lines)
-	if err == nil && lines.err != nil {
-		err = lines.err
-	}
-	return toGRPC(err)
-}
-
-// lineWriter calls line with each non-empty line written to it (empty
-// ones are a watch's heartbeats); a line longer than maxLine is an error.
-type lineWriter struct {
-	buf  []byte
-	line func([]byte) error
-	err  error
-}
-
-const maxLine = 64 << 10
-
-func (l *lineWriter) Write(p []byte) (int, error) {
-	if l.err != nil {
-		return 0, l.err
-	}
-	l.buf = append(l.buf, p...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 {
-			break
-		}
-		line := l.buf[:i]
-		l.buf = l.buf[i+1:]
-		if len(line) == 0 {
-			continue
-		}
-		if err := l.line(line); err != nil {
-			l.err = err
-			return 0, err
-		}
-	}
-	if len(l.buf) > maxLine {
-		l.err = errors.New("the watch sent a line of more than 64 KiB")
-		return 0, l.err
-	}
-	l.buf = append([]byte(nil), l.buf...)
-	return len(p), nil
+	}))
 }
 
 func infoToProto(i *files.Info) *corralv1.FileInfo {

@@ -27,7 +27,7 @@ func (s *service) PullImage(req *corralv1.PullImageRequest, stream corralv1.Sand
 		mu      sync.Mutex // a driver may report layers from several goroutines
 		sendErr error
 	)
-	img, err := s.m.PullImage(stream.Context(), req.GetImage(), req.GetIfNeeded(), func(p driver.ImageProgress) {
+	img, err := s.images.PullImage(stream.Context(), req.GetImage(), req.GetIfNeeded(), func(p driver.ImageProgress) {
 		mu.Lock()
 		defer mu.Unlock()
 		if sendErr == nil { // a caller gone away ends the pull through the context
@@ -49,7 +49,7 @@ func (s *service) PullImage(req *corralv1.PullImageRequest, stream corralv1.Sand
 }
 
 func (s *service) ListImages(ctx context.Context, _ *corralv1.ListImagesRequest) (*corralv1.ListImagesResponse, error) {
-	list, err := s.m.ListImages(ctx)
+	list, err := s.images.ListImages(ctx)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -61,7 +61,7 @@ func (s *service) ListImages(ctx context.Context, _ *corralv1.ListImagesRequest)
 }
 
 func (s *service) RemoveImage(ctx context.Context, req *corralv1.RemoveImageRequest) (*corralv1.Image, error) {
-	img, err := s.m.RemoveImage(ctx, req.GetImage())
+	img, err := s.images.RemoveImage(ctx, req.GetImage())
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -69,7 +69,7 @@ func (s *service) RemoveImage(ctx context.Context, req *corralv1.RemoveImageRequ
 }
 
 func (s *service) PruneImages(ctx context.Context, _ *corralv1.PruneImagesRequest) (*corralv1.PruneImagesResponse, error) {
-	removed, err := s.m.PruneImages(ctx)
+	removed, err := s.images.PruneImages(ctx)
 	if err != nil {
 		return nil, toGRPC(err)
 	}

@@ -33,7 +33,7 @@ func manager(t *testing.T, drv driver.Driver, pullPolicy string) corralv1.Sandbo
 	m := lifecycle.New(lifecycle.Config{Store: st, Driver: drv, Instance: "test",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ImagePullPolicy: pullPolicy})
 	t.Cleanup(func() { _ = m.Shutdown(context.Background(), time.Second) })
-	return corralv1.NewSandboxServiceClient(dial(t, m))
+	return corralv1.NewSandboxServiceClient(dial(t, Core{Sandboxes: m, Images: m}))
 }
 
 func newFake(t *testing.T) *fake.Driver {

@@ -51,7 +51,7 @@ func TestListRepliesStayUnderTheMessageLimit(t *testing.T) {
 		p.all = append(p.all, &sandbox.Sandbox{ID: fmt.Sprintf("id%02d", i), Name: fmt.Sprintf("big%02d", i),
 			CreatedAt: t0.Add(time.Duration(i) * time.Second), Spec: sandbox.Spec{Policy: policy}})
 	}
-	api := corralv1.NewSandboxServiceClient(dial(t, p))
+	api := corralv1.NewSandboxServiceClient(dial(t, Core{Sandboxes: p}))
 	var names []string
 	req := &corralv1.ListSandboxesRequest{}
 	for range 20 {

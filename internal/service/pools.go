@@ -24,7 +24,7 @@ func poolToProto(p *lifecycle.PoolStatus) *corralv1.Pool {
 
 // claim serves a CreateSandbox that names a pool.
 func (s *service) claim(ctx context.Context, req *corralv1.CreateSandboxRequest) (*corralv1.CreateSandboxResponse, error) {
-	c, err := s.m.Claim(ctx, req.GetName(), req.GetRequestId(), req.GetPool(), specFromProto(req.GetSpec()))
+	c, err := s.pools.Claim(ctx, req.GetName(), req.GetRequestId(), req.GetPool(), specFromProto(req.GetSpec()))
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -34,7 +34,7 @@ func (s *service) claim(ctx context.Context, req *corralv1.CreateSandboxRequest)
 
 func (s *service) CreatePool(ctx context.Context, req *corralv1.CreatePoolRequest) (*corralv1.Pool, error) {
 	spec := req.GetSpec()
-	p, err := s.m.CreatePool(ctx, req.GetName(), int(req.GetSize()),
+	p, err := s.pools.CreatePool(ctx, req.GetName(), int(req.GetSize()),
 		sandbox.Spec{Image: spec.GetImage(), Command: spec.GetCommand(), Policy: spec.GetPolicy()})
 	if err != nil {
 		return nil, toGRPC(err)
@@ -43,7 +43,7 @@ func (s *service) CreatePool(ctx context.Context, req *corralv1.CreatePoolReques
 }
 
 func (s *service) ListPools(ctx context.Context, _ *corralv1.ListPoolsRequest) (*corralv1.ListPoolsResponse, error) {
-	list, err := s.m.ListPools(ctx)
+	list, err := s.pools.ListPools(ctx)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -55,7 +55,7 @@ func (s *service) ListPools(ctx context.Context, _ *corralv1.ListPoolsRequest) (
 }
 
 func (s *service) DeletePool(ctx context.Context, req *corralv1.DeletePoolRequest) (*corralv1.Pool, error) {
-	p, err := s.m.DeletePool(ctx, req.GetName())
+	p, err := s.pools.DeletePool(ctx, req.GetName())
 	if err != nil {
 		return nil, toGRPC(err)
 	}

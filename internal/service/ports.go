@@ -30,7 +30,7 @@ func (s *service) PortForward(stream corralv1.SandboxService_PortForwardServer) 
 	if first.GetName() == "" || len(first.GetData()) > 0 || first.GetCloseWrite() {
 		return status.Error(codes.InvalidArgument, "the first port-forward frame names the sandbox and the port, and carries no data")
 	}
-	c, err := s.m.DialPort(stream.Context(), first.GetName(), int(first.GetPort()))
+	c, err := s.ports.DialPort(stream.Context(), first.GetName(), int(first.GetPort()))
 	if err != nil {
 		return toGRPC(err)
 	}
@@ -49,7 +49,7 @@ func (s *service) PortForward(stream corralv1.SandboxService_PortForwardServer) 
 }
 
 func (s *service) ExposePort(ctx context.Context, req *corralv1.ExposePortRequest) (*corralv1.ExposedPort, error) {
-	e, err := s.m.Expose(ctx, req.GetName(), int(req.GetPort()), req.GetAddress())
+	e, err := s.ports.Expose(ctx, req.GetName(), int(req.GetPort()), req.GetAddress())
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -57,7 +57,7 @@ func (s *service) ExposePort(ctx context.Context, req *corralv1.ExposePortReques
 }
 
 func (s *service) UnexposePort(ctx context.Context, req *corralv1.UnexposePortRequest) (*corralv1.ExposedPort, error) {
-	e, err := s.m.Unexpose(ctx, req.GetName(), int(req.GetPort()))
+	e, err := s.ports.Unexpose(ctx, req.GetName(), int(req.GetPort()))
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -65,7 +65,7 @@ func (s *service) UnexposePort(ctx context.Context, req *corralv1.UnexposePortRe
 }
 
 func (s *service) ListExposedPorts(ctx context.Context, req *corralv1.ListExposedPortsRequest) (*corralv1.ListExposedPortsResponse, error) {
-	list, err := s.m.ExposedPorts(ctx, req.GetName())
+	list, err := s.ports.ExposedPorts(ctx, req.GetName())
 	if err != nil {
 		return nil, toGRPC(err)
 	}

@@ -45,30 +45,41 @@ type Lifecycle interface {
 	Wait(ctx context.Context, nameOrID string, goal lifecycle.Goal, since int64, progress func(*sandbox.Sandbox)) (*sandbox.Sandbox, error)
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
-	Imager
-	Files
-	Porter
-	Pools
 }
 
 var _ Lifecycle = (*lifecycle.Manager)(nil)
 
-// service implements corral.v1.SandboxService on a Lifecycle.
-type service struct {
-	corralv1.UnimplementedSandboxServiceServer
-	m Lifecycle
+// Core is the API core the service translates to: the lifecycle and the
+// parts beside it. Every front end serves the same one.
+type Core struct {
+	Sandboxes Lifecycle
+	Files     Files
+	Images    Imager
+	Ports     Porter
+	Pools     Pools
 }
 
-// New is the API served on a lifecycle.
-func New(m Lifecycle) corralv1.SandboxServiceServer { return &service{m: m} }
+// service implements corral.v1.SandboxService on the core.
+type service struct {
+	corralv1.UnimplementedSandboxServiceServer
+	m      Lifecycle
+	images Imager
+	ports  Porter
+	pools  Pools
+}
+
+// New is the sandbox API served on the core.
+func New(c Core) corralv1.SandboxServiceServer {
+	return &service{m: c.Sandboxes, images: c.Images, ports: c.Ports, pools: c.Pools}
+}
 
 // NewServer is a gRPC server with the API, health checking and
 // reflection; the caller gives it its listeners.
-func NewServer(m Lifecycle, opts ...grpc.ServerOption) *grpc.Server {
+func NewServer(c Core, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append(StreamOptions(), opts...)
 	srv := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(unaryCaller), grpc.ChainStreamInterceptor(streamCaller))...)
-	corralv1.RegisterSandboxServiceServer(srv, New(m))
-	corralv1.RegisterFileServiceServer(srv, NewFiles(m))
+	corralv1.RegisterSandboxServiceServer(srv, New(c))
+	corralv1.RegisterFileServiceServer(srv, NewFiles(c.Files))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(corralv1.SandboxService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

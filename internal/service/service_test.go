@@ -47,14 +47,14 @@ func (s *stub) Delete(_ context.Context, name string, _ bool) (*sandbox.Sandbox,
 
 // dial serves l on a Unix socket, as the gateway's home socket, and
 // connects to it.
-func dial(t *testing.T, l Lifecycle) *grpc.ClientConn {
+func dial(t *testing.T, c Core) *grpc.ClientConn {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "api.sock")
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(l)
+	srv := NewServer(c)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -72,7 +72,7 @@ func TestServiceOnALifecycle(t *testing.T) {
 		}
 		return nil, errdefs.NotFound("sandbox %q not found", name)
 	}}
-	conn := dial(t, l)
+	conn := dial(t, Core{Sandboxes: l})
 	api := corralv1.NewSandboxServiceClient(conn)
 	ctx := context.Background()
 

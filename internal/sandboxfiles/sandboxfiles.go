@@ -1,4 +1,11 @@
-package lifecycle
+// Package sandboxfiles reaches the files of sandboxes for every front
+// end: read, write (atomically), list, stat, remove, make directories,
+// copy trees in and out as tar streams, watch a directory. In a ready
+// sandbox an operation runs inside, through the exec stage, as the
+// sandbox's user under its policy; in a stopped one it runs from the host
+// on its /sandbox directory (driver.Workdirs), under the policy's file
+// lists. It needs of the core only the sandboxes' records.
+package sandboxfiles
 
 import (
 	"bufio"
@@ -15,6 +22,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/files"
+	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/safetar"
 	"github.com/corral-sandbox/corral/internal/sandbox"
@@ -27,41 +35,54 @@ const stderrCap = 64 << 10
 // passed on.
 const streamBuffer = 256 << 10
 
-// Files runs one file operation on a sandbox's files, its input read from
+// Records finds sandboxes' records (*lifecycle.Manager does).
+type Records interface {
+	Get(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+}
+
+// Files runs file operations on sandboxes.
+type Files struct {
+	records Records
+	driver  driver.Driver
+}
+
+// New is the file operations on the sandboxes of records, run by drv.
+func New(records Records, drv driver.Driver) *Files { return &Files{records: records, driver: drv} }
+
+// Do runs one file operation on a sandbox's files, its input read from
 // stdin and its output written to stdout as it goes (nothing is held
-// whole). In a ready sandbox it runs inside, through the exec stage, as
-// the sandbox's user under its policy; in a stopped (or exited, or failed)
-// one it runs from the host on its /sandbox directory, which the driver
-// keeps, under the policy's file lists.
-func (m *Manager) Files(ctx context.Context, nameOrID string, req files.Request, stdin io.Reader, stdout io.Writer) error {
-	sb, err := m.Get(ctx, nameOrID)
+// whole): in a ready sandbox inside it, in a stopped (or exited, or
+// failed) one from the host on its /sandbox directory, which the driver
+// keeps.
+func (f *Files) Do(ctx context.Context, nameOrID string, req files.Request, stdin io.Reader, stdout io.Writer) error {
+	sb, err := f.records.Get(ctx, nameOrID)
 	if err != nil {
 		return err
 	}
 	if !strings.HasPrefix(req.Path, "/") {
 		return errdefs.InvalidArgument("%q: a path in sandbox %q must be absolute", req.Path, sb.Name)
 	}
-	if err := validateCommand(sb.Name, "file operation", files.Argv(req)); err != nil {
+	if err := lifecycle.ValidateCommand(sb.Name, "file operation", files.Argv(req)); err != nil {
 		return err
 	}
 	switch sb.Phase {
 	case sandbox.PhaseReady:
-		return m.filesInside(ctx, sb, req, stdin, stdout)
+		return f.inside(ctx, sb, req, stdin, stdout)
 	case sandbox.PhaseStopped, sandbox.PhaseExited, sandbox.PhaseError:
 		if req.Op == files.OpWatch {
 			return errdefs.FailedPrecondition("sandbox %q is %s, not running: watch needs a running sandbox", sb.Name, sb.Phase)
 		}
-		return m.filesOnHost(ctx, sb, req, stdin, stdout)
+		return f.onHost(ctx, sb, req, stdin, stdout)
 	}
 	return errdefs.FailedPrecondition("sandbox %q is %s: its files can be reached once it is ready or stopped", sb.Name, sb.Phase)
 }
 
-// filesInside runs the operation in the sandbox: the exec stage runs
+// inside runs the operation in the sandbox: the exec stage runs
 // files.Command itself once it has applied the policy.
-func (m *Manager) filesInside(ctx context.Context, sb *sandbox.Sandbox, req files.Request, stdin io.Reader, stdout io.Writer) error {
-	x, ok := m.cfg.Driver.(driver.Execer)
+func (f *Files) inside(ctx context.Context, sb *sandbox.Sandbox, req files.Request, stdin io.Reader, stdout io.Writer) error {
+	x, ok := f.driver.(driver.Execer)
 	if !ok {
-		return errdefs.NotImplemented("the %s driver cannot run file operations in sandboxes", m.cfg.Driver.Name())
+		return errdefs.NotImplemented("the %s driver cannot run file operations in sandboxes", f.driver.Name())
 	}
 	if stdin == nil && req.Op == files.OpWatch {
 		// The watch inside ends when its input does: when the caller goes.
@@ -94,14 +115,14 @@ func (m *Manager) filesInside(ctx context.Context, sb *sandbox.Sandbox, req file
 	return nil
 }
 
-// filesOnHost runs the operation on the stopped sandbox's /sandbox from
+// onHost runs the operation on the stopped sandbox's /sandbox from
 // the host, through an os.Root of it; new files get the owner of its top
 // directory (the sandbox's user), and the policy's file lists decide what
 // may be written.
-func (m *Manager) filesOnHost(ctx context.Context, sb *sandbox.Sandbox, req files.Request, stdin io.Reader, stdout io.Writer) error {
-	wd, ok := m.cfg.Driver.(driver.Workdirs)
+func (f *Files) onHost(ctx context.Context, sb *sandbox.Sandbox, req files.Request, stdin io.Reader, stdout io.Writer) error {
+	wd, ok := f.driver.(driver.Workdirs)
 	if !ok {
-		return errdefs.FailedPrecondition("sandbox %q is %s, not running, and the %s driver cannot reach its files then: start it", sb.Name, sb.Phase, m.cfg.Driver.Name())
+		return errdefs.FailedPrecondition("sandbox %q is %s, not running, and the %s driver cannot reach its files then: start it", sb.Name, sb.Phase, f.driver.Name())
 	}
 	dir, err := wd.Workdir(ctx, sb.ID)
 	if err != nil {
