@@ -29,6 +29,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/registry"
+	"github.com/corral-sandbox/corral/internal/driverimages"
 	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/metrics"
@@ -105,14 +106,14 @@ func Run(opts Options) error {
 	lcfg := lifecycle.Config{
 		Store: st, Driver: drv, Instance: instance, Gateway: identity, Logger: log,
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
-		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace, ImagePullPolicy: cfg.ImagePullPolicy,
+		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace,
 		Failures: reintroduced(),
 	}
 	if lcfg.NoEgress = compute.WhyNoEgress(cfg); lcfg.NoEgress == "" {
 		lcfg.Egress = eg
 	}
 	mgr := lifecycle.New(lcfg)
-	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: mgr, Ports: mgr, Pools: mgr}
+	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: driverimages.New(drv, cfg.ImagePullPolicy), Ports: mgr, Pools: mgr}
 	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: mgr, core: core, startCtx: startCtx}
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
 	cause := g.run(sig)

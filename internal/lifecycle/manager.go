@@ -49,10 +49,6 @@ type Config struct {
 	RestartBase time.Duration
 	// DefaultImage is used when a create names no image.
 	DefaultImage string
-	// ImagePullPolicy (never, if_not_present or always) is what a pull
-	// ahead of a create (PullImage with ifNeeded) follows, as the driver's
-	// create does.
-	ImagePullPolicy string
 	// OrphanGrace is how long a compute object without a record is kept
 	// before CollectOrphans removes it.
 	OrphanGrace time.Duration

@@ -161,6 +161,15 @@ func validateImage(name, image string) error {
 	return nil
 }
 
+// ValidateImage is the byte-level check of an image named outside a
+// sandbox's spec (an image call): errdefs.ErrInvalidArgument naming it.
+func ValidateImage(image string) error {
+	if field, why := imageProblem(image); why != "" {
+		return errdefs.InvalidArgument("%s: %s", field, why)
+	}
+	return nil
+}
+
 // imageProblem says what is wrong with an image string at the byte level,
 // and names the field: "" when nothing is.
 func imageProblem(image string) (field, why string) {

@@ -16,6 +16,7 @@ import (
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driverimages"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
@@ -31,9 +32,9 @@ func manager(t *testing.T, drv driver.Driver, pullPolicy string) corralv1.Sandbo
 	}
 	t.Cleanup(func() { st.Close() })
 	m := lifecycle.New(lifecycle.Config{Store: st, Driver: drv, Instance: "test",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ImagePullPolicy: pullPolicy})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(func() { _ = m.Shutdown(context.Background(), time.Second) })
-	return corralv1.NewSandboxServiceClient(dial(t, Core{Sandboxes: m, Images: m}))
+	return corralv1.NewSandboxServiceClient(dial(t, Core{Sandboxes: m, Images: driverimages.New(drv, pullPolicy)}))
 }
 
 func newFake(t *testing.T) *fake.Driver {

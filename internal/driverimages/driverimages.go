@@ -1,4 +1,7 @@
-package lifecycle
+// Package driverimages is the driver's images as every front end offers
+// them: pull (with the gateway's pull policy, ahead of a create), list,
+// remove and prune, through driver.Imager, each call bounded.
+package driverimages
 
 import (
 	"context"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/lifecycle"
 )
 
 // The bounds of image calls: a pull moves whole images, the others only
@@ -18,12 +22,24 @@ const (
 	imageCallTimeout = 5 * time.Minute
 )
 
+// Images are the images of one driver.
+type Images struct {
+	driver     driver.Driver
+	pullPolicy string // never, if_not_present or always
+}
+
+// New is the images of drv, pulled ahead of a create under pullPolicy (as
+// the driver's create follows it).
+func New(drv driver.Driver, pullPolicy string) *Images {
+	return &Images{driver: drv, pullPolicy: pullPolicy}
+}
+
 // imager is the driver's driver.Imager, or errdefs.ErrNotImplemented
 // naming the driver.
-func (m *Manager) imager() (driver.Imager, error) {
-	im, ok := m.cfg.Driver.(driver.Imager)
+func (m *Images) imager() (driver.Imager, error) {
+	im, ok := m.driver.(driver.Imager)
 	if !ok {
-		return nil, errdefs.NotImplemented("the %s driver keeps no images", m.cfg.Driver.Name())
+		return nil, errdefs.NotImplemented("the %s driver keeps no images", m.driver.Name())
 	}
 	return im, nil
 }
@@ -34,10 +50,7 @@ func checkImageRef(ref string) error {
 	if ref == "" {
 		return errdefs.InvalidArgument("no image named")
 	}
-	if field, why := imageProblem(ref); why != "" {
-		return errdefs.InvalidArgument("%s: %s", field, why)
-	}
-	return nil
+	return lifecycle.ValidateImage(ref)
 }
 
 // PullImage brings ref into the driver's store, calling progress with each
@@ -45,7 +58,7 @@ func checkImageRef(ref string) error {
 // gateway's image pull policy: nothing when the policy is never, or when
 // the store has ref already and the policy is not always; then it returns
 // nil and no error, and the create does what it always does.
-func (m *Manager) PullImage(ctx context.Context, ref string, ifNeeded bool, progress func(driver.ImageProgress)) (*driver.ImageInfo, error) {
+func (m *Images) PullImage(ctx context.Context, ref string, ifNeeded bool, progress func(driver.ImageProgress)) (*driver.ImageInfo, error) {
 	im, err := m.imager() // first: a create on a driver without images goes on to check its image itself
 	if err != nil {
 		return nil, err
@@ -57,7 +70,7 @@ func (m *Manager) PullImage(ctx context.Context, ref string, ifNeeded bool, prog
 		return nil, err
 	}
 	if ifNeeded {
-		switch m.cfg.ImagePullPolicy {
+		switch m.pullPolicy {
 		case "never":
 			return nil, nil
 		case "always":
@@ -112,7 +125,7 @@ func normalRef(ref string) string {
 }
 
 // ListImages returns the images of the driver's store.
-func (m *Manager) ListImages(ctx context.Context) ([]driver.ImageInfo, error) {
+func (m *Images) ListImages(ctx context.Context) ([]driver.ImageInfo, error) {
 	im, err := m.imager()
 	if err != nil {
 		return nil, err
@@ -123,7 +136,7 @@ func (m *Manager) ListImages(ctx context.Context) ([]driver.ImageInfo, error) {
 }
 
 // RemoveImage removes one image by a name or id.
-func (m *Manager) RemoveImage(ctx context.Context, ref string) (driver.ImageInfo, error) {
+func (m *Images) RemoveImage(ctx context.Context, ref string) (driver.ImageInfo, error) {
 	if err := checkImageRef(ref); err != nil {
 		return driver.ImageInfo{}, err
 	}
@@ -138,7 +151,7 @@ func (m *Manager) RemoveImage(ctx context.Context, ref string) (driver.ImageInfo
 
 // PruneImages removes the images that no sandbox uses and that the driver
 // may remove, and returns them.
-func (m *Manager) PruneImages(ctx context.Context) ([]driver.ImageInfo, error) {
+func (m *Images) PruneImages(ctx context.Context) ([]driver.ImageInfo, error) {
 	im, err := m.imager()
 	if err != nil {
 		return nil, err
