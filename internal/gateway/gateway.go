@@ -31,6 +31,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver/registry"
 	"github.com/corral-sandbox/corral/internal/driverimages"
 	"github.com/corral-sandbox/corral/internal/egress"
+	"github.com/corral-sandbox/corral/internal/exposed"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/metrics"
 	"github.com/corral-sandbox/corral/internal/sandboxfiles"
@@ -112,9 +113,12 @@ func Run(opts Options) error {
 	if lcfg.NoEgress = compute.WhyNoEgress(cfg); lcfg.NoEgress == "" {
 		lcfg.Egress = eg
 	}
+	ports := &exposed.Ports{Store: st, Log: log}
+	lcfg.Exposed = ports
 	mgr := lifecycle.New(lcfg)
-	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: driverimages.New(drv, cfg.ImagePullPolicy), Ports: mgr, Pools: mgr}
-	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: mgr, core: core, startCtx: startCtx}
+	ports.Core = mgr
+	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: driverimages.New(drv, cfg.ImagePullPolicy), Ports: ports, Pools: mgr}
+	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: mgr, ports: ports, core: core, startCtx: startCtx}
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
 	cause := g.run(sig)
 	return g.shutdown(sig.hurry, cause)
@@ -158,6 +162,7 @@ type gateway struct {
 	cfg      config.Config
 	log      *slog.Logger
 	mgr      *lifecycle.Manager
+	ports    *exposed.Ports
 	core     service.Core    // what the front ends serve
 	startCtx context.Context // ends at the first signal
 	servers  []server        // what serves the API and metrics, in the order opened
@@ -191,7 +196,7 @@ func (g *gateway) run(sig signals) error {
 		g.log.Warn("could not look for other gateways' objects", "err", err)
 	}
 	g.mgr.WatchDriver()
-	if err := g.mgr.ServeExposed(g.startCtx); err != nil {
+	if err := g.ports.Serve(g.startCtx); err != nil {
 		return fmt.Errorf("exposed ports: %w", err)
 	}
 	if err := g.listen(); err != nil {
@@ -214,7 +219,7 @@ func (g *gateway) run(sig signals) error {
 			if err := g.mgr.CollectOrphans(g.startCtx); err != nil && g.startCtx.Err() == nil {
 				g.log.Error("collect orphans", "err", err)
 			}
-			if err := g.mgr.ServeExposed(g.startCtx); err != nil && g.startCtx.Err() == nil {
+			if err := g.ports.Serve(g.startCtx); err != nil && g.startCtx.Err() == nil {
 				g.log.Error("exposed ports", "err", err)
 			}
 		}

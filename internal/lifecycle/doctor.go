@@ -130,7 +130,7 @@ func (m *Manager) AssumeGone(ctx context.Context, nameOrID string, force bool, w
 	if err := m.cfg.Store.DeleteSandbox(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, err
 	}
-	m.exposed.drop(sb.ID, 0)
+	m.forgetExposed(sb.ID)
 	m.journal(store.GatewayEvent{At: m.now(), Kind: "assumed_gone", Subject: sb.ID,
 		Detail: fmt.Sprintf("record of %q removed without driver confirmation by %s: %s", sb.Name, who, why)})
 	m.log.Warn("record removed without driver confirmation", "sandbox", sb.Name, "by", who, "reason", why)

@@ -58,9 +58,27 @@ type Config struct {
 	// NoEgress says why Egress is nil, for the error that refuses
 	// network_policies.
 	NoEgress string
+	// Exposed, when set, serves the sandboxes' exposed ports: it is told
+	// when a sandbox's record goes, and closed at the shutdown.
+	Exposed Exposer
 	// Failures are the failures a test build re-introduces (none
 	// elsewhere).
 	Failures Failures
+}
+
+// Exposer serves sandboxes' exposed ports (internal/exposed).
+type Exposer interface {
+	// Forget stops serving the ports of sandbox id, whose record goes.
+	Forget(id string)
+	// Close stops serving every port, at the gateway's shutdown.
+	Close()
+}
+
+// forgetExposed stops serving the exposed ports of sandbox id.
+func (m *Manager) forgetExposed(id string) {
+	if m.cfg.Exposed != nil {
+		m.cfg.Exposed.Forget(id)
+	}
 }
 
 func (c *Config) setDefaults() {
@@ -109,9 +127,6 @@ type Manager struct {
 	closing  bool
 	wg       sync.WaitGroup // one count per running actor goroutine
 	requests sync.WaitGroup // one count per admitted request
-
-	exposeMu sync.Mutex // one expose, unexpose or ServeExposed at a time
-	exposed  exposer
 }
 
 // New returns a Manager; call Recover before serving requests.
@@ -275,7 +290,9 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 		}
 	}
 	m.mu.Unlock()
-	m.exposed.closeAll()
+	if m.cfg.Exposed != nil {
+		m.cfg.Exposed.Close()
+	}
 	if m.cfg.Failures.UnawaitedWorker {
 		return nil // the calls in flight die with the process, unsettled
 	}

@@ -371,7 +371,7 @@ func (m *Manager) remove(a *actor, sb *sandbox.Sandbox) {
 	// Its exposed ports stop accepting before the record goes: whoever
 	// sees it gone finds its addresses closed too. (Their records go with
 	// the sandbox's.)
-	m.exposed.drop(sb.ID, 0)
+	m.forgetExposed(sb.ID)
 	sctx, cancel := storeCtx()
 	defer cancel()
 	if err := m.cfg.Store.DeleteSandbox(sctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {

@@ -2,23 +2,21 @@ package service
 
 import (
 	"context"
-	"net"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
-	"github.com/corral-sandbox/corral/internal/lifecycle"
+	"github.com/corral-sandbox/corral/internal/exposed"
 	"github.com/corral-sandbox/corral/internal/tunnel"
 )
 
-// Porter is what the API asks of the lifecycle about sandboxes' ports;
-// *lifecycle.Manager implements it.
+// Porter is what the API asks of the core about exposed ports;
+// *exposed.Ports implements it.
 type Porter interface {
-	DialPort(ctx context.Context, nameOrID string, port int) (net.Conn, error)
-	Expose(ctx context.Context, nameOrID string, port int, address string) (lifecycle.Exposed, error)
-	Unexpose(ctx context.Context, nameOrID string, port int) (lifecycle.Exposed, error)
-	ExposedPorts(ctx context.Context, nameOrID string) ([]lifecycle.Exposed, error)
+	Expose(ctx context.Context, nameOrID string, port int, address string) (exposed.Exposed, error)
+	Unexpose(ctx context.Context, nameOrID string, port int) (exposed.Exposed, error)
+	ExposedPorts(ctx context.Context, nameOrID string) ([]exposed.Exposed, error)
 }
 
 // PortForward joins the call to one connection to the sandbox's port.
@@ -30,7 +28,7 @@ func (s *service) PortForward(stream corralv1.SandboxService_PortForwardServer) 
 	if first.GetName() == "" || len(first.GetData()) > 0 || first.GetCloseWrite() {
 		return status.Error(codes.InvalidArgument, "the first port-forward frame names the sandbox and the port, and carries no data")
 	}
-	c, err := s.ports.DialPort(stream.Context(), first.GetName(), int(first.GetPort()))
+	c, err := s.m.DialPort(stream.Context(), first.GetName(), int(first.GetPort()))
 	if err != nil {
 		return toGRPC(err)
 	}
@@ -76,7 +74,7 @@ func (s *service) ListExposedPorts(ctx context.Context, req *corralv1.ListExpose
 	return resp, nil
 }
 
-func exposedToProto(e lifecycle.Exposed) *corralv1.ExposedPort {
+func exposedToProto(e exposed.Exposed) *corralv1.ExposedPort {
 	out := &corralv1.ExposedPort{SandboxId: e.SandboxID, SandboxName: e.SandboxName, Port: int32(e.Port), Address: e.Address}
 	if e.Err != nil {
 		out.Error = e.Err.Error()

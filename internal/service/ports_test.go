@@ -18,9 +18,9 @@ import (
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
-// ports is a Porter whose sandboxes' ports are ports of the test's
+// ports is a Lifecycle whose sandboxes' ports are ports of the test's
 // loopback.
-type ports struct{ Porter }
+type ports struct{ Lifecycle }
 
 func (ports) DialPort(ctx context.Context, name string, port int) (net.Conn, error) {
 	if name != "web" {
@@ -44,7 +44,7 @@ func counter(t *testing.T) int {
 // CloseSend as its half-close, the answer down, then close_write, then
 // the end of the call with OK.
 func TestPortForwardFrames(t *testing.T) {
-	api := corralv1.NewSandboxServiceClient(dial(t, Core{Ports: ports{}}))
+	api := corralv1.NewSandboxServiceClient(dial(t, Core{Sandboxes: ports{}}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	stream, err := api.PortForward(ctx)
@@ -82,7 +82,7 @@ func TestPortForwardFrames(t *testing.T) {
 }
 
 func TestPortForwardRefusals(t *testing.T) {
-	api := corralv1.NewSandboxServiceClient(dial(t, Core{Ports: ports{}}))
+	api := corralv1.NewSandboxServiceClient(dial(t, Core{Sandboxes: ports{}}))
 	for _, c := range []struct {
 		first *corralv1.PortForwardFrame
 		code  codes.Code

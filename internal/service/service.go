@@ -9,6 +9,7 @@ package service
 import (
 	"context"
 	"io"
+	"net"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -44,6 +45,7 @@ type Lifecycle interface {
 	WatchSandboxes(ctx context.Context, name string) (<-chan lifecycle.Event, error)
 	Wait(ctx context.Context, nameOrID string, goal lifecycle.Goal, since int64, progress func(*sandbox.Sandbox)) (*sandbox.Sandbox, error)
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
+	DialPort(ctx context.Context, nameOrID string, port int) (net.Conn, error)
 	Logs(ctx context.Context, nameOrID string, opts driver.LogOptions, stdout, stderr io.Writer) error
 }
 

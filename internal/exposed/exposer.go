@@ -1,4 +1,4 @@
-package lifecycle
+package exposed
 
 import (
 	"errors"
@@ -43,7 +43,7 @@ func (e *listening) close() {
 
 // serve accepts connections on l and forwards each to port p of its
 // sandbox, until the port is dropped or the exposer closed.
-func (x *exposer) serve(m *Manager, p sandbox.ExposedPort, l net.Listener) {
+func (x *exposer) serve(m *Ports, p sandbox.ExposedPort, l net.Listener) {
 	e := &listening{l: l, conns: map[net.Conn]struct{}{}}
 	if !x.put(portKey{p.SandboxID, p.Port}, e) {
 		l.Close()
@@ -57,7 +57,7 @@ func (x *exposer) serve(m *Manager, p sandbox.ExposedPort, l net.Listener) {
 				return
 			}
 			if err != nil { // out of descriptors, say: the next may work
-				m.log.Warn("accept on an exposed port", "address", p.Address, "err", err)
+				m.Log.Warn("accept on an exposed port", "address", p.Address, "err", err)
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
@@ -167,4 +167,11 @@ func (x *exposer) closeAll() {
 	}
 	x.mu.Unlock()
 	x.wg.Wait()
+}
+
+// isClosed says whether closeAll was called.
+func (x *exposer) isClosed() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.closed
 }
