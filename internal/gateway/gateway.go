@@ -117,7 +117,7 @@ func Run(opts Options) error {
 	lcfg.Exposed = ports
 	mgr := lifecycle.New(lcfg)
 	ports.Core = mgr
-	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: driverimages.New(drv, cfg.ImagePullPolicy), Ports: ports, Pools: mgr}
+	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: driverimages.New(drv, cfg.ImagePullPolicy), Ports: ports, Pools: mgr.Pools()}
 	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: mgr, ports: ports, core: core, startCtx: startCtx}
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
 	cause := g.run(sig)

@@ -115,10 +115,7 @@ type Manager struct {
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 
-	// the pool loop: woken by poolWake, ended by closing poolStop
-	poolWake           chan struct{}
-	poolStop, poolDone chan struct{}
-	lastClaim          atomic.Int64 // unix nanoseconds of the last claim
+	pools *Pools
 
 	mu       sync.Mutex
 	orphans  map[string]time.Time // sandbox id -> when first seen without a record
@@ -133,8 +130,10 @@ type Manager struct {
 func New(cfg Config) *Manager {
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, log: cfg.Logger, callCtx: ctx, cancelCall: cancel,
-		actors: map[string]*actor{}, orphans: map[string]time.Time{}, poolWake: make(chan struct{}, 1)}
+	m := &Manager{cfg: cfg, log: cfg.Logger, callCtx: ctx, cancelCall: cancel,
+		actors: map[string]*actor{}, orphans: map[string]time.Time{}}
+	m.pools = &Pools{m: m, wake: make(chan struct{}, 1)}
+	return m
 }
 
 // storeCtx is the context of store writes: they must land even while the
@@ -214,7 +213,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	m.log.Info("recovery done; reconciling", "sandboxes", len(list))
-	m.startPools()
+	m.pools.run()
 	return nil
 }
 
@@ -281,7 +280,7 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 		m.stopWatch()
 		<-m.watchDone
 	}
-	m.stopPools()
+	m.pools.end()
 	m.mu.Lock()
 	m.closing = true
 	for _, a := range m.actors {

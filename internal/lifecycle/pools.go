@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -56,10 +57,25 @@ type Claimed struct {
 	Reason   string
 }
 
+// Pools are the warm pools of a gateway (Manager.Pools): their records,
+// the claims that take their ready members, and the loop that keeps them
+// full, on the core's requests.
+type Pools struct {
+	m *Manager
+	// the loop: woken by wake, ended by closing stop
+	wake       chan struct{}
+	stop, done chan struct{}
+	lastClaim  atomic.Int64 // unix nanoseconds of the last claim
+}
+
+// Pools are the manager's warm pools.
+func (m *Manager) Pools() *Pools { return m.pools }
+
 // CreatePool records a warm pool and wakes the loop that fills it. Its
 // spec is fixed from now on: the image defaults to the gateway's, the
 // command to KeepAlive.
-func (m *Manager) CreatePool(ctx context.Context, name string, size int, spec sandbox.Spec) (*PoolStatus, error) {
+func (ps *Pools) CreatePool(ctx context.Context, name string, size int, spec sandbox.Spec) (*PoolStatus, error) {
+	m := ps.m
 	done, err := m.admit()
 	if err != nil {
 		return nil, err
@@ -92,12 +108,13 @@ func (m *Manager) CreatePool(ctx context.Context, name string, size int, spec sa
 		return nil, err
 	}
 	m.log.Info("pool created", "pool", name, "size", size)
-	m.kickPools()
+	ps.kick()
 	return &PoolStatus{Pool: p}, nil
 }
 
 // ListPools returns every pool with its members' counts.
-func (m *Manager) ListPools(ctx context.Context) ([]*PoolStatus, error) {
+func (ps *Pools) ListPools(ctx context.Context) ([]*PoolStatus, error) {
+	m := ps.m
 	pools, err := m.cfg.Store.ListPools(ctx)
 	if err != nil {
 		return nil, err
@@ -129,7 +146,8 @@ func (m *Manager) ListPools(ctx context.Context) ([]*PoolStatus, error) {
 // claimed from it are the users' and stay. A member the deletes miss (the
 // gateway stops in between) belongs to no pool and the pool loop deletes
 // it later.
-func (m *Manager) DeletePool(ctx context.Context, name string) (*PoolStatus, error) {
+func (ps *Pools) DeletePool(ctx context.Context, name string) (*PoolStatus, error) {
+	m := ps.m
 	done, err := m.admit()
 	if err != nil {
 		return nil, err
@@ -143,24 +161,25 @@ func (m *Manager) DeletePool(ctx context.Context, name string) (*PoolStatus, err
 		return nil, err
 	}
 	m.log.Info("pool deleted", "pool", name)
-	ps := &PoolStatus{Pool: p}
+	status := &PoolStatus{Pool: p}
 	list, err := m.cfg.Store.ListSandboxes(ctx)
 	if err != nil {
-		return ps, err
+		return status, err
 	}
 	for _, sb := range list {
 		if sb.PoolOf() == name && sb.Desired != sandbox.DesiredDeleted {
-			ps.Members++
-			if _, err := m.deleteMember(ctx, sb.ID); err != nil {
-				return ps, err
+			status.Members++
+			if _, err := ps.deleteMember(ctx, sb.ID); err != nil {
+				return status, err
 			}
 		}
 	}
-	return ps, nil
+	return status, nil
 }
 
 // deleteMember is Delete of a pool member, already admitted.
-func (m *Manager) deleteMember(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+func (ps *Pools) deleteMember(ctx context.Context, id string) (*sandbox.Sandbox, error) {
+	m := ps.m
 	sb, err := m.Delete(ctx, id, false)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, nil // deleted meanwhile, or claimed and renamed: gone from the pool either way
@@ -172,7 +191,8 @@ func (m *Manager) deleteMember(ctx context.Context, id string) (*sandbox.Sandbox
 // member (renamed, labelled, journaled as a claim), or with none ready
 // creates the pool's spec cold and says why in the result. The pool fixes
 // the spec: the request's may give only labels.
-func (m *Manager) Claim(ctx context.Context, name, requestID, pool string, spec sandbox.Spec) (*Claimed, error) {
+func (ps *Pools) Claim(ctx context.Context, name, requestID, pool string, spec sandbox.Spec) (*Claimed, error) {
+	m := ps.m
 	done, err := m.admit()
 	if err != nil {
 		return nil, err
@@ -201,7 +221,7 @@ func (m *Manager) Claim(ctx context.Context, name, requestID, pool string, spec 
 			}
 			m.events.publish(Event{Type: EventModified, Sandbox: sb})
 			m.kick(sb.ID)
-			m.claimed()
+			ps.claimed()
 		}
 		return &Claimed{Sandbox: sb, Created: claimed, FromPool: claimed}, nil
 	case !errors.Is(err, store.ErrNoneReady):
@@ -217,80 +237,83 @@ func (m *Manager) Claim(ctx context.Context, name, requestID, pool string, spec 
 	if err != nil {
 		return nil, err
 	}
-	m.claimed()
+	ps.claimed()
 	return &Claimed{Sandbox: sb, Created: created,
 		Reason: fmt.Sprintf("pool %q had no ready sandbox; created one cold from its spec", pool)}, nil
 }
 
 // claimed notes a claim and wakes the pool loop, which waits for the
 // claims to settle before it refills.
-func (m *Manager) claimed() {
-	m.lastClaim.Store(m.now().UnixNano())
-	m.kickPools()
+func (ps *Pools) claimed() {
+	m := ps.m
+	ps.lastClaim.Store(m.now().UnixNano())
+	ps.kick()
 }
 
 // settleClaims waits until no claim has come for refillQuiet, at most
 // refillMaxDelay; it reports false when the pool loop is stopping.
-func (m *Manager) settleClaims() bool {
+func (ps *Pools) settleClaims() bool {
+	m := ps.m
 	until := m.now().Add(refillMaxDelay)
 	for {
 		now := m.now()
-		wait := time.Unix(0, m.lastClaim.Load()).Add(refillQuiet).Sub(now)
+		wait := time.Unix(0, ps.lastClaim.Load()).Add(refillQuiet).Sub(now)
 		if wait <= 0 || !now.Before(until) {
 			return true
 		}
 		select {
 		case <-time.After(min(wait, until.Sub(now))):
-		case <-m.poolStop:
+		case <-ps.stop:
 			return false
 		}
 	}
 }
 
-// kickPools wakes the pool loop.
-func (m *Manager) kickPools() {
+// kick wakes the pool loop.
+func (ps *Pools) kick() {
 	select {
-	case m.poolWake <- struct{}{}:
+	case ps.wake <- struct{}{}:
 	default:
 	}
 }
 
-// startPools starts the loop that keeps every pool full; Shutdown ends it.
-func (m *Manager) startPools() {
-	m.poolStop, m.poolDone = make(chan struct{}), make(chan struct{})
+// run starts the loop that keeps every pool full; Shutdown ends it.
+func (ps *Pools) run() {
+	ps.stop, ps.done = make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(m.poolDone)
+		defer close(ps.done)
 		tick := time.NewTicker(poolResync)
 		defer tick.Stop()
 		for {
-			m.refillPools()
+			ps.refill()
 			select {
-			case <-m.poolWake:
-				if !m.settleClaims() {
+			case <-ps.wake:
+				if !ps.settleClaims() {
 					return
 				}
 			case <-tick.C:
-			case <-m.poolStop:
+			case <-ps.stop:
 				return
 			}
 		}
 	}()
 }
 
-// stopPools ends the pool loop, if it runs.
-func (m *Manager) stopPools() {
-	if m.poolStop != nil {
-		close(m.poolStop)
-		<-m.poolDone
-		m.poolStop = nil
+// end ends the pool loop, if it runs.
+func (ps *Pools) end() {
+	if ps.stop != nil {
+		close(ps.stop)
+		<-ps.done
+		ps.stop = nil
 	}
 }
 
-// refillPools is one level-based pass: it deletes unclaimed members of
+// refill is one level-based pass: it deletes unclaimed members of
 // pools that are gone and members whose main process ended, and creates
 // members until every pool has its size of them, refillAtOnce at a time
 // (a member that becomes ready wakes the loop for the next).
-func (m *Manager) refillPools() {
+func (ps *Pools) refill() {
+	m := ps.m
 	ctx, cancel := storeCtx()
 	defer cancel()
 	done, err := m.admit()
@@ -318,7 +341,7 @@ func (m *Manager) refillPools() {
 			continue
 		}
 		if _, ok := have[name]; !ok || sb.Phase == sandbox.PhaseExited {
-			if _, err := m.deleteMember(ctx, sb.ID); err != nil {
+			if _, err := ps.deleteMember(ctx, sb.ID); err != nil {
 				m.log.Error("delete pool member", "pool", name, "sandbox", sb.Name, "err", err)
 			}
 			continue

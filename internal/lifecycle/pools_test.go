@@ -15,14 +15,14 @@ import (
 
 func (h *harness) createPool(name string, size int) {
 	h.t.Helper()
-	if _, err := h.m.CreatePool(context.Background(), name, size, sandbox.Spec{}); err != nil {
+	if _, err := h.m.Pools().CreatePool(context.Background(), name, size, sandbox.Spec{}); err != nil {
 		h.t.Fatalf("create pool %s: %v", name, err)
 	}
 }
 
 func (h *harness) pool(name string) *PoolStatus {
 	h.t.Helper()
-	list, err := h.m.ListPools(context.Background())
+	list, err := h.m.Pools().ListPools(context.Background())
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func (h *harness) waitPool(name string, size int) {
 
 func (h *harness) claim(name, pool string) *Claimed {
 	h.t.Helper()
-	c, err := h.m.Claim(context.Background(), name, "", pool, sandbox.Spec{Labels: map[string]string{"owner": name}})
+	c, err := h.m.Pools().Claim(context.Background(), name, "", pool, sandbox.Spec{Labels: map[string]string{"owner": name}})
 	if err != nil {
 		h.t.Fatalf("claim %s from %s: %v", name, pool, err)
 	}
@@ -135,7 +135,7 @@ func TestConcurrentClaimsNeverShareAMember(t *testing.T) {
 		answers := make(chan *Claimed, claims)
 		for i := range claims {
 			go func() {
-				c, err := h.m.Claim(context.Background(), fmt.Sprintf("c%d", i), "", "warm", sandbox.Spec{})
+				c, err := h.m.Pools().Claim(context.Background(), fmt.Sprintf("c%d", i), "", "warm", sandbox.Spec{})
 				if err != nil {
 					t.Errorf("claim %d: %v", i, err)
 				}
@@ -190,7 +190,7 @@ func TestPoolDeleteKeepsClaimed(t *testing.T) {
 		h.createPool("warm", 2)
 		h.waitPool("warm", 2)
 		h.claim("mine", "warm")
-		ps, err := h.m.DeletePool(context.Background(), "warm")
+		ps, err := h.m.Pools().DeletePool(context.Background(), "warm")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func TestPoolDeleteKeepsClaimed(t *testing.T) {
 		if h.pool("warm") != nil {
 			t.Error("pool still listed after delete")
 		}
-		if _, err := h.m.Claim(context.Background(), "x", "", "warm", sandbox.Spec{}); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), `pool "warm"`) {
+		if _, err := h.m.Pools().Claim(context.Background(), "x", "", "warm", sandbox.Spec{}); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), `pool "warm"`) {
 			t.Errorf("claim from a deleted pool: %v, want not found naming the pool", err)
 		}
 	})
@@ -214,13 +214,13 @@ func TestPoolErrors(t *testing.T) {
 	bubble(t, func(t *testing.T) {
 		h := newHarness(t, nil)
 		h.createPool("warm", 1)
-		if _, err := h.m.CreatePool(context.Background(), "warm", 1, sandbox.Spec{}); !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), `pool "warm"`) {
+		if _, err := h.m.Pools().CreatePool(context.Background(), "warm", 1, sandbox.Spec{}); !errors.Is(err, errdefs.ErrAlreadyExists) || !strings.Contains(err.Error(), `pool "warm"`) {
 			t.Errorf("second pool warm: %v, want already exists naming it", err)
 		}
-		if _, err := h.m.CreatePool(context.Background(), "big", 0, sandbox.Spec{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, err := h.m.Pools().CreatePool(context.Background(), "big", 0, sandbox.Spec{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("pool of size 0: %v, want invalid argument", err)
 		}
-		if _, err := h.m.DeletePool(context.Background(), "nope"); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), `pool "nope"`) {
+		if _, err := h.m.Pools().DeletePool(context.Background(), "nope"); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), `pool "nope"`) {
 			t.Errorf("delete unknown pool: %v, want not found naming it", err)
 		}
 		_, _, err := h.m.Create(context.Background(), "sneaky", "", sandbox.Spec{Command: []string{"sleep", "1"},
@@ -230,7 +230,7 @@ func TestPoolErrors(t *testing.T) {
 		}
 		for _, spec := range []sandbox.Spec{{Image: "other"}, {Command: []string{"sh"}}, {Policy: "version: 1\n"},
 			{RestartPolicy: sandbox.RestartNever}, {MaxRestarts: 3}, {Hosts: []string{"a:127.0.0.1"}}} {
-			if _, err := h.m.Claim(context.Background(), "mine", "", "warm", spec); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "only its name and labels") {
+			if _, err := h.m.Pools().Claim(context.Background(), "mine", "", "warm", spec); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "only its name and labels") {
 				t.Errorf("a claim whose spec has %+v: %v; want invalid argument: the pool fixes the spec", spec, err)
 			}
 		}

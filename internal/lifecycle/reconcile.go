@@ -267,7 +267,7 @@ func (m *Manager) converge(a *actor, sb *sandbox.Sandbox) {
 		}
 		m.log.Info("sandbox converged", "sandbox", sb.Name, "phase", phase, "generation", sb.Generation)
 		if sb.PoolOf() != "" {
-			m.kickPools() // the next member of a refill
+			m.pools.kick() // the next member of a refill
 		}
 	}
 }
