@@ -18,8 +18,10 @@ import (
 
 func newGatewayCmd(g *globals) *cobra.Command {
 	var (
-		configPath string
-		flags      = config.Default()
+		configPath  string
+		flags       = config.Default()
+		driverFlags = gateway.DriverFlags()
+		driverVals  = make([]string, len(driverFlags))
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -37,7 +39,7 @@ HOME/corral.toml when it exists); flags override the file.`,
 			}
 
 			home := g.homeDir()
-			cfg, err := loadGatewayConfig(cmd, configPath, home, flags)
+			cfg, err := loadGatewayConfig(cmd, configPath, home, flags, driverFlags, driverVals)
 			if err != nil {
 				return err
 			}
@@ -48,8 +50,9 @@ HOME/corral.toml when it exists); flags override the file.`,
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "TOML config file (default HOME/corral.toml when it exists)")
 	f.StringVar(&flags.ComputeDriver, "driver", flags.ComputeDriver, "compute driver: auto (docker when an engine answers, else native; neither: refuse to start), docker, native or fake (simulated, for tests)")
-	f.StringVar(&flags.Drivers.Docker.SocketPath, "docker-host", "", "Docker Engine address, unix:///var/run/docker.sock (default $DOCKER_HOST)")
-	f.StringVar(&flags.Drivers.Docker.GVisorRuntime, "docker-gvisor-runtime", "", "the engine's name of its runsc runtime, for isolation: gvisor (default runsc)")
+	for i, df := range driverFlags {
+		f.StringVar(&driverVals[i], df.Name, "", df.Usage)
+	}
 	f.StringVar(&flags.SandboxLabel, "sandbox-label", flags.SandboxLabel, "label key that marks this gateway's compute objects")
 	f.StringVar(&flags.ImagePullPolicy, "image-pull-policy", flags.ImagePullPolicy, "never, if_not_present or always")
 	f.StringVar(&flags.DefaultImage, "default-image", flags.DefaultImage, "image for sandboxes created without --image (default: busybox:latest on docker, the host's root on native)")
@@ -67,8 +70,9 @@ HOME/corral.toml when it exists); flags override the file.`,
 }
 
 // loadGatewayConfig reads the config file, then applies the flags that were
-// given on the command line.
-func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Config) (config.Config, error) {
+// given on the command line (the drivers' too: driverVals holds the
+// values of driverFlags).
+func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Config, driverFlags []gateway.DriverFlag, driverVals []string) (config.Config, error) {
 	cfg := config.Default()
 	if path == "" {
 		if p := filepath.Join(home, "corral.toml"); fileExists(p) {
@@ -96,8 +100,6 @@ func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Confi
 	set("image-pull-policy", &cfg.ImagePullPolicy, flags.ImagePullPolicy)
 	set("default-image", &cfg.DefaultImage, flags.DefaultImage)
 	set("log-level", &cfg.LogLevel, flags.LogLevel)
-	set("docker-host", &cfg.Drivers.Docker.SocketPath, flags.Drivers.Docker.SocketPath)
-	set("docker-gvisor-runtime", &cfg.Drivers.Docker.GVisorRuntime, flags.Drivers.Docker.GVisorRuntime)
 	setDur("shutdown-timeout", &cfg.ShutdownTimeout, flags.ShutdownTimeout)
 	setDur("provisioning-timeout", &cfg.ProvisioningTimeout, flags.ProvisioningTimeout)
 	setDur("stop-timeout", &cfg.StopTimeout, flags.StopTimeout)
@@ -108,7 +110,16 @@ func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Confi
 	if cmd.Flags().Changed("tls-server-name") {
 		cfg.TLS.ServerNames = flags.TLS.ServerNames
 	}
-	if err := cfg.Validate(); err != nil {
+	for i, df := range driverFlags {
+		if cmd.Flags().Changed(df.Name) {
+			cfg.Drivers.Set(df.Driver, df.Key, driverVals[i])
+		}
+	}
+	err := cfg.Validate()
+	if err == nil {
+		err = gateway.CheckDriverSettings(cfg)
+	}
+	if err != nil {
 		where := "settings"
 		if path != "" {
 			where = "config " + path

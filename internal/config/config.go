@@ -75,24 +75,20 @@ type TLS struct {
 	ClientCAFile string `toml:"client_ca_file"`
 }
 
-// Drivers holds one table per driver.
-type Drivers struct {
-	Docker DockerConfig `toml:"docker"`
-	Fake   FakeConfig   `toml:"fake"`
-}
+// Drivers holds one table per driver, [drivers.NAME], as the file gives it:
+// each driver's entry (internal/driver/registry) decodes its own, over its
+// defaults, and refuses a key it does not have.
+type Drivers map[string]map[string]any
 
-// DockerConfig is the [drivers.docker] table.
-type DockerConfig struct {
-	SocketPath string `toml:"socket_path"`
-	// GVisorRuntime is the engine's name of its runsc runtime, which
-	// sandboxes with isolation: gvisor run under; default "runsc".
-	GVisorRuntime string `toml:"gvisor_runtime"`
-}
-
-// FakeConfig is the [drivers.fake] table.
-type FakeConfig struct {
-	// StateDir holds the fake objects and fault rules; default HOME/fake.
-	StateDir string `toml:"state_dir"`
+// Set sets key of driver's table (a flag of the driver's).
+func (d *Drivers) Set(driver, key string, value any) {
+	if *d == nil {
+		*d = Drivers{}
+	}
+	if (*d)[driver] == nil {
+		(*d)[driver] = map[string]any{}
+	}
+	(*d)[driver][key] = value
 }
 
 // Default returns the built-in settings.

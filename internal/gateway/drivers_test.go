@@ -13,7 +13,9 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/docker"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/native"
 	"github.com/corral-sandbox/corral/internal/driver/registry"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
@@ -27,21 +29,31 @@ type host struct {
 	nativeCalls int
 }
 
+// install makes computeDrivers this build's drivers on h: their entries,
+// with the Docker probe and native's support check h's.
 func (h *host) install(t *testing.T) {
 	t.Helper()
-	oldDocker, oldNative := probeDocker, nativeSupported
-	t.Cleanup(func() { probeDocker, nativeSupported = oldDocker, oldNative })
-	probeDocker = func(context.Context, registry.Env) (driver.Driver, error) {
+	real := computeDrivers
+	t.Cleanup(func() { computeDrivers = real })
+	d := docker.Entry()
+	dockerProbe := *d.Auto
+	dockerProbe.Check = func(context.Context, registry.Env) (driver.Driver, error) {
 		h.dockerCalls++
 		if h.docker == nil {
 			return nil, errors.New("docker engine at unix:///nobody.sock: connection refused")
 		}
 		return h.docker, nil
 	}
-	nativeSupported = func() error {
+	d.Auto = &dockerProbe
+	n := native.Entry()
+	n.Supported = func() error {
 		h.nativeCalls++
 		return h.nativeErr
 	}
+	nativeProbe := *n.Auto
+	nativeProbe.Check = func(context.Context, registry.Env) (driver.Driver, error) { return nil, n.Supported() }
+	n.Auto = &nativeProbe
+	computeDrivers = registry.New(d, n, fake.Entry(nil))
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -141,14 +153,20 @@ func TestExplicitDrivers(t *testing.T) {
 
 // openDriver is the driver the registry opens for cfg.
 func openDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (driver.Driver, error) {
-	_, d, err := computeDrivers.Open(ctx, registry.Env{Config: cfg, Home: home, Log: log})
-	return d, err
+	o, err := computeDrivers.Open(ctx, testEnv(cfg, home, log))
+	return o.Driver, err
+}
+
+// testEnv is what the gateway gives a driver, on home.
+func testEnv(cfg config.Config, home string, log *slog.Logger) registry.Env {
+	return registry.Env{Config: cfg, Home: home, Log: log,
+		Supervisor: func(dir string) (string, error) { return installSupervisor(dir, log) }}
 }
 
 // autoDriver is what auto chooses, by name, with the driver its probe
 // built (Docker's), if any.
 func autoDriver(ctx context.Context, cfg config.Config, home string, log *slog.Logger) (string, driver.Driver, error) {
-	e, d, err := computeDrivers.Choose(ctx, registry.Env{Config: cfg, Home: home, Log: log})
+	e, d, err := computeDrivers.Choose(ctx, testEnv(cfg, home, log))
 	return e.Name, d, err
 }
 

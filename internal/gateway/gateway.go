@@ -98,10 +98,12 @@ func Run(opts Options) error {
 	// The configured compute driver ("auto": docker when an engine answers,
 	// else native when this host can run it, else an error that says what
 	// to install or run).
-	compute, drv, err := computeDrivers.Open(startCtx, registry.Env{Config: cfg, Home: opts.Home, Gateway: identity, Log: log, Egress: eg})
+	compute, err := computeDrivers.Open(startCtx, registry.Env{Config: cfg, Home: opts.Home, Gateway: identity, Log: log, Egress: eg,
+		Supervisor: func(dir string) (string, error) { return installSupervisor(dir, log) }})
 	if err != nil {
 		return err
 	}
+	drv := compute.Driver
 	defer drv.Close()
 
 	lcfg := lifecycle.Config{
@@ -110,7 +112,7 @@ func Run(opts Options) error {
 		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace,
 		Failures: reintroduced(),
 	}
-	if lcfg.NoEgress = compute.WhyNoEgress(cfg); lcfg.NoEgress == "" {
+	if lcfg.NoEgress = compute.WhyNoEgress(); lcfg.NoEgress == "" {
 		lcfg.Egress = eg
 	}
 	ports := &exposed.Ports{Store: st, Log: log}

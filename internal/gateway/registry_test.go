@@ -74,10 +74,11 @@ func TestAutoLogsItsChoice(t *testing.T) {
 // unless the settings name one.
 func TestOpenComputeGivesTheEntry(t *testing.T) {
 	cfg, home := autoConfig(t, "fake")
-	e, d, err := computeDrivers.Open(context.Background(), registry.Env{Config: cfg, Home: home, Log: quiet()})
+	o, err := computeDrivers.Open(context.Background(), testEnv(cfg, home, quiet()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	e, d := o.Entry, o.Driver
 	defer d.Close()
 	if e.Name != "fake" || d.Name() != "fake" || e.Image(cfg) != "busybox:latest" {
 		t.Fatalf("entry %q (image %q), driver %s", e.Name, e.Image(cfg), d.Name())
@@ -88,7 +89,7 @@ func TestOpenComputeGivesTheEntry(t *testing.T) {
 	}
 
 	cfg.ComputeDriver = "kubernetes"
-	if _, _, err := computeDrivers.Open(context.Background(), registry.Env{Config: cfg, Home: home, Log: quiet()}); err == nil ||
+	if _, err := computeDrivers.Open(context.Background(), testEnv(cfg, home, quiet())); err == nil ||
 		err.Error() != `unknown compute driver "kubernetes": this build has auto, docker, native and fake` {
 		t.Fatalf("err = %v", err)
 	}
@@ -98,8 +99,8 @@ func TestOpenComputeGivesTheEntry(t *testing.T) {
 // with the settings, and why not.
 func TestEachDriverSaysWhetherItServesEgress(t *testing.T) {
 	cfg, _ := autoConfig(t, "auto")
-	remote := cfg
-	remote.Drivers.Docker.SocketPath = "tcp://10.0.0.1:2375"
+	remote := config.Default()
+	remote.Drivers.Set("docker", "socket_path", "tcp://10.0.0.1:2375")
 	asRoot := func(why string) string { // what a gateway that is not root says first
 		if os.Geteuid() != 0 {
 			return "does not run as root"
@@ -117,8 +118,12 @@ func TestEachDriverSaysWhetherItServesEgress(t *testing.T) {
 		{"docker", remote, asRoot("not on the gateway's host")},
 	} {
 		e, _ := computeDrivers.Lookup(c.driver)
-		if why := e.WhyNoEgress(c.cfg); (why == "") != (c.why == "") || !strings.Contains(why, c.why) {
-			t.Errorf("%s (docker host %q): %q; want %q", c.driver, c.cfg.Drivers.Docker.SocketPath, why, c.why)
+		env, err := e.Env(registry.Env{Config: c.cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if why := e.WhyNoEgress(env); (why == "") != (c.why == "") || !strings.Contains(why, c.why) {
+			t.Errorf("%s (docker settings %v): %q; want %q", c.driver, c.cfg.Drivers["docker"], why, c.why)
 		}
 	}
 }

@@ -1,17 +1,23 @@
 // Package registry is how a gateway finds its compute driver by name. Each
-// driver has an Entry: how it is built from the settings, its defaults,
-// and whether (and how) --driver auto may choose it. The package imports
-// no concrete driver: the entries are made by the wiring (internal/gateway),
-// the one package that imports the drivers, so that the drivers themselves
-// stay free of the gateway's settings.
+// driver has an Entry, which the driver's own package makes (as
+// containerd's plugins and Nomad's drivers carry their config): how it is
+// built, its settings (its [drivers.NAME] table of the config, and the
+// gateway flags that set them), its defaults, and whether (and how)
+// --driver auto may choose it. The wiring lists the entries of a build in
+// the order auto tries them; the package imports no concrete driver.
 package registry
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/BurntSushi/toml"
 
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -26,6 +32,9 @@ type Env struct {
 	// Config holds what every driver gets (driver.Config's label, log cap)
 	// and each driver's own [drivers.NAME] table.
 	Config config.Config
+	// Settings is this driver's table, decoded over its defaults (what its
+	// Entry.Settings returns); nil for a driver that has none.
+	Settings any
 	// Home is the gateway's home; a driver keeps its state under it.
 	Home string
 	// Gateway is the gateway's identity, for driver.Config.Gateway.
@@ -34,6 +43,21 @@ type Env struct {
 	// Egress is the gateway's egress proxy, for the drivers that can
 	// attach their sandboxes to it.
 	Egress driver.Egress
+	// Supervisor installs this build's corral-supervise under dir and
+	// returns its path, for the drivers whose sandboxes run it.
+	Supervisor func(dir string) (string, error)
+}
+
+// DriverConfig is what a driver is built with: the label, the gateway's
+// identity, the log cap, its state directory, and the egress proxy when
+// its sandboxes can have one (its entry's NoEgress says none).
+func (env Env) DriverConfig(stateDir, noEgress string) driver.Config {
+	logMax, _ := env.Config.SandboxLogMaxBytes() // validated with the rest
+	c := driver.Config{Label: env.Config.SandboxLabel, Gateway: env.Gateway, StateDir: stateDir, LogMaxBytes: logMax}
+	if noEgress == "" {
+		c.Egress = env.Egress
+	}
+	return c
 }
 
 // Entry is one compute driver of this build.
@@ -45,22 +69,74 @@ type Entry struct {
 	// DefaultImage is the image of sandboxes created without one, when
 	// the settings name none (Image).
 	DefaultImage string
+	// Supported, when set, says why this host cannot run the driver (nil:
+	// it can); Open refuses a driver named explicitly on such a host.
+	Supported func() error
 	// Auto, when set, lets --driver auto choose this driver.
 	Auto *Probe
 	// NotAuto says, for a driver auto never chooses, what it is instead;
 	// auto's error mentions it ("--driver fake simulates ...").
 	NotAuto string
 	// NoEgress says why this driver's sandboxes cannot have an egress
-	// proxy with these settings, or "" when they can; nil: they never can.
-	NoEgress func(cfg config.Config) string
+	// proxy with env's settings, or "" when they can; nil: they never can.
+	NoEgress func(env Env) string
+	// Settings, when set, returns the driver's settings with their
+	// defaults: a pointer to a struct whose toml tags are the keys of its
+	// [drivers.NAME] table. Open finds them decoded in Env.Settings.
+	Settings func() any
+	// Flags are the gateway's flags that set keys of that table.
+	Flags []Flag
+}
+
+// Flag is a gateway flag that sets a key of a driver's table (a string).
+type Flag struct {
+	Name  string // "docker-host": --docker-host
+	Key   string // "socket_path"
+	Usage string
 }
 
 // WhyNoEgress is NoEgress, saying so for a driver that has none.
-func (e Entry) WhyNoEgress(cfg config.Config) string {
+func (e Entry) WhyNoEgress(env Env) string {
 	if e.NoEgress == nil {
 		return "the " + e.Name + " driver serves no egress proxy"
 	}
-	return e.NoEgress(cfg)
+	return e.NoEgress(env)
+}
+
+// settings decodes the driver's [drivers.NAME] table of cfg over its
+// defaults; a key it does not have is an error naming it.
+func (e Entry) settings(cfg config.Config) (any, error) {
+	table := cfg.Drivers[e.Name]
+	if e.Settings == nil {
+		if len(table) > 0 {
+			return nil, fmt.Errorf("[drivers.%s]: the %s driver has no settings", e.Name, e.Name)
+		}
+		return nil, nil
+	}
+	out := e.Settings()
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(table); err != nil {
+		return nil, fmt.Errorf("[drivers.%s]: %w", e.Name, err)
+	}
+	md, err := toml.Decode(buf.String(), out)
+	if err != nil {
+		return nil, fmt.Errorf("[drivers.%s]: %w", e.Name, err)
+	}
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		keys := make([]string, len(undecoded))
+		for i, k := range undecoded {
+			keys[i] = strconv.Quote(k.String())
+		}
+		return nil, fmt.Errorf("[drivers.%s]: unknown key %s", e.Name, strings.Join(keys, ", "))
+	}
+	return out, nil
+}
+
+// Env is env for entry e: its settings decoded from env.Config.
+func (e Entry) Env(env Env) (Env, error) {
+	s, err := e.settings(env.Config)
+	env.Settings = s
+	return env, err
 }
 
 // Image is the default image of sandboxes on this driver: the settings'
@@ -116,6 +192,27 @@ func (r *Registry) Register(e Entry) {
 	r.entries = append(r.entries, e)
 }
 
+// Check says what is wrong with the driver tables of cfg: a table of no
+// driver of this build, a key a driver does not have, a value of the
+// wrong type.
+func (r *Registry) Check(cfg config.Config) error {
+	var errs []error
+	for name := range cfg.Drivers {
+		if _, ok := r.Lookup(name); !ok {
+			errs = append(errs, fmt.Errorf("[drivers.%s]: this build has no %s driver (it has %s)", name, name, andList(r.Names())))
+		}
+	}
+	for _, e := range r.entries {
+		if _, err := e.settings(cfg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Entries are the drivers of this build, in the order auto tries them.
+func (r *Registry) Entries() []Entry { return slices.Clone(r.entries) }
+
 // Lookup returns the entry of a driver's name.
 func (r *Registry) Lookup(name string) (Entry, bool) {
 	for _, e := range r.entries {
@@ -135,23 +232,51 @@ func (r *Registry) Names() []string {
 	return names
 }
 
+// Opened is the driver Open built, with its entry and the Env it was
+// built with (its settings).
+type Opened struct {
+	Entry
+	Env    Env
+	Driver driver.Driver
+}
+
+// WhyNoEgress says why the driver's sandboxes cannot have an egress proxy
+// with its settings, or "".
+func (o Opened) WhyNoEgress() string { return o.Entry.WhyNoEgress(o.Env) }
+
 // Open builds the driver that env.Config.ComputeDriver names; Auto is
-// Choose's choice. It returns the driver's entry with it.
-func (r *Registry) Open(ctx context.Context, env Env) (Entry, driver.Driver, error) {
+// Choose's choice.
+func (r *Registry) Open(ctx context.Context, env Env) (Opened, error) {
 	name := env.Config.ComputeDriver
 	if name == Auto {
 		e, d, err := r.Choose(ctx, env)
-		if err != nil || d != nil {
-			return e, d, err
+		if err != nil {
+			return Opened{}, err
+		}
+		eenv, err := e.Env(env)
+		if err != nil {
+			return Opened{}, err
+		}
+		if d != nil {
+			return Opened{Entry: e, Env: eenv, Driver: d}, nil
 		}
 		name = e.Name
 	}
 	e, ok := r.Lookup(name)
 	if !ok {
-		return Entry{}, nil, fmt.Errorf("unknown compute driver %q: this build has %s", name, andList(append([]string{Auto}, r.Names()...)))
+		return Opened{}, fmt.Errorf("unknown compute driver %q: this build has %s", name, andList(append([]string{Auto}, r.Names()...)))
 	}
-	d, err := e.Open(ctx, env)
-	return e, d, err
+	if e.Supported != nil {
+		if err := e.Supported(); err != nil {
+			return Opened{}, fmt.Errorf("%s driver: %w", e.Name, err)
+		}
+	}
+	eenv, err := e.Env(env)
+	if err != nil {
+		return Opened{}, err
+	}
+	d, err := e.Open(ctx, eenv)
+	return Opened{Entry: e, Env: eenv, Driver: d}, err
 }
 
 // Choose is what auto picks: the first driver whose probe passes, with
@@ -165,7 +290,11 @@ func (r *Registry) Choose(ctx context.Context, env Env) (Entry, driver.Driver, e
 		if e.Auto == nil {
 			continue
 		}
-		d, err := e.Auto.Check(ctx, env)
+		eenv, err := e.Env(env)
+		if err != nil {
+			return Entry{}, nil, err
+		}
+		d, err := e.Auto.Check(ctx, eenv)
 		if err == nil {
 			env.Log.Info("compute driver: "+e.Name+" ("+e.Auto.Chosen+")", attrs...)
 			return e, d, nil

@@ -62,14 +62,15 @@ func (w *world) env(driverName string) Env {
 func TestOpenByName(t *testing.T) {
 	w := &world{}
 	r := New(w.entry("a", true, nil, true), w.entry("b", false, nil, false))
-	e, d, err := r.Open(context.Background(), w.env("b"))
+	o, err := r.Open(context.Background(), w.env("b"))
+	e, d := o.Entry, o.Driver
 	if err != nil || e.Name != "b" || d.Name() != "b" {
 		t.Fatalf("open b = %q, %v, %v", e.Name, d, err)
 	}
 	if got := strings.Join(w.calls, "; "); got != "open b /home" {
 		t.Fatalf("calls: %s (an explicit driver is not probed)", got)
 	}
-	_, _, err = r.Open(context.Background(), w.env("c"))
+	_, err = r.Open(context.Background(), w.env("c"))
 	if err == nil || err.Error() != `unknown compute driver "c": this build has auto, a and b` {
 		t.Fatalf("open c = %v", err)
 	}
@@ -82,7 +83,8 @@ func TestChooseTakesTheFirstProbeThatPasses(t *testing.T) {
 	t.Run("the probe's own driver", func(t *testing.T) {
 		w := &world{}
 		r := New(w.entry("a", true, nil, true), w.entry("b", true, nil, false))
-		e, d, err := r.Open(context.Background(), w.env(Auto))
+		o, err := r.Open(context.Background(), w.env(Auto))
+		e, d := o.Entry, o.Driver
 		if err != nil || e.Name != "a" || d.Name() != "a (probed)" {
 			t.Fatalf("auto = %q, %v, %v", e.Name, d, err)
 		}
@@ -96,7 +98,8 @@ func TestChooseTakesTheFirstProbeThatPasses(t *testing.T) {
 	t.Run("a probe that builds nothing, after one that fails", func(t *testing.T) {
 		w := &world{}
 		r := New(w.entry("a", true, errors.New("a is down"), false), w.entry("plain", false, nil, false), w.entry("b", true, nil, false))
-		e, d, err := r.Open(context.Background(), w.env(Auto))
+		o, err := r.Open(context.Background(), w.env(Auto))
+		e, d := o.Entry, o.Driver
 		if err != nil || e.Name != "b" || d.Name() != "b" {
 			t.Fatalf("auto = %q, %v, %v", e.Name, d, err)
 		}
@@ -114,7 +117,8 @@ func TestChooseWithNothingSaysWhatToDo(t *testing.T) {
 	plain := w.entry("plain", false, nil, false)
 	plain.NotAuto = "is for tests only"
 	r := New(w.entry("a", true, errors.New("a is down"), false), plain, w.entry("b", true, errors.New("b is off"), false))
-	e, d, err := r.Open(context.Background(), w.env(Auto))
+	o, err := r.Open(context.Background(), w.env(Auto))
+	e, d := o.Entry, o.Driver
 	if err == nil || d != nil || e.Name != "" {
 		t.Fatalf("auto = %q, %v, %v; want an error", e.Name, d, err)
 	}
@@ -157,5 +161,47 @@ func TestRegisterRefusesMistakes(t *testing.T) {
 			}()
 			New(entries...)
 		})
+	}
+}
+
+// A driver's settings are its [drivers.NAME] table over its defaults; a
+// key it does not take, a table of no driver, or a driver that takes none
+// given one, is refused, naming it.
+func TestDriverSettings(t *testing.T) {
+	type settings struct {
+		Host string `toml:"host"`
+		Mode string `toml:"mode"`
+	}
+	w := &world{}
+	a := w.entry("a", false, nil, false)
+	a.Settings = func() any { return &settings{Mode: "default"} }
+	var got *settings
+	open := a.Open
+	a.Open = func(ctx context.Context, env Env) (driver.Driver, error) {
+		got = env.Settings.(*settings)
+		return open(ctx, env)
+	}
+	r := New(a, w.entry("b", false, nil, false))
+	env := w.env("a")
+	env.Config.Drivers.Set("a", "host", "unix:///x.sock")
+	o, err := r.Open(context.Background(), env)
+	if err != nil || got == nil || *got != (settings{Host: "unix:///x.sock", Mode: "default"}) || o.Env.Settings != any(got) {
+		t.Fatalf("open a with settings: %+v, %v", got, err)
+	}
+	for _, c := range []struct {
+		driver, key, want string
+	}{
+		{"a", "hots", `[drivers.a]: unknown key "hots"`},
+		{"b", "x", "[drivers.b]: the b driver has no settings"},
+		{"c", "x", "[drivers.c]: this build has no c driver (it has a and b)"},
+	} {
+		cfg := config.Default()
+		cfg.Drivers.Set(c.driver, c.key, "v")
+		if err := r.Check(cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Check of [drivers.%s] %s: %v; want %q", c.driver, c.key, err, c.want)
+		}
+	}
+	if err := r.Check(config.Default()); err != nil {
+		t.Errorf("Check of no tables: %v", err)
 	}
 }
