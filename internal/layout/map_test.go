@@ -158,3 +158,35 @@ func TestCommandLineIsAClientOfTheClientPackage(t *testing.T) {
 		}
 	}
 }
+
+// The gRPC edge only translates: of corral it imports the API, the core's
+// packages for their types and calls, the caller it derives from the
+// transport, and the tunnel of a forwarded port. A package of rules or of
+// compute here would be a rule a second front end (MCP, a console) would
+// have to repeat.
+func TestServiceIsTranslationOnly(t *testing.T) {
+	allowed := []string{
+		"api/corralv1", "internal/caller", "internal/driver", "internal/errdefs", "internal/exposed",
+		"internal/files", "internal/lifecycle", "internal/sandbox", "internal/tunnel",
+	}
+	cmd := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, "./internal/service")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	seen := 0
+	for _, imp := range strings.Fields(string(out)) {
+		rel, ok := strings.CutPrefix(imp, module)
+		if !ok {
+			continue
+		}
+		seen++
+		if !slices.Contains(allowed, rel) {
+			t.Errorf("internal/service imports %s: the edge translates; rules and compute belong to the core", rel)
+		}
+	}
+	if seen < 5 {
+		t.Errorf("internal/service imports %d of corral's packages: is go list's output still what this test reads?", seen)
+	}
+}
