@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -36,9 +37,16 @@ func (c *Client) ReadFile(ctx context.Context, name, path string) ([]byte, error
 
 // ReadFileTo writes a file of a sandbox to w as it comes.
 func (c *Client) ReadFileTo(ctx context.Context, name, path string, w io.Writer) error {
+	return c.download(ctx, w, func(ctx context.Context) (grpc.ServerStreamingClient[corralv1.FileChunk], error) {
+		return c.Files.ReadFile(ctx, &corralv1.ReadFileRequest{Sandbox: name, Path: path})
+	})
+}
+
+// download writes the chunks of the stream call opens to w.
+func (c *Client) download(ctx context.Context, w io.Writer, call func(context.Context) (grpc.ServerStreamingClient[corralv1.FileChunk], error)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.Files.ReadFile(ctx, &corralv1.ReadFileRequest{Sandbox: name, Path: path})
+	stream, err := call(ctx)
 	if err != nil {
 		return c.Explain(err)
 	}
@@ -138,13 +146,9 @@ func (c *Client) MkDir(ctx context.Context, name, path string, parents bool) (*F
 // CopyOut writes a tar stream of a sandbox's path (a file, or a directory
 // tree under its own name; DIR/. for what DIR holds) to w.
 func (c *Client) CopyOut(ctx context.Context, name, path string, w io.Writer) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.Files.CopyOut(ctx, &corralv1.CopyOutRequest{Sandbox: name, Path: path})
-	if err != nil {
-		return c.Explain(err)
-	}
-	return c.Explain(receive(stream.Recv, w))
+	return c.download(ctx, w, func(ctx context.Context) (grpc.ServerStreamingClient[corralv1.FileChunk], error) {
+		return c.Files.CopyOut(ctx, &corralv1.CopyOutRequest{Sandbox: name, Path: path})
+	})
 }
 
 // CopyIn unpacks a tar stream into a sandbox's directory dir, its top

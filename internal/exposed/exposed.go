@@ -66,15 +66,11 @@ func (m *Ports) Expose(ctx context.Context, nameOrID string, port int, address s
 	if port < 1 || port > 65535 {
 		return Exposed{}, errdefs.InvalidArgument("port %d: want 1 to 65535", port)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.x.isClosed() {
-		return Exposed{}, errShuttingDown
-	}
-	sb, err := m.Core.Get(ctx, nameOrID)
+	sb, unlock, err := m.change(ctx, nameOrID)
 	if err != nil {
 		return Exposed{}, err
 	}
+	defer unlock()
 	if sb.Desired == sandbox.DesiredDeleted {
 		return Exposed{}, errdefs.FailedPrecondition("sandbox %q is being deleted", sb.Name)
 	}
@@ -116,17 +112,29 @@ func (m *Ports) Expose(ctx context.Context, nameOrID string, port int, address s
 	return Exposed{ExposedPort: p, SandboxName: sb.Name}, nil
 }
 
-// Unexpose stops serving a sandbox's exposed port and removes its record.
-func (m *Ports) Unexpose(ctx context.Context, nameOrID string, port int) (Exposed, error) {
+// change begins a change of sandbox nameOrID's exposed ports (one at a
+// time: listen, then record): it returns the sandbox and the unlock.
+func (m *Ports) change(ctx context.Context, nameOrID string) (*sandbox.Sandbox, func(), error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.x.isClosed() {
-		return Exposed{}, errShuttingDown
+		m.mu.Unlock()
+		return nil, nil, errShuttingDown
 	}
 	sb, err := m.Core.Get(ctx, nameOrID)
 	if err != nil {
+		m.mu.Unlock()
+		return nil, nil, err
+	}
+	return sb, m.mu.Unlock, nil
+}
+
+// Unexpose stops serving a sandbox's exposed port and removes its record.
+func (m *Ports) Unexpose(ctx context.Context, nameOrID string, port int) (Exposed, error) {
+	sb, unlock, err := m.change(ctx, nameOrID)
+	if err != nil {
 		return Exposed{}, err
 	}
+	defer unlock()
 	recorded, err := m.Store.ListExposedPorts(ctx, sb.ID)
 	if err != nil {
 		return Exposed{}, err

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 
 	"golang.org/x/sys/unix"
@@ -82,4 +83,36 @@ func DialLoopback(ctx context.Context, path string, port int) (net.Conn, error) 
 			"which needs a gateway running as root on the host of the sandboxes (%v)", port, err)
 	}
 	return c, err
+}
+
+// Reach is how a driver whose incarnations each have a network namespace
+// on the gateway's host reaches into them: it implements driver.PortDialer
+// and driver.EgressAttacher given NetNS, which finds the namespace of a
+// running incarnation (/proc/PID/ns/net; errdefs.ErrNotFound when it does
+// not run). A driver embeds it.
+type Reach struct {
+	NetNS func(ctx context.Context, ref driver.Ref) (string, error)
+	// Egress is the gateway's egress proxy; nil when the driver's
+	// sandboxes have none.
+	Egress driver.Egress
+}
+
+// DialPort implements driver.PortDialer: it dials from inside the
+// incarnation's network namespace.
+func (r Reach) DialPort(ctx context.Context, ref driver.Ref, port int) (net.Conn, error) {
+	path, err := r.NetNS(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return DialLoopback(ctx, path, port)
+}
+
+// AttachEgress implements driver.EgressAttacher: it serves the proxy
+// inside the incarnation's network namespace.
+func (r Reach) AttachEgress(ctx context.Context, ref driver.Ref) error {
+	path, err := r.NetNS(ctx, ref)
+	if err != nil || r.Egress == nil {
+		return err
+	}
+	return r.Egress.Attach(ctx, ref, path)
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/netns"
 	"github.com/corral-sandbox/corral/internal/policy"
 )
 
@@ -55,8 +56,11 @@ const (
 	workdir        = "/sandbox"
 )
 
-// Driver is the Docker driver.
+// Driver is the Docker driver. Its ports and egress are reached from the
+// gateway's host, inside each container's network namespace (Reach):
+// the engine must run there.
 type Driver struct {
+	netns.Reach
 	cfg  driver.Config
 	opts Options
 	api  *client.Client
@@ -71,8 +75,10 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver  = (*Driver)(nil)
-	_ driver.Watcher = (*Driver)(nil)
+	_ driver.Driver         = (*Driver)(nil)
+	_ driver.Watcher        = (*Driver)(nil)
+	_ driver.PortDialer     = (*Driver)(nil)
+	_ driver.EgressAttacher = (*Driver)(nil)
 )
 
 // New returns a Docker driver. It does not need the engine to answer yet:
@@ -108,7 +114,9 @@ func New(cfg driver.Config, opts Options) (*Driver, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("docker driver: %w", err)
 	}
-	return &Driver{cfg: cfg, opts: opts, api: api, host: host, creates: map[string]*engineCreate{}, started: map[string]int64{}}, nil
+	d := &Driver{cfg: cfg, opts: opts, api: api, host: host, creates: map[string]*engineCreate{}, started: map[string]int64{}}
+	d.Reach = netns.Reach{NetNS: d.netNS, Egress: cfg.Egress}
+	return d, nil
 }
 
 // Name implements driver.Driver.

@@ -59,4 +59,3 @@ func engineHost(env registry.Env) string {
 	}
 	return host
 }
-

@@ -37,6 +37,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/netns"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/supervisor"
 )
@@ -67,8 +68,9 @@ type Options struct {
 
 // Driver is the native driver.
 type Driver struct {
-	cfg  driver.Config
-	opts Options
+	netns.Reach // ports and egress, inside each supervisor's network namespace
+	cfg         driver.Config
+	opts        Options
 
 	mu       sync.Mutex
 	locks    map[string]*sync.Mutex // one per sandbox id: calls on one id are serialized
@@ -92,12 +94,14 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver    = (*Driver)(nil)
-	_ driver.Watcher   = (*Driver)(nil)
-	_ driver.Execer    = (*Driver)(nil)
-	_ driver.LogReader = (*Driver)(nil)
-	_ driver.Validator = (*Driver)(nil)
-	_ driver.Tierer    = (*Driver)(nil)
+	_ driver.Driver         = (*Driver)(nil)
+	_ driver.Watcher        = (*Driver)(nil)
+	_ driver.Execer         = (*Driver)(nil)
+	_ driver.LogReader      = (*Driver)(nil)
+	_ driver.Validator      = (*Driver)(nil)
+	_ driver.Tierer         = (*Driver)(nil)
+	_ driver.PortDialer     = (*Driver)(nil)
+	_ driver.EgressAttacher = (*Driver)(nil)
 )
 
 // HostImage is the image name of sandboxes on the host's operating system:
@@ -155,7 +159,9 @@ func New(cfg driver.Config, opts Options) (*Driver, error) {
 			return nil, fmt.Errorf("native driver: the host's pids budget for sandboxes: %w", err)
 		}
 	}
-	return &Driver{cfg: cfg, opts: opts, locks: map[string]*sync.Mutex{}}, nil
+	d := &Driver{cfg: cfg, opts: opts, locks: map[string]*sync.Mutex{}}
+	d.Reach = netns.Reach{NetNS: d.NetNS, Egress: cfg.Egress}
+	return d, nil
 }
 
 // DefaultImageCacheBytes is the image cache's bound when Options says 0.
