@@ -81,7 +81,7 @@ func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Confi
 	}
 	if path != "" {
 		var err error
-		if cfg, err = config.Load(path); err != nil {
+		if cfg, err = config.Load(path, gateway.UnknownDriverKeys); err != nil {
 			return cfg, err
 		}
 	}

@@ -109,18 +109,24 @@ func Default() Config {
 }
 
 // Load reads a TOML file over the defaults. Unknown keys are an error that
-// names them.
-func Load(path string) (Config, error) {
+// names them: the file's own, and those of its [drivers.NAME] tables that
+// driverKeys says no driver takes (nil: none checked here).
+func Load(path string, driverKeys func(Drivers) []string) (Config, error) {
 	cfg := Default()
 	md, err := toml.DecodeFile(path, &cfg)
 	if err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
-	if undecoded := md.Undecoded(); len(undecoded) > 0 {
-		keys := make([]string, len(undecoded))
-		for i, k := range undecoded {
-			keys[i] = fmt.Sprintf("%q", k.String())
+	var keys []string
+	for _, k := range md.Undecoded() {
+		keys = append(keys, fmt.Sprintf("%q", k.String()))
+	}
+	if driverKeys != nil {
+		for _, k := range driverKeys(cfg.Drivers) {
+			keys = append(keys, fmt.Sprintf("%q", k))
 		}
+	}
+	if len(keys) > 0 {
 		return cfg, fmt.Errorf("config %s: unknown key %s", path, strings.Join(keys, ", "))
 	}
 	return cfg, nil

@@ -34,3 +34,7 @@ func DriverFlags() []DriverFlag {
 // CheckDriverSettings says what is wrong with the [drivers.NAME] tables
 // of cfg: a driver this build has not, a key a driver does not take.
 func CheckDriverSettings(cfg config.Config) error { return computeDrivers.Check(cfg) }
+
+// UnknownDriverKeys are the keys of driver tables no driver of this build
+// takes, as a config file names them (config.Load lists them).
+func UnknownDriverKeys(tables config.Drivers) []string { return computeDrivers.UnknownKeys(tables) }

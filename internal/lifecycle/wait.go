@@ -98,7 +98,7 @@ func goalFunc(goal Goal) (func(sb *sandbox.Sandbox, since int64) (bool, error), 
 			return false, nil
 		}, nil
 	}
-	return nil, errdefs.InvalidArgument("wait for %q: want one of %v", goal, Goals)
+	return nil, errdefs.InvalidArgument("wait for %s: want one of %v", quote(string(goal)), Goals)
 }
 
 // inPhase is whether sb, at a revision since the request's, is in phase

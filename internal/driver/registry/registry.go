@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,32 +106,60 @@ func (e Entry) WhyNoEgress(env Env) string {
 }
 
 // settings decodes the driver's [drivers.NAME] table of cfg over its
-// defaults; a key it does not have is an error naming it.
+// defaults; a key it does not take is an error naming it.
 func (e Entry) settings(cfg config.Config) (any, error) {
-	table := cfg.Drivers[e.Name]
+	out, unknown, err := e.decode(cfg.Drivers[e.Name])
+	if err != nil {
+		return nil, fmt.Errorf("[drivers.%s]: %w", e.Name, err)
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("unknown key %s", quoted(unknown))
+	}
+	return out, nil
+}
+
+// decode decodes a driver's table over its defaults, and returns the
+// keys it does not take, in full ("drivers.docker.bogus").
+func (e Entry) decode(table map[string]any) (any, []string, error) {
 	if e.Settings == nil {
-		if len(table) > 0 {
-			return nil, fmt.Errorf("[drivers.%s]: the %s driver has no settings", e.Name, e.Name)
-		}
-		return nil, nil
+		return nil, fullKeys(e.Name, slices.Sorted(maps.Keys(table))), nil
 	}
 	out := e.Settings()
 	var buf bytes.Buffer
 	if err := toml.NewEncoder(&buf).Encode(table); err != nil {
-		return nil, fmt.Errorf("[drivers.%s]: %w", e.Name, err)
+		return nil, nil, err
 	}
 	md, err := toml.Decode(buf.String(), out)
 	if err != nil {
-		return nil, fmt.Errorf("[drivers.%s]: %w", e.Name, err)
+		// Its line is of the table as re-encoded here: name the key.
+		return nil, nil, errors.New(decodeLine.ReplaceAllString(err.Error(), "$1: "))
 	}
-	if undecoded := md.Undecoded(); len(undecoded) > 0 {
-		keys := make([]string, len(undecoded))
-		for i, k := range undecoded {
-			keys[i] = strconv.Quote(k.String())
-		}
-		return nil, fmt.Errorf("[drivers.%s]: unknown key %s", e.Name, strings.Join(keys, ", "))
+	var unknown []string
+	for _, k := range md.Undecoded() {
+		unknown = append(unknown, k.String())
 	}
-	return out, nil
+	return out, fullKeys(e.Name, unknown), nil
+}
+
+// decodeLine is the start of a decode error of the toml package.
+var decodeLine = regexp.MustCompile(`^toml: (?:line \d+ )?\(last key "([^"]*)"\): `)
+
+// fullKeys are a driver table's keys as the config file names them.
+func fullKeys(driver string, keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = "drivers." + driver + "." + k
+	}
+	return out
+}
+
+// quoted is "a", "b".
+func quoted(keys []string) string {
+	q := make([]string, len(keys))
+	for i, k := range keys {
+		q[i] = strconv.Quote(k)
+	}
+	return strings.Join(q, ", ")
 }
 
 // Env is env for entry e: its settings decoded from env.Config.
@@ -192,16 +222,31 @@ func (r *Registry) Register(e Entry) {
 	r.entries = append(r.entries, e)
 }
 
+// UnknownKeys are the keys of the driver tables that no driver of this
+// build takes, as the config file names them ("drivers.docker.bogus"), so
+// that the config's own error lists them with its other unknown keys.
+func (r *Registry) UnknownKeys(tables config.Drivers) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(tables)) {
+		e, ok := r.Lookup(name)
+		if !ok {
+			out = append(out, fullKeys(name, slices.Sorted(maps.Keys(tables[name])))...)
+			continue
+		}
+		_, unknown, _ := e.decode(tables[name]) // a bad value is Check's to say
+		out = append(out, unknown...)
+	}
+	return out
+}
+
 // Check says what is wrong with the driver tables of cfg: a table of no
-// driver of this build, a key a driver does not have, a value of the
+// driver of this build, a key a driver does not take, a value of the
 // wrong type.
 func (r *Registry) Check(cfg config.Config) error {
-	var errs []error
-	for name := range cfg.Drivers {
-		if _, ok := r.Lookup(name); !ok {
-			errs = append(errs, fmt.Errorf("[drivers.%s]: this build has no %s driver (it has %s)", name, name, andList(r.Names())))
-		}
+	if unknown := r.UnknownKeys(cfg.Drivers); len(unknown) > 0 {
+		return fmt.Errorf("unknown key %s (this build's drivers are %s)", quoted(unknown), andList(r.Names()))
 	}
+	var errs []error
 	for _, e := range r.entries {
 		if _, err := e.settings(cfg); err != nil {
 			errs = append(errs, err)

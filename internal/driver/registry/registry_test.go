@@ -191,9 +191,9 @@ func TestDriverSettings(t *testing.T) {
 	for _, c := range []struct {
 		driver, key, want string
 	}{
-		{"a", "hots", `[drivers.a]: unknown key "hots"`},
-		{"b", "x", "[drivers.b]: the b driver has no settings"},
-		{"c", "x", "[drivers.c]: this build has no c driver (it has a and b)"},
+		{"a", "hots", `unknown key "drivers.a.hots" (this build's drivers are a and b)`},
+		{"b", "x", `unknown key "drivers.b.x"`},
+		{"c", "x", `unknown key "drivers.c.x"`},
 	} {
 		cfg := config.Default()
 		cfg.Drivers.Set(c.driver, c.key, "v")
@@ -203,5 +203,17 @@ func TestDriverSettings(t *testing.T) {
 	}
 	if err := r.Check(config.Default()); err != nil {
 		t.Errorf("Check of no tables: %v", err)
+	}
+	bad := config.Default()
+	bad.Drivers.Set("a", "host", 5)
+	if err := r.Check(bad); err == nil || !strings.Contains(err.Error(), "[drivers.a]") {
+		t.Errorf("Check of a number for a string: %v; want it refused, naming the table", err)
+	}
+	tables := config.Drivers{}
+	tables.Set("c", "x", "v")
+	tables.Set("a", "hots", "v")
+	tables.Set("a", "host", "v")
+	if got := strings.Join(r.UnknownKeys(tables), " "); got != "drivers.a.hots drivers.c.x" {
+		t.Errorf("UnknownKeys: %s", got)
 	}
 }
