@@ -262,3 +262,24 @@ func TestCopyInCutShortLeavesNoPartialFile(t *testing.T) {
 		t.Errorf("the file copied whole before it: %q, %v", data, err)
 	}
 }
+
+// mkdir -p inside a sandbox makes every missing level: its root is the
+// nearest directory that is there, not the path's parent, which is not.
+func TestLocalMkdirParents(t *testing.T) {
+	dir := t.TempDir()
+	req := Request{Op: OpMkdir, Path: filepath.Join(dir, "a", "b", "c"), Parents: true}
+	fsys, err := Local(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Root.Close()
+	if err := fsys.Do(context.Background(), req, nil, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(req.Path); err != nil || !fi.IsDir() {
+		t.Fatalf("%s after mkdir -p: %v, %v", req.Path, fi, err)
+	}
+	if _, err := Local(Request{Op: OpMkdir, Path: filepath.Join(dir, "x", "y")}); err == nil {
+		t.Error("Local of mkdir without parents under a missing directory: found a root, want not found")
+	}
+}

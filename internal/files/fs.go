@@ -362,10 +362,18 @@ func Local(req Request) (*FS, error) {
 	}
 	p := path.Clean(req.Path)
 	dir := path.Dir(p)
-	switch req.Op {
-	case OpCopyIn, OpCopyOut, OpList, OpStat, OpWatch:
+	switch {
+	case req.Op == OpCopyIn || req.Op == OpCopyOut || req.Op == OpList || req.Op == OpStat || req.Op == OpWatch:
 		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
 			dir = p
+		}
+	case req.Op == OpMkdir && req.Parents:
+		// mkdir -p: from the nearest directory that is there
+		for dir != "/" {
+			if _, err := os.Lstat(dir); err == nil {
+				break
+			}
+			dir = path.Dir(dir)
 		}
 	}
 	root, err := os.OpenRoot(dir)

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/mcptools"
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// mcpSession is an MCP client session of a test.
+type mcpSession struct {
+	t  *testing.T
+	cs *mcp.ClientSession
+}
+
+// call calls a tool and returns its structured result, or the text of its
+// tool error (isError).
+func (s mcpSession) call(name string, args map[string]any) (map[string]any, string) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		s.t.Fatalf("%s: %v", name, err)
+	}
+	if res.IsError {
+		var text []string
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				text = append(text, tc.Text)
+			}
+		}
+		return nil, strings.Join(text, "\n")
+	}
+	out := map[string]any{}
+	b, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(b, &out)
+	return out, ""
+}
+
+// must calls a tool that must succeed.
+func (s mcpSession) must(name string, args map[string]any) map[string]any {
+	s.t.Helper()
+	out, toolErr := s.call(name, args)
+	if toolErr != "" {
+		s.t.Fatalf("%s %v: tool error %q", name, args, toolErr)
+	}
+	return out
+}
+
+// An agent's session over stdio: the tools listed, a sandbox created, a
+// command run, a file written and read, the session's bound enforced,
+// bad input refused in one line, and its sandboxes gone when it ends.
+func TestMCPOverStdio(t *testing.T) {
+	testenv.RequireRoot(t)
+	home := t.TempDir()
+	startGateway(t, home, "--driver", "native")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: exec.Command(bin, "--home", home, "mcp", "--max-sandboxes", "2")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mcpSession{t, cs}
+	var names []string
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tool.Description == "" || tool.InputSchema == nil {
+			t.Errorf("tool %s has no description or schema", tool.Name)
+		}
+		names = append(names, tool.Name)
+	}
+	for _, want := range []string{"sandbox_create", "sandbox_list", "sandbox_get", "sandbox_exec", "sandbox_stop", "sandbox_start",
+		"sandbox_delete", "sandbox_logs", "fs_read", "fs_write", "fs_list", "fs_stat", "fs_remove", "fs_mkdir", "port_expose"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no tool %s among %v", want, names)
+		}
+	}
+
+	if sb := s.must("sandbox_create", map[string]any{"name": "agent-1"}); sb["phase"] != "ready" {
+		t.Fatalf("sandbox_create: %v; want it ready", sb)
+	}
+	out := s.must("sandbox_exec", map[string]any{"name": "agent-1", "command": []string{"echo", "hello", "agent"}})
+	if out["stdout"] != "hello agent\n" || out["exit_code"] != float64(0) {
+		t.Errorf("sandbox_exec echo: %v", out)
+	}
+	out = s.must("sandbox_exec", map[string]any{"name": "agent-1", "shell": "cd /tmp && echo $X $(pwd) >&2; exit 3", "env": map[string]string{"X": "x1"}})
+	if out["stderr"] != "x1 /tmp\n" || out["exit_code"] != float64(3) {
+		t.Errorf("sandbox_exec with a shell string and env: %v", out)
+	}
+	out = s.must("sandbox_exec", map[string]any{"name": "agent-1", "shell": "yes | head -c 100000", "max_output_bytes": 1000})
+	if len(out["stdout"].(string)) != 1000 || out["truncated"] != true {
+		t.Errorf("sandbox_exec past max_output_bytes: %d bytes, truncated %v", len(out["stdout"].(string)), out["truncated"])
+	}
+	out = s.must("sandbox_exec", map[string]any{"name": "agent-1", "command": []string{"sleep", "30"}, "timeout_seconds": 1})
+	if out["timed_out"] != true {
+		t.Errorf("sandbox_exec past its timeout: %v", out)
+	}
+	s.must("fs_write", map[string]any{"name": "agent-1", "path": "notes/plan.txt", "content": "step 1\n"})
+	if got := s.must("fs_read", map[string]any{"name": "agent-1", "path": "/sandbox/notes/plan.txt"}); got["content"] != "step 1\n" || got["encoding"] != "utf-8" {
+		t.Errorf("fs_read of what fs_write wrote: %v", got)
+	}
+	if got := s.must("sandbox_exec", map[string]any{"name": "agent-1", "command": []string{"cat", "notes/plan.txt"}, "cwd": "/sandbox"}); got["stdout"] != "step 1\n" {
+		t.Errorf("the file as a command in the sandbox reads it: %v", got)
+	}
+	s.must("fs_write", map[string]any{"name": "agent-1", "path": "bin.dat", "content": "AP8=", "encoding": "base64", "mode": "0600"})
+	if got := s.must("fs_read", map[string]any{"name": "agent-1", "path": "bin.dat"}); got["content"] != "AP8=" || got["encoding"] != "base64" {
+		t.Errorf("fs_read of a binary file: %v", got)
+	}
+	if got := s.must("fs_stat", map[string]any{"name": "agent-1", "path": "bin.dat"}); got["size"] != float64(2) || got["mode"] != "0600" {
+		t.Errorf("fs_stat: %v", got)
+	}
+	s.must("fs_mkdir", map[string]any{"name": "agent-1", "path": "out/a/b", "parents": true})
+	entries := s.must("fs_list", map[string]any{"name": "agent-1", "path": "/sandbox"})["entries"].([]any)
+	if len(entries) != 3 {
+		t.Errorf("fs_list /sandbox: %v; want notes, bin.dat and out", entries)
+	}
+	s.must("fs_remove", map[string]any{"name": "agent-1", "path": "out", "recursive": true})
+	if _, toolErr := s.call("fs_stat", map[string]any{"name": "agent-1", "path": "out"}); toolErr == "" {
+		t.Error("fs_stat of a removed directory: found")
+	}
+	if got := s.must("sandbox_list", map[string]any{}); len(got["sandboxes"].([]any)) != 1 {
+		t.Errorf("sandbox_list: %v", got)
+	}
+	if got := s.must("sandbox_stop", map[string]any{"name": "agent-1"}); got["phase"] != "stopped" {
+		t.Errorf("sandbox_stop: %v", got)
+	}
+	if got := s.must("sandbox_start", map[string]any{"name": "agent-1"}); got["phase"] != "ready" {
+		t.Errorf("sandbox_start: %v", got)
+	}
+	s.must("sandbox_delete", map[string]any{"name": "agent-1"})
+	if _, toolErr := s.call("sandbox_get", map[string]any{"name": "agent-1"}); toolErr != `sandbox "agent-1" not found` {
+		t.Errorf("sandbox_get after sandbox_delete: %q", toolErr)
+	}
+}
+
+// The session's bound, bad input and the session's end.
+func TestMCPBoundsAndCleanup(t *testing.T) {
+	testenv.RequireRoot(t)
+	home := t.TempDir()
+	startGateway(t, home, "--driver", "native")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: exec.Command(bin, "--home", home, "mcp", "--max-sandboxes", "2")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mcpSession{t, cs}
+	s.must("sandbox_create", map[string]any{"name": "one"})
+	s.must("sandbox_create", map[string]any{"name": "two"})
+	if _, toolErr := s.call("sandbox_create", map[string]any{"name": "three"}); !strings.Contains(toolErr, "--max-sandboxes 2") {
+		t.Errorf("a third sandbox: %q; want the session's bound named", toolErr)
+	}
+	if _, toolErr := s.call("sandbox_exec", map[string]any{"name": "nope", "command": []string{"true"}}); toolErr != `sandbox "nope" not found` {
+		t.Errorf("exec in a missing sandbox: %q; want the gateway's reason", toolErr)
+	}
+	if _, toolErr := s.call("fs_read", map[string]any{"name": "one", "path": "../../etc/shadow"}); !strings.Contains(toolErr, `".." is not taken`) {
+		t.Errorf("fs_read of a path with ..: %q; want it refused, saying why", toolErr)
+	}
+	if _, toolErr := s.call("sandbox_exec", map[string]any{"name": "one", "command": []string{strings.Repeat("x", 1<<20)}}); !strings.Contains(toolErr, "more than") {
+		t.Errorf("a 1 MB command: %q; want the bound named", toolErr)
+	}
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sandbox_exec", Arguments: map[string]any{"name": 7}}); err == nil && !res.IsError {
+		t.Error("a call against the schema (a number for a name) was run")
+	}
+	all, err := api(t, home).ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+	if err != nil || len(all.Sandboxes) != 2 || all.Sandboxes[0].Spec.Labels[mcptools.SessionLabel] == "" {
+		t.Fatalf("before the end: %v, %v; want the session's two, labelled", all, err)
+	}
+	if err := cs.Close(); err != nil {
+		t.Logf("close: %v", err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		all, err := api(t, home).ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
+		if err != nil {
+			return err
+		}
+		if len(all.Sandboxes) != 0 {
+			return errString("the session's sandboxes are still there after it ended")
+		}
+		return nil
+	})
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
