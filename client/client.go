@@ -139,9 +139,17 @@ func NewFor(target Context) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: %w", target.Gateway, err)
 	}
-	c.conn, c.SandboxServiceClient = conn, corralv1.NewSandboxServiceClient(conn)
-	c.Files = corralv1.NewFileServiceClient(conn)
-	return c, nil
+	out := NewFromConn(conn, target.Gateway)
+	out.tls, out.host = c.tls, c.host
+	return out, nil
+}
+
+// NewFromConn is a client on a gRPC connection made elsewhere (in the
+// gateway's process, say); addr names the gateway in errors. Close closes
+// conn.
+func NewFromConn(conn *grpc.ClientConn, addr string) *Client {
+	return &Client{SandboxServiceClient: corralv1.NewSandboxServiceClient(conn), Files: corralv1.NewFileServiceClient(conn),
+		conn: conn, addr: addr}
 }
 
 // The HTTP/2 window of a stream (and of the connection) and the

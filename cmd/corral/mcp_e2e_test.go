@@ -2,18 +2,24 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"net/http"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/mcptools"
 	"github.com/corral-sandbox/corral/internal/testenv"
+	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
 
 // mcpSession is an MCP client session of a test.
@@ -198,3 +204,61 @@ func TestMCPBoundsAndCleanup(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// The gateway serves the same tools at /mcp on its TLS listener: a client
+// with a certificate of the gateway's CA drives a sandbox through them,
+// journaled as that certificate's caller; a client without one is refused
+// at the handshake, before any tool runs; gRPC on the same address still
+// answers.
+func TestMCPOverHTTPS(t *testing.T) {
+	testenv.RequireRoot(t)
+	home, certs := t.TempDir(), t.TempDir()
+	addr := freePort(t)
+	startGateway(t, home, "--driver", "native", "--listen", addr)
+	mustCorral(t, home, "gateway", "client-cert", "agent-host", "--out", certs)
+	cfg, err := tlsauth.ClientConfig(filepath.Join(certs, "ca.crt"), filepath.Join(certs, "agent-host.crt"), filepath.Join(certs, "agent-host.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	connect := func(tlsCfg *tls.Config) (*mcp.ClientSession, error) {
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 2 * time.Minute}
+		c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+		return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "https://" + addr + "/mcp", HTTPClient: hc}, nil)
+	}
+	cs, err := connect(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	s := mcpSession{t, cs}
+	s.must("sandbox_create", map[string]any{"name": "remote-agent"})
+	if out := s.must("sandbox_exec", map[string]any{"name": "remote-agent", "command": []string{"echo", "over", "https"}}); out["stdout"] != "over https\n" {
+		t.Errorf("sandbox_exec over HTTPS: %v", out)
+	}
+	s.must("fs_write", map[string]any{"name": "remote-agent", "path": "f.txt", "content": "remote\n"})
+	if out := s.must("fs_read", map[string]any{"name": "remote-agent", "path": "f.txt"}); out["content"] != "remote\n" {
+		t.Errorf("fs_read over HTTPS: %v", out)
+	}
+	sb, err := api(t, home).GetSandbox(ctx, &corralv1.GetSandboxRequest{Name: "remote-agent"})
+	if err != nil || sb.Spec.Labels[mcptools.SessionLabel] != "https client certificate agent-host" {
+		t.Errorf("the sandbox's session label: %v, %v; want the certificate's caller", sb.GetSpec().GetLabels(), err)
+	}
+	s.must("sandbox_delete", map[string]any{"name": "remote-agent"})
+
+	// no certificate, or one of another CA: refused at the handshake
+	bare := &tls.Config{RootCAs: cfg.RootCAs, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS13}
+	if _, err := connect(bare); err == nil {
+		t.Error("an MCP client without a client certificate connected")
+	}
+	// gRPC on the same address, over HTTP/2
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := corralv1.NewSandboxServiceClient(conn).ListSandboxes(ctx, &corralv1.ListSandboxesRequest{}); err != nil {
+		t.Errorf("gRPC beside MCP on the TLS listener: %v", err)
+	}
+}

@@ -48,3 +48,13 @@ func From(ctx context.Context) Caller {
 	}
 	return unknown
 }
+
+// AuthInfo is what the transport of a connection says of its caller when
+// a front end inside the gateway made the connection on the caller's
+// behalf (MCP over HTTP reaches the API core through such a connection).
+// Only such an in-process transport yields it; it implements gRPC's
+// credentials.AuthInfo.
+type AuthInfo struct{ Caller Caller }
+
+// AuthType implements credentials.AuthInfo.
+func (AuthInfo) AuthType() string { return "corral-front-end" }

@@ -48,7 +48,15 @@ type Config struct {
 	MetricsListen string  `toml:"metrics_listen"`
 	TLS           TLS     `toml:"tls"`
 	Egress        Egress  `toml:"egress"`
+	MCP           MCP     `toml:"mcp"`
 	Drivers       Drivers `toml:"drivers"`
+}
+
+// MCP is the [mcp] table: the gateway's MCP endpoint (/mcp on the TLS
+// listener).
+type MCP struct {
+	// MaxSandboxes bounds the sandboxes one caller's MCP sessions hold.
+	MaxSandboxes int `toml:"max_sandboxes"`
 }
 
 // Egress is the [egress] table: what one sandbox can make its egress proxy
@@ -105,6 +113,7 @@ func Default() Config {
 		LogLevel:            "info",
 		SandboxLogMaxSize:   "10Mi",
 		Egress:              Egress{MaxConnections: 256, HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute},
+		MCP:                 MCP{MaxSandboxes: 5},
 	}
 }
 

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -237,11 +236,13 @@ func (g *gateway) listen() error {
 	}
 	g.servers = append(g.servers, grpcServer{srv})
 	if g.cfg.Listen != "" {
-		tcp, err := serveTLS(g.cfg, g.opts.Home, g.core, g.log)
+		fe := newFrontEnds(g.core)
+		g.servers = append(g.servers, grpcServer{fe.srv})
+		tcp, err := serveTLS(g.cfg, g.opts.Home, g.core, fe, g.log)
 		if err != nil {
 			return err
 		}
-		g.servers = append(g.servers, grpcServer{tcp})
+		g.servers = append(g.servers, tcp...)
 	}
 	if g.cfg.MetricsListen != "" {
 		msrv, err := serveMetrics(g.cfg.MetricsListen, g.log)
@@ -331,9 +332,12 @@ func background(log *slog.Logger, what string, serve func() error, stopped error
 	}()
 }
 
-// serveTLS serves the API on cfg.Listen with mutual TLS 1.3, making the
-// gateway's CA and server certificate on first use.
-func serveTLS(cfg config.Config, home string, core service.Core, log *slog.Logger) (*grpc.Server, error) {
+// serveTLS serves cfg.Listen with mutual TLS 1.3, making the gateway's CA
+// and server certificate on first use: the gRPC API to connections that
+// negotiate HTTP/2, MCP at /mcp to those that speak HTTP/1.1 (through fe,
+// as the caller their certificate names). No connection is served before
+// its client certificate is verified.
+func serveTLS(cfg config.Config, home string, core service.Core, fe *frontEnds, log *slog.Logger) ([]server, error) {
 	ca, err := tlsauth.LoadOrCreateCA(filepath.Join(home, "tls"))
 	if err != nil {
 		return nil, fmt.Errorf("TLS: %w", err)
@@ -358,10 +362,14 @@ func serveTLS(cfg config.Config, home string, core service.Core, log *slog.Logge
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	srv := service.NewServer(core, grpc.Creds(credentials.NewTLS(tlsCfg)))
-	background(log, "API server (TCP)", func() error { return srv.Serve(lis) }, grpc.ErrServerStopped)
-	log.Info("serving the API with mutual TLS", "address", lis.Addr().String(), "ca", filepath.Join(home, "tls", "ca.crt"))
-	return srv, nil
+	split := newTLSSplit(lis, tlsCfg, log)
+	srv := service.NewServer(core, grpc.Creds(handshaken{}))
+	background(log, "API server (TCP)", func() error { return srv.Serve(split.h2) }, grpc.ErrServerStopped)
+	web := &http.Server{Handler: mcpHandler(fe, cfg.MCP.MaxSandboxes), ReadHeaderTimeout: 10 * time.Second}
+	background(log, "MCP server (TCP)", func() error { return web.Serve(split.http1) }, http.ErrServerClosed)
+	log.Info("serving the API and MCP with mutual TLS", "address", lis.Addr().String(), "mcp", "https://"+lis.Addr().String()+mcpPath,
+		"ca", filepath.Join(home, "tls", "ca.crt"))
+	return []server{grpcServer{srv}, httpServer{web}}, nil
 }
 
 // serveMetrics serves Prometheus metrics at /metrics on addr, and Go's

@@ -11,12 +11,17 @@ import (
 )
 
 // callerOf puts in ctx who a gRPC request comes from, by the caller
-// package's rules: the client certificate verified over mutual TLS, or
-// the local user of the Unix socket. Anything else stays unidentified.
+// package's rules: the client certificate verified over mutual TLS, the
+// local user of the Unix socket, or the caller a front end inside the
+// gateway connected for (caller.AuthInfo). Anything else stays
+// unidentified.
 func callerOf(ctx context.Context) context.Context {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return ctx
+	}
+	if ai, ok := p.AuthInfo.(caller.AuthInfo); ok {
+		return caller.With(ctx, ai.Caller)
 	}
 	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 		if c, ok := caller.FromTLS(&ti.State); ok {
