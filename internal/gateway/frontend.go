@@ -107,4 +107,4 @@ func (frontEndCreds) Info() credentials.ProtocolInfo {
 	return credentials.ProtocolInfo{SecurityProtocol: "corral-front-end"}
 }
 func (frontEndCreds) Clone() credentials.TransportCredentials { return frontEndCreds{} }
-func (frontEndCreds) OverrideServerName(string) error          { return nil }
+func (frontEndCreds) OverrideServerName(string) error         { return nil }

@@ -144,4 +144,4 @@ func (handshaken) Info() credentials.ProtocolInfo {
 	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.3"}
 }
 func (handshaken) Clone() credentials.TransportCredentials { return handshaken{} }
-func (handshaken) OverrideServerName(string) error          { return nil }
+func (handshaken) OverrideServerName(string) error         { return nil }
