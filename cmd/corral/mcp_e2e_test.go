@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -261,4 +262,44 @@ func TestMCPOverHTTPS(t *testing.T) {
 	if _, err := corralv1.NewSandboxServiceClient(conn).ListSandboxes(ctx, &corralv1.ListSandboxesRequest{}); err != nil {
 		t.Errorf("gRPC beside MCP on the TLS listener: %v", err)
 	}
+}
+
+// The official TypeScript MCP client (test/mcp-client, npm's
+// @modelcontextprotocol/sdk from its lockfile) drives an agent's session
+// over stdio and over HTTPS with a client certificate, and is refused
+// without one.
+func TestMCPWithTheOfficialTypeScriptClient(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := filepath.Join(testenv.ModuleRoot(), "test", "mcp-client")
+	if _, err := exec.LookPath("node"); err != nil {
+		requireNode(t, "needs Node.js: "+err.Error())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
+		requireNode(t, "needs the client's packages: run npm ci in test/mcp-client")
+	}
+	home, certs := t.TempDir(), t.TempDir()
+	addr := freePort(t)
+	startGateway(t, home, "--driver", "native", "--listen", addr)
+	mustCorral(t, home, "gateway", "client-cert", "ts-agent", "--out", certs)
+	cmd := exec.Command("node", "--test", "mcp.test.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CORRAL_BIN="+bin, "CORRAL_HOME="+home, "CORRAL_MCP_URL=https://"+addr+"/mcp",
+		"CORRAL_CA="+filepath.Join(certs, "ca.crt"), "CORRAL_CERT="+filepath.Join(certs, "ts-agent.crt"), "CORRAL_KEY="+filepath.Join(certs, "ts-agent.key"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "# pass 3") {
+		t.Fatalf("node --test passed, but not its 3 tests:\n%s", out)
+	}
+}
+
+// requireNode skips a test that needs Node.js and the MCP client's
+// packages, or fails it under CORRAL_REQUIRE_NODE=1 (CI).
+func requireNode(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("CORRAL_REQUIRE_NODE") == "1" {
+		t.Fatalf("CORRAL_REQUIRE_NODE=1 but the test %s", why)
+	}
+	t.Skipf("%s (set CORRAL_REQUIRE_NODE=1 to make this a failure)", why)
 }
