@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -182,6 +185,30 @@ func TestMCPBoundsAndCleanup(t *testing.T) {
 	}
 	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sandbox_exec", Arguments: map[string]any{"name": 7}}); err == nil && !res.IsError {
 		t.Error("a call against the schema (a number for a name) was run")
+	}
+	// 100 tool calls at once: each answered, the server still up
+	var wg sync.WaitGroup
+	failed := make(chan string, 100)
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sandbox_exec",
+				Arguments: map[string]any{"name": "one", "command": []string{"echo", strconv.Itoa(i)}}})
+			switch {
+			case err != nil:
+				failed <- err.Error()
+			case res.IsError:
+				failed <- fmt.Sprint(res.Content)
+			case res.StructuredContent.(map[string]any)["stdout"] != strconv.Itoa(i)+"\n":
+				failed <- fmt.Sprint(res.StructuredContent)
+			}
+		}()
+	}
+	wg.Wait()
+	close(failed)
+	for f := range failed {
+		t.Errorf("one of 100 parallel execs: %s", f)
 	}
 	all, err := api(t, home).ListSandboxes(ctx, &corralv1.ListSandboxesRequest{})
 	if err != nil || len(all.Sandboxes) != 2 || all.Sandboxes[0].Spec.Labels[mcptools.SessionLabel] == "" {
