@@ -25,7 +25,7 @@
 //
 // Peer and corral runs are interleaved; warm-up runs are discarded.
 //
-//	go run ./bench [-driver docker|native|images|gvisor|files|core|egress|tti|all] [-n 20] [-warmup 2]
+//	go run ./bench [-driver docker|native|images|gvisor|files|core|egress|tti|interfaces|all] [-n 20] [-warmup 2]
 package main
 
 import (
@@ -81,7 +81,7 @@ func main() {
 }
 
 // benchmarks are the values of -driver.
-var benchmarks = []string{"all", "docker", "native", "images", "gvisor", "files", "core", "egress", "tti", "tti-native"}
+var benchmarks = []string{"all", "docker", "native", "images", "gvisor", "files", "core", "egress", "tti", "tti-native", "interfaces"}
 
 // report is everything one run measured.
 type report struct {
@@ -96,6 +96,8 @@ type report struct {
 	TTI     []*figure `json:"tti,omitempty"`
 	GVisor  []*figure `json:"gvisor,omitempty"`
 	Files   []*figure `json:"files,omitempty"`
+	// Interfaces are the exec round trips through each interface.
+	Interfaces []*figure `json:"interfaces,omitempty"`
 }
 
 func run(dir, which string, n, warmup int, quick bool) (*report, error) {
@@ -207,6 +209,20 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 		}
 		r.Tables, r.TTI = append(r.Tables, t), figs
 		if err := printFigures(ttiTitle, figs); err != nil {
+			return nil, err
+		}
+	}
+	if which == "all" || which == "interfaces" {
+		t, figs, err := benchInterfaces(bin, filepath.Join(dir, "interfaces"), n, warmup)
+		if err != nil {
+			return nil, fmt.Errorf("interfaces: %w", err)
+		}
+		fmt.Printf("\n%s\n", t.Title)
+		if err := t.print(); err != nil {
+			return nil, err
+		}
+		r.Tables, r.Interfaces = append(r.Tables, t), figs
+		if err := printFigures("interfaces: each within 1.5× + 2 ms of a direct gRPC call", figs); err != nil {
 			return nil, err
 		}
 	}

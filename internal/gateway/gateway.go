@@ -365,8 +365,13 @@ func serveTLS(cfg config.Config, home string, core service.Core, fe *frontEnds, 
 	split := newTLSSplit(lis, tlsCfg, log)
 	srv := service.NewServer(core, grpc.Creds(handshaken{}))
 	background(log, "API server (TCP)", func() error { return srv.Serve(split.h2) }, grpc.ErrServerStopped)
-	web := &http.Server{Handler: mcpHandler(fe, cfg.MCP.MaxSandboxes), ReadHeaderTimeout: 10 * time.Second}
-	background(log, "MCP server (TCP)", func() error { return web.Serve(split.http1) }, http.ErrServerClosed)
+	web := &http.Server{Handler: newMCPEndpoint(fe, cfg.MCP.MaxSandboxes), ReadHeaderTimeout: 10 * time.Second}
+	background(log, "MCP server (TCP)", func() error {
+		if err := web.Serve(split.http1); !errors.Is(err, net.ErrClosed) { // closed with the gRPC server's listener
+			return err
+		}
+		return http.ErrServerClosed
+	}, http.ErrServerClosed)
 	log.Info("serving the API and MCP with mutual TLS", "address", lis.Addr().String(), "mcp", "https://"+lis.Addr().String()+mcpPath,
 		"ca", filepath.Join(home, "tls", "ca.crt"))
 	return []server{grpcServer{srv}, httpServer{web}}, nil

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/client"
+	"github.com/corral-sandbox/corral/internal/tlsauth"
+)
+
+const interfacesTitle = "interfaces: an echo exec round trip through each, beside a direct gRPC call in the same run"
+
+// The interfaces an agent reaches a sandbox through, as rows.
+var interfaceOps = []string{"Go client package", "CLI (corral sandbox exec)", "MCP over stdio (corral mcp)", "MCP over HTTPS (/mcp)"}
+
+// benchInterfaces times `echo` run in one ready native sandbox through
+// each interface, each run beside a direct ExecSandbox call on the
+// gateway's socket; the goal is each within 1.5× + 2 ms of the direct call.
+func benchInterfaces(bin, home string, n, warmup int) (*table, []*figure, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := startGateway(bin, home, "--driver", "native", "--listen", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer g.close()
+	if _, err := g.create("echo", &corralv1.SandboxSpec{Command: []string{"sleep", "infinity"}}); err != nil {
+		return nil, nil, err
+	}
+	certs := filepath.Join(home, "certs")
+	if out, err := exec.Command(bin, "--home", home, "gateway", "client-cert", "bench", "--out", certs).CombinedOutput(); err != nil {
+		return nil, nil, fmt.Errorf("client-cert: %v: %s", err, out)
+	}
+	ctx := context.Background()
+	sdk, err := client.New(client.Options{Home: home})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sdk.Close()
+	stdio, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx,
+		&mcp.CommandTransport{Command: exec.Command(bin, "--home", home, "mcp", "--keep")}, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("corral mcp: %w", err)
+	}
+	defer stdio.Close()
+	tlsCfg, err := tlsauth.ClientConfig(filepath.Join(certs, "ca.crt"), filepath.Join(certs, "bench.crt"), filepath.Join(certs, "bench.key"))
+	if err != nil {
+		return nil, nil, err
+	}
+	overHTTPS, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: "https://" + addr + "/mcp", HTTPClient: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}}, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("/mcp: %w", err)
+	}
+	defer overHTTPS.Close()
+
+	ways := []func() error{
+		func() error { return sdkEcho(ctx, sdk) },
+		func() error {
+			out, err := exec.Command(bin, "--home", home, "sandbox", "exec", "echo", "--", "echo", "hi").Output()
+			if err == nil && string(out) != "hi\n" {
+				err = fmt.Errorf("the CLI printed %q", out)
+			}
+			return err
+		},
+		func() error { return mcpEcho(ctx, stdio) },
+		func() error { return mcpEcho(ctx, overHTTPS) },
+	}
+	t := newTable(interfacesTitle, interfaceOps, []string{"direct gRPC"})
+	for i := range n + warmup {
+		for j, way := range ways {
+			direct, err := timed(func() error { return directEcho(ctx, g.api) })
+			if err != nil {
+				return nil, nil, fmt.Errorf("direct gRPC: %w", err)
+			}
+			d, err := timed(way)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", interfaceOps[j], err)
+			}
+			if i >= warmup {
+				t.add(interfaceOps[j], "corral", d)
+				t.add(interfaceOps[j], "direct gRPC", direct)
+			}
+		}
+	}
+	var figs []*figure
+	for _, op := range interfaceOps {
+		got, direct := stats(t.Times[op]["corral"])[0], stats(t.Times[op]["direct gRPC"])[0]
+		bound := time.Duration(float64(direct)*1.5) + 2*time.Millisecond
+		met := got <= bound
+		figs = append(figs, &figure{Name: op + ", p50", Value: float64(got.Microseconds()) / 1000, Unit: "ms",
+			Goal: fmt.Sprintf("≤ 1.5× + 2 ms of direct (%.2f ms)", float64(bound.Microseconds())/1000), Met: &met})
+	}
+	return t, figs, nil
+}
+
+func timed(fn func() error) (time.Duration, error) {
+	t0 := time.Now()
+	err := fn()
+	return time.Since(t0), err
+}
+
+// directEcho is the peer: one ExecSandbox call, as generated.
+func directEcho(ctx context.Context, api corralv1.SandboxServiceClient) error {
+	stream, err := api.ExecSandbox(ctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&corralv1.ExecRequest{Msg: &corralv1.ExecRequest_Start{Start: &corralv1.ExecStart{Name: "echo", Command: []string{"echo", "hi"}}}}); err != nil {
+		return err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err == io.EOF {
+			return errors.New("no exit code")
+		}
+		if err != nil {
+			return err
+		}
+		if code, ok := resp.Msg.(*corralv1.ExecResponse_ExitCode); ok {
+			if code.ExitCode != 0 {
+				return fmt.Errorf("exit code %d", code.ExitCode)
+			}
+			return stream.CloseSend()
+		}
+	}
+}
+
+func sdkEcho(ctx context.Context, c *client.Client) error {
+	out, err := c.Run(ctx, "echo", "echo", "hi")
+	if err == nil && string(out.Stdout) != "hi\n" {
+		err = fmt.Errorf("the client package returned %q", out.Stdout)
+	}
+	return err
+}
+
+func mcpEcho(ctx context.Context, cs *mcp.ClientSession) error {
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sandbox_exec", Arguments: map[string]any{"name": "echo", "command": []string{"echo", "hi"}}})
+	if err != nil {
+		return err
+	}
+	if res.IsError {
+		return fmt.Errorf("tool error: %v", res.Content)
+	}
+	if out, _ := res.StructuredContent.(map[string]any); out["stdout"] != "hi\n" {
+		return fmt.Errorf("sandbox_exec returned %v", res.StructuredContent)
+	}
+	return nil
+}
+
+// freeAddr is a free loopback address.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
