@@ -169,4 +169,3 @@ func freeAddr() (string, error) {
 	defer l.Close()
 	return l.Addr().String(), nil
 }
-
