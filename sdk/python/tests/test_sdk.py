@@ -1,0 +1,101 @@
+"""The Python SDK against a real gateway, which cmd/corral's
+TestPythonSDK starts: CORRAL_HOME is its home (native driver), and
+CORRAL_GATEWAY_URL, CORRAL_CA, CORRAL_CERT and CORRAL_KEY its TLS
+listener and a client certificate of its CA; a warm pool "warm" is ready."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+import corral
+from corral import Gateway, Sandbox
+
+
+def test_lifecycle_exec_files_logs_ports():
+    with Sandbox.create("py-life", command=["sh", "-c", "echo started; exec /bin/busybox nc -ll -p 7070 -e /bin/cat"]) as sb:
+        assert sb.phase == "ready"
+        r = sb.exec(["echo", "hello", "python"])
+        assert (r.stdout, r.stderr, r.exit_code) == ("hello python\n", "", 0)
+        r = sb.exec("echo $X >&2; pwd; exit 3", env={"X": "x1"}, cwd="/tmp")
+        assert (r.stdout, r.stderr, r.exit_code) == ("/tmp\n", "x1\n", 3)
+        assert sb.exec(["cat"], stdin="through stdin").stdout == "through stdin"
+        assert sb.exec(["/no/such/program"]).exit_code == 127
+        chunks = list(sb.exec_stream(["sh", "-c", "echo a; echo b >&2"]))
+        assert ("exit", 0) == chunks[-1]
+
+        sb.files.mkdir("dir")
+        info = sb.files.write("dir/note.txt", "a note\n", mode=0o600)
+        assert info.size == 7 and info.mode & 0o777 == 0o600
+        assert sb.files.read("/sandbox/dir/note.txt") == b"a note\n"
+        assert [f.name for f in sb.files.list("dir")] == ["note.txt"]
+        assert sb.files.stat("dir").type == "dir"
+        sb.files.remove("dir", recursive=True)
+        with pytest.raises(corral.NotFound):
+            sb.files.stat("dir")
+
+        assert "started" in sb.logs()
+        assert sb.ports.forward(7070, "ping\n") == b"ping\n"
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", sb.ports.expose(7070))
+
+        sb.stop()
+        assert sb.phase == "stopped"
+        sb.files.write("written-while-stopped", "x")
+        sb.start()
+        assert sb.phase == "ready"
+    with pytest.raises(corral.NotFound):
+        Sandbox.connect("py-life")
+
+
+def test_exec_timeout():
+    with Sandbox.create("py-timeout") as sb:
+        with pytest.raises(corral.Timeout):
+            sb.exec(["sleep", "30"], timeout=1)
+        assert sb.exec(["true"]).exit_code == 0  # the sandbox is still there
+
+
+def test_typed_errors():
+    with pytest.raises(corral.NotFound) as e:
+        Sandbox.connect("no-such-sandbox")
+    assert e.value.reason == 'sandbox "no-such-sandbox" not found'
+    with pytest.raises(corral.InvalidArgument):
+        Sandbox.create("Bad_Name")
+    with Sandbox.create("py-errors") as sb:
+        with pytest.raises(corral.InvalidArgument):
+            sb.exec(["x" * (1 << 20)])
+        with pytest.raises(corral.AlreadyExists):
+            Sandbox.create("py-errors")
+    with pytest.raises(corral.Unavailable) as e:
+        Sandbox.connect("x", gateway=Gateway(home="/nonexistent"))
+    assert "is `corral gateway` running?" in e.value.reason
+
+
+def test_pool_claim():
+    with Sandbox.create("py-claimed", pool="warm", labels={"who": "python"}) as sb:
+        assert sb.phase == "ready"
+        assert sb.exec(["echo", "from the pool"]).stdout == "from the pool\n"
+
+
+def test_remote_over_mutual_tls():
+    gw = Gateway(os.environ["CORRAL_GATEWAY_URL"], ca=os.environ["CORRAL_CA"], cert=os.environ["CORRAL_CERT"],
+                 key=os.environ["CORRAL_KEY"])
+    with gw, Sandbox.create("py-remote", gateway=gw) as sb:
+        assert sb.exec(["echo", "over mTLS"]).stdout == "over mTLS\n"
+    with pytest.raises(ValueError):
+        Gateway(os.environ["CORRAL_GATEWAY_URL"])
+
+
+def test_readme_example_runs_as_written():
+    readme = pathlib.Path(__file__).parent.parent / "README.md"
+    example = re.search(r"```python\n(.*?)```", readme.read_text(), re.S).group(1)
+    out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, check=True)
+    assert out.stdout == "hello from the sandbox\n\n"
+
+
+def test_agent_example_runs_as_written():
+    example = pathlib.Path(__file__).parents[3] / "examples" / "python" / "agent.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, check=True)
+    assert out.stdout == "the answer is 42\n"
