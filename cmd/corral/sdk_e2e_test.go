@@ -60,3 +60,37 @@ func requirePython(t *testing.T, why string) {
 	}
 	t.Skipf("%s (set CORRAL_REQUIRE_PYTHON=1 to make this a failure)", why)
 }
+
+// The TypeScript SDK's suite (sdk/typescript/test, Node's test runner)
+// against a real gateway, as the Python one: lifecycle, exec (a timeout
+// too), files, logs, ports, typed errors, a pool claim, await using, the
+// remote form over mutual TLS, the README's example and
+// examples/typescript/agent.mjs.
+func TestTypeScriptSDK(t *testing.T) {
+	testenv.RequireRoot(t)
+	sdk := filepath.Join(testenv.ModuleRoot(), "sdk", "typescript")
+	if _, err := exec.LookPath("node"); err != nil {
+		requireNode(t, "needs Node.js: "+err.Error())
+	}
+	for _, built := range []string{"dist/index.js", "test-dist/using.test.js"} {
+		if _, err := os.Stat(filepath.Join(sdk, built)); err != nil {
+			requireNode(t, "needs the SDK built: run npm ci && npm run build in sdk/typescript")
+		}
+	}
+	home, certs := t.TempDir(), t.TempDir()
+	addr := freePort(t)
+	startGateway(t, home, "--driver", "native", "--listen", addr)
+	mustCorral(t, home, "gateway", "client-cert", "typescript", "--out", certs)
+	mustCorral(t, home, "pool", "create", "warm", "--size", "1")
+	cmd := exec.Command("node", "--test", "test/", "test-dist/")
+	cmd.Dir = sdk
+	cmd.Env = append(os.Environ(), "CORRAL_HOME="+home, "CORRAL_GATEWAY_URL=https://"+addr,
+		"CORRAL_CA="+filepath.Join(certs, "ca.crt"), "CORRAL_CERT="+filepath.Join(certs, "typescript.crt"), "CORRAL_KEY="+filepath.Join(certs, "typescript.key"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "# pass 8") {
+		t.Fatalf("node --test passed, but not its 8 tests:\n%s", out)
+	}
+}

@@ -1,0 +1,444 @@
+// The TypeScript SDK of corral: sandboxes for untrusted code on a corral
+// gateway. The wire (src/gen) is generated from proto/ by ts-proto; this
+// file is the friendly layer.
+
+import { readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import * as grpc from "@grpc/grpc-js";
+
+import { FileInfo as WireFileInfo, FileServiceClient, ListDirResponse } from "./gen/corral/v1/files.js";
+import {
+  CreateSandboxResponse,
+  DeleteSandboxResponse,
+  ExposedPort,
+  Sandbox as SandboxRecord,
+  SandboxServiceClient,
+  SandboxSpec,
+} from "./gen/corral/v1/sandbox.js";
+
+/** An error the gateway answered with (or the failure to reach it), with its one-line reason. */
+export class CorralError extends Error {
+  constructor(readonly reason: string, readonly code?: grpc.status) {
+    super(reason);
+    this.name = new.target.name;
+  }
+}
+/** No such sandbox, file or pool. */
+export class NotFoundError extends CorralError {}
+/** A sandbox or pool of that name exists. */
+export class AlreadyExistsError extends CorralError {}
+/** The request is malformed: a bad name, command, path or policy. */
+export class InvalidArgumentError extends CorralError {}
+/** The sandbox is not in a state for it (not ready, being deleted, ...). */
+export class FailedPreconditionError extends CorralError {}
+/** The caller may not do it. */
+export class PermissionDeniedError extends CorralError {}
+/** A bound was reached. */
+export class ResourceExhaustedError extends CorralError {}
+/** The gateway cannot be reached, or is shutting down. */
+export class UnavailableError extends CorralError {}
+/** The call ran past the time it was given. */
+export class TimeoutError extends CorralError {}
+
+const classes: Partial<Record<grpc.status, new (reason: string, code?: grpc.status) => CorralError>> = {
+  [grpc.status.NOT_FOUND]: NotFoundError,
+  [grpc.status.ALREADY_EXISTS]: AlreadyExistsError,
+  [grpc.status.INVALID_ARGUMENT]: InvalidArgumentError,
+  [grpc.status.FAILED_PRECONDITION]: FailedPreconditionError,
+  [grpc.status.PERMISSION_DENIED]: PermissionDeniedError,
+  [grpc.status.UNAUTHENTICATED]: PermissionDeniedError,
+  [grpc.status.RESOURCE_EXHAUSTED]: ResourceExhaustedError,
+  [grpc.status.UNAVAILABLE]: UnavailableError,
+  [grpc.status.DEADLINE_EXCEEDED]: TimeoutError,
+};
+
+function typed(err: unknown, address: string): CorralError {
+  const e = err as grpc.ServiceError;
+  if (e && typeof e.code === "number") {
+    let reason = e.details || e.message;
+    if (e.code === grpc.status.UNAVAILABLE && /connect|No connection/i.test(reason)) {
+      reason = `cannot reach the gateway at ${address}: is \`corral gateway\` running? (${reason})`;
+    }
+    const Class = classes[e.code] ?? CorralError;
+    return new Class(reason, e.code);
+  }
+  return err instanceof CorralError ? err : new CorralError(String(err));
+}
+
+/** How to reach a gateway; with none of these, the gateway the corral command line reaches. */
+export interface GatewayOptions {
+  /** unix:///path/corral.sock, or https://HOST:PORT with ca, cert and key. */
+  address?: string;
+  /** A gateway's home directory on this machine: its socket. */
+  home?: string;
+  /** PEM files: the gateway's CA certificate, the client's certificate and key (from corral gateway client-cert). */
+  ca?: string;
+  cert?: string;
+  key?: string;
+}
+
+/** CORRAL_HOME, else /var/lib/corral as root, else $XDG_DATA_HOME/corral. */
+export function defaultHome(): string {
+  if (process.env.CORRAL_HOME) return process.env.CORRAL_HOME;
+  if (process.getuid?.() === 0) return "/var/lib/corral";
+  return join(process.env.XDG_DATA_HOME || join(homedir(), ".local", "share"), "corral");
+}
+
+/** A connection to a gateway. */
+export class Gateway {
+  readonly address: string;
+  readonly sandboxes: SandboxServiceClient;
+  readonly files: FileServiceClient;
+
+  constructor(opts: GatewayOptions = {}) {
+    const address = opts.address ?? "unix://" + join(opts.home ?? defaultHome(), "corral.sock");
+    this.address = address;
+    let target: string;
+    let creds: grpc.ChannelCredentials;
+    if (address.startsWith("unix://")) {
+      target = address;
+      creds = grpc.credentials.createInsecure();
+    } else if (address.startsWith("https://")) {
+      const u = new URL(address);
+      if (!u.port) throw new Error(`gateway ${address}: want https://HOST:PORT`);
+      if (!opts.ca || !opts.cert || !opts.key) {
+        throw new Error(`gateway ${address}: an https gateway needs ca, cert and key (see corral gateway client-cert)`);
+      }
+      target = `${u.hostname}:${u.port}`;
+      creds = grpc.credentials.createSsl(readFileSync(opts.ca), readFileSync(opts.key), readFileSync(opts.cert));
+    } else {
+      throw new Error(`gateway ${address}: want unix:///path/corral.sock or https://HOST:PORT`);
+    }
+    const options = { "grpc.max_receive_message_length": 8 << 20 };
+    this.sandboxes = new SandboxServiceClient(target, creds, options);
+    this.files = new FileServiceClient(target, creds, options);
+  }
+
+  close(): void {
+    this.sandboxes.close();
+    this.files.close();
+  }
+}
+
+/** What a command printed, and how it ended. */
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number;
+}
+
+/** How a command runs. */
+export interface ExecOptions {
+  /** Input for the command; its end closes the command's stdin. */
+  stdin?: string | Uint8Array;
+  /** Seconds; past them the call fails with TimeoutError. */
+  timeout?: number;
+  env?: { [name: string]: string };
+  cwd?: string;
+}
+
+/** What a sandbox is created from. */
+export interface CreateOptions {
+  name: string;
+  image?: string;
+  /** The main command; without one the sandbox keeps running, ready for exec. */
+  command?: string[];
+  /** The sandbox's policy, as YAML text. */
+  policy?: string;
+  labels?: { [key: string]: string };
+  /** Claim a ready sandbox of this warm pool (then image, command and policy are the pool's). */
+  pool?: string;
+  /** Wait until it runs (default true). */
+  wait?: boolean;
+  gateway?: Gateway;
+}
+
+/** A file of a sandbox. */
+export interface FileInfo {
+  name: string;
+  path: string;
+  type: string;
+  size: number;
+  mode: number;
+}
+
+function info(i: WireFileInfo): FileInfo {
+  return { name: i.name, path: i.path, type: i.type, size: i.size, mode: i.mode };
+}
+
+function absolute(path: string): string {
+  return path.startsWith("/") ? path : "/sandbox/" + path;
+}
+
+function deadline(seconds?: number): Partial<grpc.CallOptions> {
+  return seconds ? { deadline: Date.now() + seconds * 1000 } : {};
+}
+
+/** Calls a unary RPC (call gives it its callback), as a promise of its typed answer. */
+function unary<Res>(gw: Gateway, call: (cb: (err: grpc.ServiceError | null, res: Res) => void) => unknown): Promise<Res> {
+  return new Promise((resolve, reject) => {
+    call((err, res) => (err ? reject(typed(err, gw.address)) : resolve(res)));
+  });
+}
+
+const chunk = 256 << 10;
+
+/** A sandbox of a corral gateway; `await using sb = await Sandbox.create(...)` deletes it at the block's end. */
+export class Sandbox {
+  readonly files: Files;
+  readonly ports: Ports;
+
+  private constructor(readonly gateway: Gateway, private record: SandboxRecord, private readonly ownsGateway: boolean) {
+    this.files = new Files(this);
+    this.ports = new Ports(this);
+  }
+
+  get name(): string {
+    return this.record.name;
+  }
+  get id(): string {
+    return this.record.id;
+  }
+  get phase(): string {
+    return this.record.phase;
+  }
+
+  /** Creates a sandbox and, unless wait is false, waits until it runs. */
+  static async create(opts: CreateOptions): Promise<Sandbox> {
+    const owns = !opts.gateway;
+    const gw = opts.gateway ?? new Gateway();
+    try {
+      const spec: SandboxSpec = opts.pool
+        ? SandboxSpec.fromPartial({ labels: opts.labels ?? {} })
+        : SandboxSpec.fromPartial({ image: opts.image ?? "", command: opts.command ?? ["sleep", "infinity"], policy: opts.policy ?? "", labels: opts.labels ?? {} });
+      const resp = await unary<CreateSandboxResponse>(gw, (cb) =>
+        gw.sandboxes.createSandbox({ name: opts.name, spec, requestId: "", pool: opts.pool ?? "" }, cb));
+      const sb = new Sandbox(gw, resp.sandbox!, owns);
+      if (opts.wait !== false) await sb.wait("running", resp.sandbox!.revision);
+      return sb;
+    } catch (e) {
+      if (owns) gw.close();
+      throw e;
+    }
+  }
+
+  /** The sandbox that exists by that name (or id). */
+  static async connect(name: string, gateway?: Gateway): Promise<Sandbox> {
+    const gw = gateway ?? new Gateway();
+    try {
+      return new Sandbox(gw, await unary<SandboxRecord>(gw, (cb) => gw.sandboxes.getSandbox({ name }, cb)), !gateway);
+    } catch (e) {
+      if (!gateway) gw.close();
+      throw e;
+    }
+  }
+
+  /** Reads the record again. */
+  async refresh(): Promise<this> {
+    this.record = await unary<SandboxRecord>(this.gateway, (cb) => this.gateway.sandboxes.getSandbox({ name: this.id }, cb));
+    return this;
+  }
+
+  /** Waits until the sandbox reaches goal ("running", "stopped" or "deleted") after the request that returned revision since. */
+  wait(goal: "running" | "stopped" | "deleted", since = 0): Promise<this> {
+    return new Promise((resolve, reject) => {
+      const stream = this.gateway.sandboxes.waitSandbox({ name: this.id, goal, sinceRevision: since });
+      let done = false;
+      stream.on("data", (ev) => {
+        if (ev.type === "REACHED") {
+          done = true;
+          if (ev.sandbox) this.record = ev.sandbox;
+          resolve(this);
+        }
+      });
+      stream.on("error", (err) => reject(typed(err, this.gateway.address)));
+      stream.on("end", () => {
+        if (!done) reject(new UnavailableError("the gateway ended the wait without an answer"));
+      });
+    });
+  }
+
+  /** Runs cmd (an argv, or a string for sh -c) in the running sandbox; 127: no such program. */
+  async exec(cmd: string | string[], opts: ExecOptions = {}): Promise<ExecResult> {
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    let exitCode = -1;
+    for await (const part of this.execStream(cmd, opts)) {
+      if (part.stream === "exit") exitCode = part.exitCode;
+      else if (part.stream === "stdout") out.push(part.data);
+      else err.push(part.data);
+    }
+    return { stdout: Buffer.concat(out).toString("utf8"), stderr: Buffer.concat(err).toString("utf8"), exitCode };
+  }
+
+  /** Runs cmd as exec does, yielding its output as it comes, then its exit code. */
+  async *execStream(cmd: string | string[], opts: ExecOptions = {}): AsyncGenerator<
+    { stream: "stdout" | "stderr"; data: Buffer } | { stream: "exit"; exitCode: number }
+  > {
+    let argv = typeof cmd === "string" ? ["sh", "-c", cmd] : [...cmd];
+    if (opts.env) argv = ["env", ...Object.entries(opts.env).map(([k, v]) => `${k}=${v}`), ...argv];
+    if (opts.cwd) argv = ["sh", "-c", 'cd "$0" && exec "$@"', opts.cwd, ...argv];
+    const call = this.gateway.sandboxes.execSandbox(deadline(opts.timeout));
+    call.write({ start: { name: this.id, command: argv, tty: false, stdin: opts.stdin !== undefined, size: undefined } });
+    if (opts.stdin !== undefined) {
+      const data = typeof opts.stdin === "string" ? Buffer.from(opts.stdin) : Buffer.from(opts.stdin);
+      for (let i = 0; i < data.length; i += chunk) call.write({ stdin: data.subarray(i, i + chunk) });
+      call.write({ closeStdin: true });
+    }
+    try {
+      for await (const resp of call) {
+        if (resp.stdout) yield { stream: "stdout", data: resp.stdout };
+        else if (resp.stderr) yield { stream: "stderr", data: resp.stderr };
+        else if (resp.exitCode !== undefined) {
+          yield { stream: "exit", exitCode: resp.exitCode };
+          return;
+        }
+      }
+    } catch (e) {
+      throw typed(e, this.gateway.address);
+    } finally {
+      call.cancel();
+    }
+    throw new UnavailableError("the gateway ended the exec without an exit code");
+  }
+
+  /** What the sandbox's main process printed. */
+  logs(tail = 0): Promise<string> {
+    return new Promise((resolve, reject) => {
+      const parts: Buffer[] = [];
+      const stream = this.gateway.sandboxes.sandboxLogs({ name: this.id, follow: false, tail });
+      stream.on("data", (c) => parts.push(Buffer.concat([c.stdout, c.stderr])));
+      stream.on("error", (err) => reject(typed(err, this.gateway.address)));
+      stream.on("end", () => resolve(Buffer.concat(parts).toString("utf8")));
+    });
+  }
+
+  /** Stops the sandbox (its /sandbox stays) and waits until it is stopped. */
+  async stop(): Promise<this> {
+    this.record = await unary<SandboxRecord>(this.gateway, (cb) => this.gateway.sandboxes.stopSandbox({ name: this.id }, cb));
+    return this.wait("stopped", this.record.revision);
+  }
+
+  /** Starts the stopped sandbox and waits until it runs. */
+  async start(): Promise<this> {
+    this.record = await unary<SandboxRecord>(this.gateway, (cb) => this.gateway.sandboxes.startSandbox({ name: this.id }, cb));
+    return this.wait("running", this.record.revision);
+  }
+
+  /** Deletes the sandbox, in any phase, and waits until it is gone. */
+  async delete(opts: { force?: boolean } = {}): Promise<void> {
+    try {
+      const resp = await unary<DeleteSandboxResponse>(this.gateway, (cb) =>
+        this.gateway.sandboxes.deleteSandbox({ name: this.id, force: opts.force ?? false, assumeGone: false, reason: "" }, cb));
+      await this.wait("deleted", resp.sandbox!.revision);
+    } finally {
+      if (this.ownsGateway) this.gateway.close();
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      await this.delete({ force: true });
+    } catch (e) {
+      if (!(e instanceof NotFoundError)) throw e;
+    }
+  }
+}
+
+/** A sandbox's files; a relative path is under /sandbox. */
+export class Files {
+  constructor(private readonly sb: Sandbox) {}
+
+  private get gw(): Gateway {
+    return this.sb.gateway;
+  }
+
+  /** The file's content. */
+  read(path: string): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      const parts: Buffer[] = [];
+      const stream = this.gw.files.readFile({ sandbox: this.sb.id, path: absolute(path) });
+      stream.on("data", (c) => parts.push(c.data));
+      stream.on("error", (err) => reject(typed(err, this.gw.address)));
+      stream.on("end", () => resolve(Buffer.concat(parts)));
+    });
+  }
+
+  /** Writes the file whole (made, or replaced atomically). */
+  write(path: string, data: string | Uint8Array, mode = 0): Promise<FileInfo> {
+    return new Promise((resolve, reject) => {
+      const call = this.gw.files.writeFile((err, res) => (err ? reject(typed(err, this.gw.address)) : resolve(info(res))));
+      call.write({ header: { sandbox: this.sb.id, path: absolute(path), mode } });
+      const buf = typeof data === "string" ? Buffer.from(data) : Buffer.from(data);
+      for (let i = 0; i < buf.length; i += chunk) call.write({ data: buf.subarray(i, i + chunk) });
+      call.end();
+    });
+  }
+
+  async list(path = "/sandbox"): Promise<FileInfo[]> {
+    const resp = await unary<ListDirResponse>(this.gw, (cb) => this.gw.files.listDir({ sandbox: this.sb.id, path: absolute(path) }, cb));
+    return resp.entries.map(info);
+  }
+
+  async stat(path: string): Promise<FileInfo> {
+    return info(await unary<WireFileInfo>(this.gw, (cb) => this.gw.files.statFile({ sandbox: this.sb.id, path: absolute(path) }, cb)));
+  }
+
+  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
+    await unary<unknown>(this.gw, (cb) =>
+      this.gw.files.removeFile({ sandbox: this.sb.id, path: absolute(path), recursive: opts.recursive ?? false }, cb));
+  }
+
+  async mkdir(path: string, opts: { parents?: boolean } = {}): Promise<FileInfo> {
+    return info(await unary<WireFileInfo>(this.gw, (cb) =>
+      this.gw.files.makeDir({ sandbox: this.sb.id, path: absolute(path), parents: opts.parents ?? false, mode: 0 }, cb)));
+  }
+
+  /** Yields each change in a directory of the running sandbox ("ready" first), until the loop ends. */
+  async *watch(path = "/sandbox"): AsyncGenerator<{ type: string; path: string }> {
+    const stream = this.gw.files.watchDir({ sandbox: this.sb.id, path: absolute(path) });
+    try {
+      for await (const ev of stream) yield { type: ev.type, path: ev.path };
+    } catch (e) {
+      if ((e as grpc.ServiceError).code !== grpc.status.CANCELLED) throw typed(e, this.gw.address);
+    } finally {
+      stream.cancel();
+    }
+  }
+}
+
+/** A sandbox's ports. */
+export class Ports {
+  constructor(private readonly sb: Sandbox) {}
+
+  /** Serves the sandbox's loopback port on the gateway's host; returns the address. */
+  async expose(port: number, address = ""): Promise<string> {
+    const gw = this.sb.gateway;
+    return (await unary<ExposedPort>(gw, (cb) => gw.sandboxes.exposePort({ name: this.sb.id, port, address }, cb))).address;
+  }
+
+  /** Sends data to the sandbox's loopback port, ends its side, and returns everything the server answered. */
+  forward(port: number, data: string | Uint8Array): Promise<Buffer> {
+    const gw = this.sb.gateway;
+    return new Promise((resolve, reject) => {
+      const parts: Buffer[] = [];
+      const call = gw.sandboxes.portForward();
+      call.on("data", (f) => {
+        parts.push(f.data);
+        if (f.closeWrite) {
+          call.cancel();
+          resolve(Buffer.concat(parts));
+        }
+      });
+      call.on("error", (err) => {
+        if ((err as grpc.ServiceError).code !== grpc.status.CANCELLED) reject(typed(err, gw.address));
+      });
+      call.on("end", () => resolve(Buffer.concat(parts)));
+      call.write({ name: this.sb.id, port, data: Buffer.alloc(0), closeWrite: false });
+      const buf = typeof data === "string" ? Buffer.from(data) : Buffer.from(data);
+      for (let i = 0; i < buf.length; i += chunk) call.write({ name: "", port: 0, data: buf.subarray(i, i + chunk), closeWrite: false });
+      call.end();
+    });
+  }
+}

@@ -1,0 +1,118 @@
+// The TypeScript SDK against a real gateway, which cmd/corral's
+// TestTypeScriptSDK starts: CORRAL_HOME is its home (native driver), and
+// CORRAL_GATEWAY_URL, CORRAL_CA, CORRAL_CERT and CORRAL_KEY its TLS
+// listener and a client certificate of its CA; a warm pool "warm" is ready.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { readFileSync, writeFileSync, mkdtempSync } from "node:fs";
+import { join, dirname } from "node:path";
+import { tmpdir } from "node:os";
+import { fileURLToPath } from "node:url";
+import * as corral from "../dist/index.js";
+
+const { Sandbox, Gateway } = corral;
+const here = dirname(fileURLToPath(import.meta.url));
+
+test("lifecycle, exec, files, logs and ports", async () => {
+  const sb = await Sandbox.create({ name: "ts-life", command: ["sh", "-c", "echo started; exec /bin/busybox nc -ll -p 7070 -e /bin/cat"] });
+  try {
+    assert.equal(sb.phase, "ready");
+    assert.deepEqual(await sb.exec(["echo", "hello", "typescript"]), { stdout: "hello typescript\n", stderr: "", exitCode: 0 });
+    assert.deepEqual(await sb.exec("echo $X >&2; pwd; exit 3", { env: { X: "x1" }, cwd: "/tmp" }), { stdout: "/tmp\n", stderr: "x1\n", exitCode: 3 });
+    assert.equal((await sb.exec(["cat"], { stdin: "through stdin" })).stdout, "through stdin");
+    assert.equal((await sb.exec(["/no/such/program"])).exitCode, 127);
+    const parts = [];
+    for await (const p of sb.execStream(["sh", "-c", "echo a; echo b >&2"])) parts.push(p);
+    assert.deepEqual(parts.at(-1), { stream: "exit", exitCode: 0 });
+
+    await sb.files.mkdir("dir");
+    const info = await sb.files.write("dir/note.txt", "a note\n", 0o600);
+    assert.equal(info.size, 7);
+    assert.equal(info.mode & 0o777, 0o600);
+    assert.equal((await sb.files.read("/sandbox/dir/note.txt")).toString(), "a note\n");
+    assert.deepEqual((await sb.files.list("dir")).map((f) => f.name), ["note.txt"]);
+    assert.equal((await sb.files.stat("dir")).type, "dir");
+    await sb.files.remove("dir", { recursive: true });
+    await assert.rejects(sb.files.stat("dir"), corral.NotFoundError);
+
+    assert.match(await sb.logs(), /started/);
+    assert.equal((await sb.ports.forward(7070, "ping\n")).toString(), "ping\n");
+    assert.match(await sb.ports.expose(7070), /^127\.0\.0\.1:\d+$/);
+
+    await sb.stop();
+    assert.equal(sb.phase, "stopped");
+    await sb.start();
+    assert.equal(sb.phase, "ready");
+  } finally {
+    await sb.delete();
+  }
+  await assert.rejects(Sandbox.connect("ts-life"), corral.NotFoundError);
+});
+
+// with runs fn on a new sandbox, deleting it after (the await using of
+// TypeScript and Node 24, which Node 20's JavaScript lacks: see using.test.ts).
+async function withSandbox(opts, fn) {
+  const sb = await Sandbox.create(opts);
+  try {
+    await fn(sb);
+  } finally {
+    await sb[Symbol.asyncDispose]();
+  }
+}
+
+test("an exec with a timeout", () =>
+  withSandbox({ name: "ts-timeout" }, async (sb) => {
+    await assert.rejects(sb.exec(["sleep", "30"], { timeout: 1 }), corral.TimeoutError);
+    assert.equal((await sb.exec(["true"])).exitCode, 0);
+  }));
+
+test("typed errors with the gateway's reason", async () => {
+  await assert.rejects(Sandbox.connect("no-such-sandbox"), (e) => e instanceof corral.NotFoundError && e.reason === 'sandbox "no-such-sandbox" not found');
+  await assert.rejects(Sandbox.create({ name: "Bad_Name" }), corral.InvalidArgumentError);
+  await withSandbox({ name: "ts-errors" }, async (sb) => {
+    await assert.rejects(sb.exec(["x".repeat(1 << 20)]), corral.InvalidArgumentError);
+    await assert.rejects(Sandbox.create({ name: "ts-errors" }), corral.AlreadyExistsError);
+  });
+  const nowhere = new Gateway({ home: "/nonexistent" });
+  await assert.rejects(Sandbox.connect("x", nowhere), (e) => e instanceof corral.UnavailableError && e.reason.includes("is `corral gateway` running?"));
+  nowhere.close();
+});
+
+test("a pool claim", () =>
+  withSandbox({ name: "ts-claimed", pool: "warm", labels: { who: "typescript" } }, async (sb) => {
+    assert.equal(sb.phase, "ready");
+    assert.equal((await sb.exec(["echo", "from the pool"])).stdout, "from the pool\n");
+  }));
+
+test("the remote form over mutual TLS", async () => {
+  const env = process.env;
+  const gateway = new Gateway({ address: env.CORRAL_GATEWAY_URL, ca: env.CORRAL_CA, cert: env.CORRAL_CERT, key: env.CORRAL_KEY });
+  try {
+    await withSandbox({ name: "ts-remote", gateway }, async (sb) => {
+      assert.equal((await sb.exec(["echo", "over mTLS"])).stdout, "over mTLS\n");
+    });
+  } finally {
+    gateway.close();
+  }
+  assert.throws(() => new Gateway({ address: env.CORRAL_GATEWAY_URL }), /needs ca, cert and key/);
+});
+
+// runs a script of the repository as a user would, with the SDK as a package
+function runScript(source) {
+  const dir = mkdtempSync(join(tmpdir(), "corral-ts-"));
+  const file = join(dir, "script.mjs");
+  writeFileSync(file, source.replaceAll('"@corral-sandbox/sdk"', JSON.stringify(join(here, "..", "dist", "index.js"))));
+  return execFileSync("node", [file], { encoding: "utf8" });
+}
+
+test("the README's example runs as written", () => {
+  const readme = readFileSync(join(here, "..", "README.md"), "utf8");
+  const example = readme.match(/```js\n([\s\S]*?)```/)[1];
+  assert.equal(runScript(example), "hello from the sandbox\n\n");
+});
+
+test("examples/typescript/agent.mjs runs as written", () => {
+  const source = readFileSync(join(here, "..", "..", "..", "examples", "typescript", "agent.mjs"), "utf8");
+  assert.equal(runScript(source), "the answer is 42\n");
+});
