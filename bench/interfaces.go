@@ -7,21 +7,31 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/client"
+	"github.com/corral-sandbox/corral/internal/testenv"
 	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
 
 const interfacesTitle = "interfaces: an echo exec round trip through each, beside a direct gRPC call in the same run"
 
-// The interfaces an agent reaches a sandbox through, as rows.
-var interfaceOps = []string{"Go client package", "CLI (corral sandbox exec)", "MCP over stdio (corral mcp)", "MCP over HTTPS (/mcp)"}
+// The interfaces an agent reaches a sandbox through, as rows: those the
+// bench drives from its own process, then the SDKs of other languages,
+// which time themselves (bench/sdk).
+var (
+	interfaceOps = []string{"Go client package", "CLI (corral sandbox exec)", "MCP over stdio (corral mcp)", "MCP over HTTPS (/mcp)"}
+	sdkOps       = []string{"TypeScript SDK", "Python SDK"}
+)
 
 // benchInterfaces times `echo` run in one ready native sandbox through
 // each interface, each run beside a direct ExecSandbox call on the
@@ -78,7 +88,7 @@ func benchInterfaces(bin, home string, n, warmup int) (*table, []*figure, error)
 		func() error { return mcpEcho(ctx, stdio) },
 		func() error { return mcpEcho(ctx, overHTTPS) },
 	}
-	t := newTable(interfacesTitle, interfaceOps, []string{"direct gRPC"})
+	t := newTable(interfacesTitle, append(slices.Clone(interfaceOps), sdkOps...), []string{"direct gRPC"})
 	for i := range n + warmup {
 		for j, way := range ways {
 			direct, err := timed(func() error { return directEcho(ctx, g.api) })
@@ -95,8 +105,11 @@ func benchInterfaces(bin, home string, n, warmup int) (*table, []*figure, error)
 			}
 		}
 	}
+	if err := benchSDKs(ctx, t, g.api, home, n, warmup); err != nil {
+		return nil, nil, err
+	}
 	var figs []*figure
-	for _, op := range interfaceOps {
+	for _, op := range t.Ops {
 		got, direct := stats(t.Times[op]["corral"])[0], stats(t.Times[op]["direct gRPC"])[0]
 		bound := time.Duration(float64(direct)*1.5) + 2*time.Millisecond
 		met := got <= bound
@@ -168,4 +181,44 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// benchSDKs times the TypeScript and the Python SDKs' echo round trips
+// (each SDK's own loop, bench/sdk), each beside as many direct gRPC calls
+// made just before it.
+func benchSDKs(ctx context.Context, t *table, api corralv1.SandboxServiceClient, home string, n, warmup int) error {
+	root := testenv.ModuleRoot()
+	runs := [][]string{
+		{"node", filepath.Join(root, "bench", "sdk", "echo.mjs"), "echo", strconv.Itoa(n + warmup)},
+		{"/usr/bin/python3", filepath.Join(root, "bench", "sdk", "echo.py"), "echo", strconv.Itoa(n + warmup)},
+	}
+	for i, argv := range runs {
+		for range n + warmup {
+			d, err := timed(func() error { return directEcho(ctx, api) })
+			if err != nil {
+				return fmt.Errorf("direct gRPC: %w", err)
+			}
+			t.add(sdkOps[i], "direct gRPC", d)
+		}
+		t.Times[sdkOps[i]]["direct gRPC"] = t.Times[sdkOps[i]]["direct gRPC"][warmup:]
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = append(os.Environ(), "CORRAL_HOME="+home, "PYTHONPATH="+filepath.Join(root, "sdk", "python"),
+			"PYTHONDONTWRITEBYTECODE=1", "CORRAL_SDK="+filepath.Join(root, "sdk", "typescript", "dist", "index.js"))
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("%s (build the SDK first; see its README): %w", sdkOps[i], err)
+		}
+		lines := strings.Fields(string(out))
+		if len(lines) != n+warmup {
+			return fmt.Errorf("%s printed %d round trips, want %d", sdkOps[i], len(lines), n+warmup)
+		}
+		for _, l := range lines[warmup:] {
+			ns, err := strconv.ParseInt(l, 10, 64)
+			if err != nil {
+				return fmt.Errorf("%s printed %q", sdkOps[i], l)
+			}
+			t.add(sdkOps[i], "corral", time.Duration(ns))
+		}
+	}
+	return nil
 }
