@@ -70,8 +70,7 @@ func receive(recv func() (*corralv1.FileChunk, error), w io.Writer) error {
 }
 
 // WriteFile writes r's bytes as a sandbox's file path (made or replaced
-// whole, atomically), with mode's permission bits (0: 0644, or the
-// replaced file's).
+// whole, atomically), with mode's permission bits (0: 0644).
 func (c *Client) WriteFile(ctx context.Context, name, path string, r io.Reader, mode fs.FileMode) (*FileInfo, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

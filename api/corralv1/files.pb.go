@@ -22,9 +22,12 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// FileChunk is the next piece of a stream of bytes (a file's, or a tar
+// archive's).
 type FileChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// data is the next bytes, at most 256 KiB.
+	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -66,10 +69,14 @@ func (x *FileChunk) GetData() []byte {
 	return nil
 }
 
+// CopyOutRequest names what to copy out of a sandbox.
 type CopyOutRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox       string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the sandbox's name or id.
+	Sandbox string `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// path is the absolute path of a file, symlink or directory in the
+	// sandbox; ending in "/.", what the directory holds.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -118,10 +125,14 @@ func (x *CopyOutRequest) GetPath() string {
 	return ""
 }
 
+// CopyInHeader is the first message of a CopyIn: where the archive goes.
 type CopyInHeader struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the sandbox's name or id.
+	Sandbox string `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// path is the absolute path in the sandbox: an existing directory to
+	// unpack into, or (with base) the path the archive's top entry becomes.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// base is the archive's top entry's name, which becomes path's last name
 	// when path is not an existing directory; "" unpacks the archive as it is
 	// into the directory path.
@@ -181,8 +192,13 @@ func (x *CopyInHeader) GetBase() string {
 	return ""
 }
 
+// CopyInRequest is one message of a CopyIn: the header first, then the
+// archive's bytes.
 type CopyInRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// msg is what the message carries: header in the first message only,
+	// data in every later one.
+	//
 	// Types that are valid to be assigned to Msg:
 	//
 	//	*CopyInRequest_Header
@@ -252,10 +268,12 @@ type isCopyInRequest_Msg interface {
 }
 
 type CopyInRequest_Header struct {
+	// header says where the archive goes.
 	Header *CopyInHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
 }
 
 type CopyInRequest_Data struct {
+	// data is the next bytes of the tar archive.
 	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
 }
 
@@ -263,6 +281,7 @@ func (*CopyInRequest_Header) isCopyInRequest_Msg() {}
 
 func (*CopyInRequest_Data) isCopyInRequest_Msg() {}
 
+// CopyInResponse is what a CopyIn wrote.
 type CopyInResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// written is how many bytes of regular files were written.
@@ -308,10 +327,13 @@ func (x *CopyInResponse) GetWritten() int64 {
 	return 0
 }
 
+// ReadFileRequest names the file to read.
 type ReadFileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox       string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the sandbox's name or id.
+	Sandbox string `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// path is the absolute path of a regular file in the sandbox.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,10 +382,15 @@ func (x *ReadFileRequest) GetPath() string {
 	return ""
 }
 
+// WriteFileHeader is the first message of a WriteFile: which file, and its
+// mode.
 type WriteFileHeader struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the sandbox's name or id.
+	Sandbox string `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// path is the absolute path of the file in the sandbox; its directory
+	// must exist.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// mode is the file's permission bits; 0 is 0644.
 	Mode          uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -421,8 +448,13 @@ func (x *WriteFileHeader) GetMode() uint32 {
 	return 0
 }
 
+// WriteFileRequest is one message of a WriteFile: the header first, then
+// the file's bytes.
 type WriteFileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// msg is what the message carries: header in the first message only,
+	// data in every later one.
+	//
 	// Types that are valid to be assigned to Msg:
 	//
 	//	*WriteFileRequest_Header
@@ -492,10 +524,12 @@ type isWriteFileRequest_Msg interface {
 }
 
 type WriteFileRequest_Header struct {
+	// header says which file to write.
 	Header *WriteFileHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
 }
 
 type WriteFileRequest_Data struct {
+	// data is the next bytes of the file's new content.
 	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
 }
 
@@ -503,19 +537,30 @@ func (*WriteFileRequest_Header) isWriteFileRequest_Msg() {}
 
 func (*WriteFileRequest_Data) isWriteFileRequest_Msg() {}
 
+// FileInfo describes one file, directory or symlink in a sandbox.
 type FileInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Path  string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// name is the path's last element.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// path is the absolute path in the sandbox, cleaned.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// type is "file", "dir", "symlink" or "other".
-	Type  string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
-	Size  int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
-	Mode  uint32                 `protobuf:"varint,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// size is the file's size in bytes (for a directory or symlink, what the
+	// file system reports).
+	Size int64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// mode is the permission bits, with the sticky bit (01000); no file
+	// type, setuid or setgid bits.
+	Mode uint32 `protobuf:"varint,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	// mtime is when the content last changed (UTC).
 	Mtime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=mtime,proto3" json:"mtime,omitempty"`
 	// link is a symlink's target.
-	Link          string `protobuf:"bytes,7,opt,name=link,proto3" json:"link,omitempty"`
-	Uid           int32  `protobuf:"varint,8,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           int32  `protobuf:"varint,9,opt,name=gid,proto3" json:"gid,omitempty"`
+	Link string `protobuf:"bytes,7,opt,name=link,proto3" json:"link,omitempty"`
+	// uid is the owner's user id: as the sandbox sees it while it runs; for
+	// a stopped sandbox, the id on the gateway's host.
+	Uid int32 `protobuf:"varint,8,opt,name=uid,proto3" json:"uid,omitempty"`
+	// gid is the owner's group id, seen as uid is.
+	Gid           int32 `protobuf:"varint,9,opt,name=gid,proto3" json:"gid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -613,10 +658,13 @@ func (x *FileInfo) GetGid() int32 {
 	return 0
 }
 
+// ListDirRequest names the directory to list.
 type ListDirRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox       string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the sandbox's name or id.
+	Sandbox string `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// path is the absolute path of a directory in the sandbox.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -665,9 +713,12 @@ func (x *ListDirRequest) GetPath() string {
 	return ""
 }
 
+// ListDirResponse is a directory's entries.
 type ListDirResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*FileInfo            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries are the directory's entries, sorted by name, without "." and
+	// "..".
+	Entries       []*FileInfo `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -709,10 +760,13 @@ func (x *ListDirResponse) GetEntries() []*FileInfo {
 	return nil
 }
 
+// StatFileRequest names the path to describe.
 type StatFileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox       string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the sandbox's name or id.
+	Sandbox string `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// path is the absolute path in the sandbox.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -761,11 +815,15 @@ func (x *StatFileRequest) GetPath() string {
 	return ""
 }
 
+// RemoveFileRequest names the path to remove.
 type RemoveFileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox       string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	Recursive     bool                   `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the sandbox's name or id.
+	Sandbox string `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// path is the absolute path in the sandbox; the root cannot be removed.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// recursive removes a directory with everything it holds.
+	Recursive     bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -821,6 +879,7 @@ func (x *RemoveFileRequest) GetRecursive() bool {
 	return false
 }
 
+// RemoveFileResponse is an empty answer: the path is gone.
 type RemoveFileResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -857,11 +916,15 @@ func (*RemoveFileResponse) Descriptor() ([]byte, []int) {
 	return file_corral_v1_files_proto_rawDescGZIP(), []int{13}
 }
 
+// MakeDirRequest names the directory to make.
 type MakeDirRequest struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	Parents bool                   `protobuf:"varint,3,opt,name=parents,proto3" json:"parents,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the sandbox's name or id.
+	Sandbox string `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// path is the absolute path of the new directory in the sandbox.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// parents makes the missing directories above path too, as mkdir -p.
+	Parents bool `protobuf:"varint,3,opt,name=parents,proto3" json:"parents,omitempty"`
 	// mode is the directory's permission bits; 0 is 0755.
 	Mode          uint32 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -926,10 +989,13 @@ func (x *MakeDirRequest) GetMode() uint32 {
 	return 0
 }
 
+// WatchDirRequest names the directory to watch.
 type WatchDirRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox       string                 `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the sandbox's name or id; it must be running.
+	Sandbox string `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// path is the absolute path of a directory in the sandbox.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -978,13 +1044,18 @@ func (x *WatchDirRequest) GetPath() string {
 	return ""
 }
 
+// FileEvent is one change in a watched directory.
 type FileEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// type is "ready" (the watch is in place), "created", "modified" or
 	// "removed".
-	Type          string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	Dir           bool   `protobuf:"varint,3,opt,name=dir,proto3" json:"dir,omitempty"`
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// path is the absolute path of the entry that changed; for "ready", and
+	// for the "removed" that ends the stream when the watched directory
+	// itself goes, that directory.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// dir is true when the entry is a directory.
+	Dir           bool `protobuf:"varint,3,opt,name=dir,proto3" json:"dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -23,12 +23,24 @@ const (
 )
 
 // SandboxSpec is what the caller asked for; only its policy changes after
-// create (UpdateSandbox, while the sandbox is stopped).
+// create (UpdateSandbox: the whole policy while the sandbox is stopped,
+// only its network_policies while it runs).
 type SandboxSpec struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Image   string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
-	Command []string               `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
-	Labels  map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// image is what the sandbox runs: a registry reference, a docker save
+	// archive ("docker-archive:/abs/path.tar"), an OCI image layout
+	// ("oci:/abs/dir") or, on the native driver, a root file system
+	// directory ("/abs/path") or "host". Empty is the gateway's
+	// default_image. At most 4096 bytes, without white space.
+	Image string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	// command is the main process's program and arguments; empty runs the
+	// image's own command. At most 1024 arguments and 128 KiB in all.
+	Command []string `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
+	// labels are the caller's key-value pairs, for selecting sandboxes
+	// (ListSandboxesRequest.labels): at most 64; keys of 1 to 253 letters,
+	// digits, '.', '_', '-' and '/' ("corral." is reserved), values of at
+	// most 256 bytes.
+	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// policy is the YAML policy document, stored verbatim.
 	Policy string `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
 	// restart_policy is never, on_failure (default) or always; the gateway
@@ -122,26 +134,42 @@ func (x *SandboxSpec) GetAddHosts() []string {
 	return nil
 }
 
+// Sandbox is a sandbox's record: its spec, the intent the caller set and
+// the phase the reconciler last observed.
 type Sandbox struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Spec  *SandboxSpec           `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	// id is the sandbox's unique id, 32 hex digits, fixed at create.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// name is the sandbox's name, a DNS label (1 to 63 lower-case letters,
+	// digits and '-'), unique on the gateway.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// spec is what the sandbox was created with (and its current policy).
+	Spec *SandboxSpec `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	// phase is the last observed phase: provisioning, ready, stopping, stopped,
 	// starting, deleting, exited or error.
 	Phase string `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
 	// desired_state is the intent: running, stopped or deleted.
 	DesiredState string `protobuf:"bytes,5,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
-	// generation counts incarnations: it grows on every start after a stop.
-	Generation int64                  `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
-	Reason     string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// generation counts incarnations: it grows on every start of a stopped,
+	// exited or failed sandbox and on every restart by the restart policy.
+	Generation int64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
+	// reason says why the phase is what it is (a driver call that failed and
+	// is retried, the main process's exit, ...); empty once the sandbox is
+	// ready or stopped as asked.
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// created_at is when the sandbox was created (UTC).
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// updated_at is when the record last changed (UTC).
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// deadline is when the current intent must be reached; past it the phase
 	// becomes error while the reconciler keeps trying.
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	LastOperation *Operation             `protobuf:"bytes,11,opt,name=last_operation,json=lastOperation,proto3" json:"last_operation,omitempty"`
-	Revision      int64                  `protobuf:"varint,12,opt,name=revision,proto3" json:"revision,omitempty"`
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// last_operation is the newest request entry of the sandbox's journal
+	// (create, start, stop, delete or update), with its state.
+	LastOperation *Operation `protobuf:"bytes,11,opt,name=last_operation,json=lastOperation,proto3" json:"last_operation,omitempty"`
+	// revision grows on every write of the record; WaitSandboxRequest's
+	// since_revision takes it.
+	Revision int64 `protobuf:"varint,12,opt,name=revision,proto3" json:"revision,omitempty"`
 	// exit_code is the main process's last exit status, once it exited.
 	ExitCode *int32 `protobuf:"varint,13,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
 	// restarts counts restarts by the restart policy since the last start.
@@ -300,22 +328,39 @@ func (x *Sandbox) GetNetwork() string {
 }
 
 // Operation is one journal entry: a request (kind create, start, stop,
-// delete) or one driver call attempt (kind driver.create, driver.start, ...).
+// delete, update, or claim from a pool) or one driver call attempt (kind
+// driver.create, driver.start, driver.stop, driver.delete).
 type Operation struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Id        int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	SandboxId string                 `protobuf:"bytes,2,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Kind      string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the entry's number in the gateway's journal; it grows with every
+	// entry.
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// sandbox_id is the id of the sandbox the entry is about.
+	SandboxId string `protobuf:"bytes,2,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// kind is what the entry records: create, start, stop, delete, update,
+	// claim, driver.create, driver.start, driver.stop or driver.delete.
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	// state is pending, succeeded, failed, timed_out, interrupted or superseded.
-	State         string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
-	Owner         string                 `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
-	Attempt       int32                  `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Generation    int64                  `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	Deadline      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	Error         string                 `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
-	Detail        string                 `protobuf:"bytes,12,opt,name=detail,proto3" json:"detail,omitempty"`
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// owner identifies the gateway process that wrote the entry.
+	Owner string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	// attempt numbers a driver call's attempts, from 1; 0 for requests.
+	Attempt int32 `protobuf:"varint,6,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// generation is the incarnation of the sandbox the entry is about.
+	Generation int64 `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
+	// started_at is when the request was made or the driver call began (UTC).
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// deadline is when the entry must be settled by (UTC).
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// finished_at is when the entry was settled (UTC); unset while pending.
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// error says why the entry did not succeed: a driver call's error, or
+	// why the entry was interrupted; empty otherwise (a request that failed
+	// or timed out leaves the why to the sandbox's reason).
+	Error string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	// detail says more about the entry, e.g. "force: no graceful stop",
+	// "superseded by stop" or the pool a claim came from; often empty.
+	Detail        string `protobuf:"bytes,12,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -434,10 +479,15 @@ func (x *Operation) GetDetail() string {
 	return ""
 }
 
+// CreateSandboxRequest asks for a new sandbox.
 type CreateSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Spec  *SandboxSpec           `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// name is the new sandbox's name: a DNS label, 1 to 63 lower-case
+	// letters, digits and '-', starting and ending with a letter or digit.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// spec is what the sandbox runs; unset is the gateway's default image
+	// with its own command and the default policy.
+	Spec *SandboxSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	// request_id makes create retryable: a second create with the same id
 	// returns the sandbox the first one made.
 	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -508,9 +558,12 @@ func (x *CreateSandboxRequest) GetPool() string {
 	return ""
 }
 
+// CreateSandboxResponse is the sandbox a create made (or found).
 type CreateSandboxResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the new sandbox's record, or the earlier one request_id
+	// matched.
+	Sandbox *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	// created is false when request_id matched an earlier create.
 	Created bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
 	// from_pool is true when a ready pool member was claimed.
@@ -581,8 +634,9 @@ func (x *CreateSandboxResponse) GetPoolReason() string {
 
 // GetSandboxRequest names a sandbox by name or id.
 type GetSandboxRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the sandbox's name or id.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -699,9 +753,11 @@ func (x *ListSandboxesRequest) GetPhase() string {
 	return ""
 }
 
+// ListSandboxesResponse is one page of sandboxes.
 type ListSandboxesResponse struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Sandboxes []*Sandbox             `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandboxes are the page's sandboxes, oldest first.
+	Sandboxes []*Sandbox `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
 	// next_page_token, when set, lists the next page: more sandboxes match.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -752,9 +808,11 @@ func (x *ListSandboxesResponse) GetNextPageToken() string {
 	return ""
 }
 
+// StopSandboxRequest names the sandbox to stop.
 type StopSandboxRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the sandbox's name or id.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -796,9 +854,11 @@ func (x *StopSandboxRequest) GetName() string {
 	return ""
 }
 
+// StartSandboxRequest names the sandbox to start.
 type StartSandboxRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the sandbox's name or id.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -840,15 +900,20 @@ func (x *StartSandboxRequest) GetName() string {
 	return ""
 }
 
+// DeleteSandboxRequest names the sandbox to delete and how.
 type DeleteSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// name is the sandbox's name or id.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// force skips the graceful stop and cancels any driver call in flight.
 	Force bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	// assume_gone (with force) removes the record without the driver's
 	// confirmation that no compute object is left; it is journaled with who
 	// asked and why. A compute object that is left is an orphan then.
-	AssumeGone    bool   `protobuf:"varint,3,opt,name=assume_gone,json=assumeGone,proto3" json:"assume_gone,omitempty"`
+	AssumeGone bool `protobuf:"varint,3,opt,name=assume_gone,json=assumeGone,proto3" json:"assume_gone,omitempty"`
+	// reason says why the compute is known to be gone: required with
+	// assume_gone (INVALID_ARGUMENT without), and journaled; otherwise
+	// unused.
 	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -912,9 +977,11 @@ func (x *DeleteSandboxRequest) GetReason() string {
 	return ""
 }
 
+// UpdateSandboxRequest gives a sandbox a new policy.
 type UpdateSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // or id
+	// name is the sandbox's name or id.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// policy is the new YAML policy document.
 	Policy        string `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -965,9 +1032,12 @@ func (x *UpdateSandboxRequest) GetPolicy() string {
 	return ""
 }
 
+// DeleteSandboxResponse is the sandbox as the delete left it.
 type DeleteSandboxResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the record with intent deleted (phase deleting), or the
+	// removed record when assume_gone removed it at once.
+	Sandbox       *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1009,6 +1079,7 @@ func (x *DeleteSandboxResponse) GetSandbox() *Sandbox {
 	return nil
 }
 
+// WatchSandboxesRequest selects the sandboxes to watch.
 type WatchSandboxesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name, when set, limits the stream to that sandbox.
@@ -1054,9 +1125,11 @@ func (x *WatchSandboxesRequest) GetName() string {
 	return ""
 }
 
+// WaitSandboxRequest names a sandbox and the goal to wait for.
 type WaitSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// name is the sandbox's name or id.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// goal is "running" (ready, or exited for good: what a create or a
 	// start waits for), "stopped" or "deleted".
 	Goal string `protobuf:"bytes,2,opt,name=goal,proto3" json:"goal,omitempty"`
@@ -1118,11 +1191,14 @@ func (x *WaitSandboxRequest) GetSinceRevision() int64 {
 	return 0
 }
 
+// SandboxEvent is one message of WatchSandboxes or WaitSandbox.
 type SandboxEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// type is ADDED, MODIFIED, DELETED, or SYNCED (no sandbox: the initial
 	// list is complete); of WaitSandbox, PROGRESS or REACHED.
-	Type          string   `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// sandbox is the record as of the event (for DELETED, its last one);
+	// unset for SYNCED and for REACHED of the goal "deleted".
 	Sandbox       *Sandbox `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1172,9 +1248,11 @@ func (x *SandboxEvent) GetSandbox() *Sandbox {
 	return nil
 }
 
+// ListOperationsRequest names the sandbox whose journal to list.
 type ListOperationsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the sandbox's name or id.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1216,9 +1294,11 @@ func (x *ListOperationsRequest) GetName() string {
 	return ""
 }
 
+// ListOperationsResponse is a sandbox's journal.
 type ListOperationsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Operations    []*Operation           `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// operations are the sandbox's journal entries, oldest first.
+	Operations    []*Operation `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1260,10 +1340,13 @@ func (x *ListOperationsResponse) GetOperations() []*Operation {
 	return nil
 }
 
+// TerminalSize is a terminal's size in characters.
 type TerminalSize struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
-	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rows is the terminal's height, in lines.
+	Rows uint32 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	// cols is the terminal's width, in columns.
+	Cols          uint32 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1312,13 +1395,21 @@ func (x *TerminalSize) GetCols() uint32 {
 	return 0
 }
 
+// ExecStart is the first message of an exec: what to run, and where.
 type ExecStart struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Command []string               `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
-	Tty     bool                   `protobuf:"varint,3,opt,name=tty,proto3" json:"tty,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the sandbox's name or id; it must be ready.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// command is the program and its arguments (required): at most 1024
+	// arguments and 128 KiB in all.
+	Command []string `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
+	// tty runs the command on a terminal; then all its output comes as
+	// stdout.
+	Tty bool `protobuf:"varint,3,opt,name=tty,proto3" json:"tty,omitempty"`
 	// stdin says whether the caller sends input.
-	Stdin         bool          `protobuf:"varint,4,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	Stdin bool `protobuf:"varint,4,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// size is the terminal's first size, with tty; unset or zero leaves the
+	// driver's default.
 	Size          *TerminalSize `protobuf:"bytes,5,opt,name=size,proto3" json:"size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1389,8 +1480,11 @@ func (x *ExecStart) GetSize() *TerminalSize {
 	return nil
 }
 
+// ExecRequest is one message from the caller of an exec.
 type ExecRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// msg is what the message carries: start first, then any of the others.
+	//
 	// Types that are valid to be assigned to Msg:
 	//
 	//	*ExecRequest_Start
@@ -1480,10 +1574,13 @@ type isExecRequest_Msg interface {
 }
 
 type ExecRequest_Start struct {
+	// start says what to run; the first message only.
 	Start *ExecStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
 }
 
 type ExecRequest_Stdin struct {
+	// stdin is the next bytes of the command's input (with
+	// ExecStart.stdin; ignored otherwise).
 	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"`
 }
 
@@ -1493,6 +1590,7 @@ type ExecRequest_CloseStdin struct {
 }
 
 type ExecRequest_Resize struct {
+	// resize is the terminal's new size, with tty.
 	Resize *TerminalSize `protobuf:"bytes,4,opt,name=resize,proto3,oneof"`
 }
 
@@ -1504,8 +1602,12 @@ func (*ExecRequest_CloseStdin) isExecRequest_Msg() {}
 
 func (*ExecRequest_Resize) isExecRequest_Msg() {}
 
+// ExecResponse is one message from the gateway of an exec.
 type ExecResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// msg is what the message carries: output as it comes, then the exit
+	// code last.
+	//
 	// Types that are valid to be assigned to Msg:
 	//
 	//	*ExecResponse_Stdout
@@ -1585,14 +1687,18 @@ type isExecResponse_Msg interface {
 }
 
 type ExecResponse_Stdout struct {
+	// stdout is the next bytes of the command's standard output (with
+	// tty, all of its output).
 	Stdout []byte `protobuf:"bytes,1,opt,name=stdout,proto3,oneof"`
 }
 
 type ExecResponse_Stderr struct {
+	// stderr is the next bytes of the command's standard error.
 	Stderr []byte `protobuf:"bytes,2,opt,name=stderr,proto3,oneof"`
 }
 
 type ExecResponse_ExitCode struct {
+	// exit_code is the command's exit status; the last message.
 	ExitCode int32 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3,oneof"`
 }
 
@@ -1602,10 +1708,15 @@ func (*ExecResponse_Stderr) isExecResponse_Msg() {}
 
 func (*ExecResponse_ExitCode) isExecResponse_Msg() {}
 
+// SandboxLogsRequest names the sandbox whose main process's output to
+// stream.
 type SandboxLogsRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Follow bool                   `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the sandbox's name or id.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// follow keeps the stream open for new output until the caller goes
+	// away; without it the stream ends with the output kept so far.
+	Follow bool `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"`
 	// tail is how many lines from the end to start with; 0 means all.
 	Tail          int32 `protobuf:"varint,3,opt,name=tail,proto3" json:"tail,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1663,10 +1774,14 @@ func (x *SandboxLogsRequest) GetTail() int32 {
 	return 0
 }
 
+// LogChunk is a piece of the main process's output; one of its fields is
+// set.
 type LogChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stdout        []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stdout is bytes the main process wrote to its standard output.
+	Stdout []byte `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	// stderr is bytes the main process wrote to its standard error.
+	Stderr        []byte `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1715,6 +1830,7 @@ func (x *LogChunk) GetStderr() []byte {
 	return nil
 }
 
+// DoctorRequest asks for the gateway's findings; it has no fields.
 type DoctorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1751,10 +1867,13 @@ func (*DoctorRequest) Descriptor() ([]byte, []int) {
 	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
+// DoctorFinding is one inconsistency the doctor found.
 type DoctorFinding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// sandbox is the name (or, for an object without a record, the id).
+	// sandbox is the name (or, for an object without a record, the id); "-"
+	// when the finding is about the driver as a whole.
 	Sandbox string `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// problem says what is wrong, in one line.
 	Problem string `protobuf:"bytes,2,opt,name=problem,proto3" json:"problem,omitempty"`
 	// action is what the gateway does about it, or what an operator can do.
 	Action        string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
@@ -1813,9 +1932,11 @@ func (x *DoctorFinding) GetAction() string {
 	return ""
 }
 
+// DoctorReport is what the doctor found, and the driver's isolation tiers.
 type DoctorReport struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Findings []*DoctorFinding       `protobuf:"bytes,1,rep,name=findings,proto3" json:"findings,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// findings are the inconsistencies found; none when all is well.
+	Findings []*DoctorFinding `protobuf:"bytes,1,rep,name=findings,proto3" json:"findings,omitempty"`
 	// tiers are the isolation tiers a policy can ask for (its isolation key)
 	// and whether the driver can run each.
 	Tiers         []*IsolationTier `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
@@ -1871,8 +1992,9 @@ func (x *DoctorReport) GetTiers() []*IsolationTier {
 type IsolationTier struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the policy's value: "namespaces", "gvisor".
-	Name      string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Available bool   `protobuf:"varint,2,opt,name=available,proto3" json:"available,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// available is true when the driver can run sandboxes on the tier now.
+	Available bool `protobuf:"varint,2,opt,name=available,proto3" json:"available,omitempty"`
 	// detail says what runs the tier, or why it is not available.
 	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1938,7 +2060,9 @@ type Image struct {
 	// refs are the names it is known by.
 	Refs []string `protobuf:"bytes,2,rep,name=refs,proto3" json:"refs,omitempty"`
 	// size is what it takes, in bytes.
-	Size    int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Size int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// created is when the image was made (Docker) or pulled into the store
+	// (native driver), UTC; unset when unknown.
 	Created *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created,proto3" json:"created,omitempty"`
 	// sandboxes counts the sandboxes that use it.
 	Sandboxes     int32 `protobuf:"varint,5,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
@@ -2011,9 +2135,12 @@ func (x *Image) GetSandboxes() int32 {
 	return 0
 }
 
+// PullImageRequest names the image to pull.
 type PullImageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Image string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	// image is a registry reference, "docker-archive:/abs/path.tar" or
+	// "oci:/abs/dir".
+	Image string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
 	// if_needed pulls only what a create of the image would, under the
 	// gateway's image_pull_policy: nothing when the policy is never, or when
 	// the image is in the store already and the policy is not always. The
@@ -2068,7 +2195,7 @@ func (x *PullImageRequest) GetIfNeeded() bool {
 }
 
 // PullImageProgress is one step of a pull; the last message of the stream
-// has image set instead.
+// has status done and image set.
 type PullImageProgress struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// layer is the digest (or the engine's id) of the layer the step is
@@ -2078,8 +2205,10 @@ type PullImageProgress struct {
 	// engine's own word.
 	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	// current and total count bytes, when known.
-	Current       int64  `protobuf:"varint,3,opt,name=current,proto3" json:"current,omitempty"`
-	Total         int64  `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	Current int64 `protobuf:"varint,3,opt,name=current,proto3" json:"current,omitempty"`
+	// total is how many bytes the step moves in all, when known; 0 when not.
+	Total int64 `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	// image is the pulled image; set on the last message only.
 	Image         *Image `protobuf:"bytes,5,opt,name=image,proto3" json:"image,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2150,6 +2279,7 @@ func (x *PullImageProgress) GetImage() *Image {
 	return nil
 }
 
+// ListImagesRequest asks for the driver's images; it has no fields.
 type ListImagesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2186,9 +2316,11 @@ func (*ListImagesRequest) Descriptor() ([]byte, []int) {
 	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
+// ListImagesResponse is the images of the driver's store.
 type ListImagesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Images        []*Image               `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// images are the images of the driver's store.
+	Images        []*Image `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2230,6 +2362,7 @@ func (x *ListImagesResponse) GetImages() []*Image {
 	return nil
 }
 
+// RemoveImageRequest names the image to remove.
 type RemoveImageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// image is a name or an id.
@@ -2275,6 +2408,7 @@ func (x *RemoveImageRequest) GetImage() string {
 	return ""
 }
 
+// PruneImagesRequest asks to remove the unused images; it has no fields.
 type PruneImagesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2311,9 +2445,11 @@ func (*PruneImagesRequest) Descriptor() ([]byte, []int) {
 	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
+// PruneImagesResponse is what a prune removed.
 type PruneImagesResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Removed []*Image               `protobuf:"bytes,1,rep,name=removed,proto3" json:"removed,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// removed are the images the prune removed.
+	Removed []*Image `protobuf:"bytes,1,rep,name=removed,proto3" json:"removed,omitempty"`
 	// space_freed is the sum of the removed images' sizes, in bytes.
 	SpaceFreed    int64 `protobuf:"varint,2,opt,name=space_freed,json=spaceFreed,proto3" json:"space_freed,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2364,10 +2500,15 @@ func (x *PruneImagesResponse) GetSpaceFreed() int64 {
 	return 0
 }
 
+// SandboxDenialsRequest names the sandbox whose denials to stream.
 type SandboxDenialsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Follow        bool                   `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the sandbox's name or id.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// follow keeps the stream open for new denials until the caller goes
+	// away (or the sandbox is deleted); without it the stream ends with
+	// those kept so far.
+	Follow        bool `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2420,17 +2561,23 @@ func (x *SandboxDenialsRequest) GetFollow() bool {
 // allow: a refused (verdict denied) or audited connection or request.
 type Denial struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
-	Host  string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
-	Port  int32                  `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// time is when the proxy decided (UTC).
+	Time *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// host is the host name (or address) the sandbox asked for.
+	Host string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	// port is the TCP port the sandbox asked for.
+	Port int32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
 	// address is the resolved address, when the name was resolved.
 	Address string `protobuf:"bytes,4,opt,name=address,proto3" json:"address,omitempty"`
-	Method  string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
-	Path    string `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
+	// method is the HTTP request's method; empty for a plain connection.
+	Method string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	// path is the HTTP request's path; empty for a plain connection.
+	Path string `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
 	// verdict is denied or audited.
 	Verdict string `protobuf:"bytes,7,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	// policy names the network_policies entry that decided, if one did.
-	Policy        string `protobuf:"bytes,8,opt,name=policy,proto3" json:"policy,omitempty"`
+	Policy string `protobuf:"bytes,8,opt,name=policy,proto3" json:"policy,omitempty"`
+	// reason is the rule that decided, or why nothing allowed it.
 	Reason        string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2535,7 +2682,10 @@ type PortForwardFrame struct {
 	// name (of the sandbox, or its id) and port: the caller's first frame
 	// only.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Port int32  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// port is the TCP port on the sandbox's 127.0.0.1, 1 to 65535.
+	Port int32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// data is the next bytes of the connection; none in the caller's first
+	// frame.
 	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
 	// close_write: the sender sends no more data (a TCP half-close).
 	CloseWrite    bool `protobuf:"varint,4,opt,name=close_write,json=closeWrite,proto3" json:"close_write,omitempty"`
@@ -2601,10 +2751,13 @@ func (x *PortForwardFrame) GetCloseWrite() bool {
 	return false
 }
 
+// ExposePortRequest names a sandbox's port to expose, and where.
 type ExposePortRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Port  int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// name is the sandbox's name or id.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// port is the TCP port on the sandbox's 127.0.0.1, 1 to 65535.
+	Port int32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
 	// address is HOST:PORT on the gateway host; "" is 127.0.0.1 and a free
 	// port.
 	Address       string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
@@ -2666,10 +2819,13 @@ func (x *ExposePortRequest) GetAddress() string {
 // ExposedPort is a sandbox's port served on an address of the gateway
 // host.
 type ExposedPort struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId   string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	SandboxName string                 `protobuf:"bytes,2,opt,name=sandbox_name,json=sandboxName,proto3" json:"sandbox_name,omitempty"`
-	Port        int32                  `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the id of the sandbox whose port it is.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// sandbox_name is the name of the sandbox whose port it is.
+	SandboxName string `protobuf:"bytes,2,opt,name=sandbox_name,json=sandboxName,proto3" json:"sandbox_name,omitempty"`
+	// port is the TCP port on the sandbox's 127.0.0.1.
+	Port int32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
 	// address is where the gateway host serves it, HOST:PORT.
 	Address string `protobuf:"bytes,4,opt,name=address,proto3" json:"address,omitempty"`
 	// error says why this gateway does not serve it now (its address could
@@ -2744,10 +2900,13 @@ func (x *ExposedPort) GetError() string {
 	return ""
 }
 
+// UnexposePortRequest names the exposed port to remove.
 type UnexposePortRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Port          int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the sandbox's name or id.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// port is the sandbox's exposed port; one not exposed is NOT_FOUND.
+	Port          int32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2798,8 +2957,9 @@ func (x *UnexposePortRequest) GetPort() int32 {
 
 // ListExposedPortsRequest names a sandbox; "" lists every sandbox's.
 type ListExposedPortsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the sandbox's name or id; "" for every sandbox.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2841,9 +3001,11 @@ func (x *ListExposedPortsRequest) GetName() string {
 	return ""
 }
 
+// ListExposedPortsResponse is the exposed ports that were asked for.
 type ListExposedPortsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ports         []*ExposedPort         `protobuf:"bytes,1,rep,name=ports,proto3" json:"ports,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ports are the exposed ports.
+	Ports         []*ExposedPort `protobuf:"bytes,1,rep,name=ports,proto3" json:"ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2887,10 +3049,16 @@ func (x *ListExposedPortsResponse) GetPorts() []*ExposedPort {
 
 // PoolSpec is what every member of a pool is created with.
 type PoolSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Image         string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
-	Command       []string               `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
-	Policy        string                 `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// image is what the members run, as SandboxSpec.image; empty is the
+	// gateway's default_image.
+	Image string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	// command is the members' main process; empty is a keep-alive
+	// ("sleep 2147483647").
+	Command []string `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
+	// policy is the members' YAML policy document; empty is the default
+	// policy.
+	Policy        string `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2949,14 +3117,17 @@ func (x *PoolSpec) GetPolicy() string {
 // Pool is a warm pool and what its unclaimed members are doing.
 type Pool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// name is the pool's name, a DNS label of at most 54 characters.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// size is how many unclaimed members the gateway keeps.
-	Size int32     `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Size int32 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// spec is what every member is created with, fixed when the pool was.
 	Spec *PoolSpec `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	// ready is how many unclaimed members are ready to be claimed.
 	Ready int32 `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`
 	// members is how many unclaimed members exist, ready or not.
-	Members       int32                  `protobuf:"varint,5,opt,name=members,proto3" json:"members,omitempty"`
+	Members int32 `protobuf:"varint,5,opt,name=members,proto3" json:"members,omitempty"`
+	// created_at is when the pool was created (UTC).
 	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3038,10 +3209,13 @@ func (x *Pool) GetCreatedAt() *timestamppb.Timestamp {
 // are named NAME-xxxxxxxx), size 1 to 256; spec's image defaults to the
 // gateway's, its command to a keep-alive (sleep).
 type CreatePoolRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Size          int32                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Spec          *PoolSpec              `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the new pool's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// size is how many unclaimed members to keep, 1 to 256.
+	Size int32 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// spec is what every member is created with; unset takes every default.
+	Spec          *PoolSpec `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3097,6 +3271,7 @@ func (x *CreatePoolRequest) GetSpec() *PoolSpec {
 	return nil
 }
 
+// ListPoolsRequest asks for every pool; it has no fields.
 type ListPoolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3133,9 +3308,11 @@ func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
 	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
+// ListPoolsResponse is every pool of the gateway.
 type ListPoolsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pools         []*Pool                `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pools are the pools, by name.
+	Pools         []*Pool `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3179,8 +3356,9 @@ func (x *ListPoolsResponse) GetPools() []*Pool {
 
 // DeletePoolRequest names the pool; claimed sandboxes stay.
 type DeletePoolRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the pool's name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -54,14 +54,35 @@ const (
 // records intent (with a journal entry) and wakes the reconciler; it returns
 // the record as it is right after the intent change.
 type SandboxServiceClient interface {
+	// CreateSandbox records a new sandbox that should run and returns its
+	// record (a new one in phase provisioning). A name already taken is
+	// ALREADY_EXISTS; an invalid name, spec or policy is INVALID_ARGUMENT.
+	// With pool, it claims a ready member of that pool instead.
 	CreateSandbox(ctx context.Context, in *CreateSandboxRequest, opts ...grpc.CallOption) (*CreateSandboxResponse, error)
+	// GetSandbox returns one sandbox's record, with protections and network
+	// filled in.
 	GetSandbox(ctx context.Context, in *GetSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
+	// ListSandboxes returns the sandboxes that match, oldest first, a page at
+	// a time.
 	ListSandboxes(ctx context.Context, in *ListSandboxesRequest, opts ...grpc.CallOption) (*ListSandboxesResponse, error)
+	// StopSandbox sets a sandbox's intent to stopped; the reconciler stops its
+	// main process. Stopping a sandbox that is being deleted is
+	// FAILED_PRECONDITION; stopping a stopped one changes nothing.
 	StopSandbox(ctx context.Context, in *StopSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
+	// StartSandbox sets a sandbox's intent to running. A stopped, exited or
+	// failed sandbox starts as a new incarnation (generation + 1) with its
+	// /sandbox kept. Starting a sandbox that is being deleted is
+	// FAILED_PRECONDITION.
 	StartSandbox(ctx context.Context, in *StartSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
+	// DeleteSandbox sets a sandbox's intent to deleted, in any phase, and
+	// cancels a driver call in flight for it; the record goes once the driver
+	// has removed its compute.
 	DeleteSandbox(ctx context.Context, in *DeleteSandboxRequest, opts ...grpc.CallOption) (*DeleteSandboxResponse, error)
-	// UpdateSandbox replaces the policy of a stopped sandbox; its next start
-	// uses it.
+	// UpdateSandbox replaces the policy of a sandbox. A stopped sandbox takes
+	// the whole new policy at its next start; a running one only a policy
+	// whose network_policies alone differ (anything else is
+	// FAILED_PRECONDITION), which its egress proxy enforces at once, closing
+	// the connections the new rules refuse.
 	UpdateSandbox(ctx context.Context, in *UpdateSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
 	// WatchSandboxes first sends every matching sandbox as ADDED, then one
 	// SYNCED event, then one event per change until the caller goes away.
@@ -448,14 +469,35 @@ func (c *sandboxServiceClient) DeletePool(ctx context.Context, in *DeletePoolReq
 // records intent (with a journal entry) and wakes the reconciler; it returns
 // the record as it is right after the intent change.
 type SandboxServiceServer interface {
+	// CreateSandbox records a new sandbox that should run and returns its
+	// record (a new one in phase provisioning). A name already taken is
+	// ALREADY_EXISTS; an invalid name, spec or policy is INVALID_ARGUMENT.
+	// With pool, it claims a ready member of that pool instead.
 	CreateSandbox(context.Context, *CreateSandboxRequest) (*CreateSandboxResponse, error)
+	// GetSandbox returns one sandbox's record, with protections and network
+	// filled in.
 	GetSandbox(context.Context, *GetSandboxRequest) (*Sandbox, error)
+	// ListSandboxes returns the sandboxes that match, oldest first, a page at
+	// a time.
 	ListSandboxes(context.Context, *ListSandboxesRequest) (*ListSandboxesResponse, error)
+	// StopSandbox sets a sandbox's intent to stopped; the reconciler stops its
+	// main process. Stopping a sandbox that is being deleted is
+	// FAILED_PRECONDITION; stopping a stopped one changes nothing.
 	StopSandbox(context.Context, *StopSandboxRequest) (*Sandbox, error)
+	// StartSandbox sets a sandbox's intent to running. A stopped, exited or
+	// failed sandbox starts as a new incarnation (generation + 1) with its
+	// /sandbox kept. Starting a sandbox that is being deleted is
+	// FAILED_PRECONDITION.
 	StartSandbox(context.Context, *StartSandboxRequest) (*Sandbox, error)
+	// DeleteSandbox sets a sandbox's intent to deleted, in any phase, and
+	// cancels a driver call in flight for it; the record goes once the driver
+	// has removed its compute.
 	DeleteSandbox(context.Context, *DeleteSandboxRequest) (*DeleteSandboxResponse, error)
-	// UpdateSandbox replaces the policy of a stopped sandbox; its next start
-	// uses it.
+	// UpdateSandbox replaces the policy of a sandbox. A stopped sandbox takes
+	// the whole new policy at its next start; a running one only a policy
+	// whose network_policies alone differ (anything else is
+	// FAILED_PRECONDITION), which its egress proxy enforces at once, closing
+	// the connections the new rules refuse.
 	UpdateSandbox(context.Context, *UpdateSandboxRequest) (*Sandbox, error)
 	// WatchSandboxes first sends every matching sandbox as ADDED, then one
 	// SYNCED event, then one event per change until the caller goes away.

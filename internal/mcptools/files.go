@@ -45,7 +45,7 @@ type writeIn struct {
 	pathIn
 	Content  string `json:"content" jsonschema:"the file's new content, whole"`
 	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (default) or base64"`
-	Mode     string `json:"mode,omitempty" jsonschema:"permission bits in octal, such as 0755 (default 0644, or the replaced file's)"`
+	Mode     string `json:"mode,omitempty" jsonschema:"permission bits in octal, such as 0755 (default 0644)"`
 }
 
 type removeIn struct {

@@ -25,7 +25,7 @@ func (f *Files) CopyOut(ctx context.Context, nameOrID, path string, w io.Writer)
 }
 
 // Write replaces path whole, atomically, with r's bytes and mode's
-// permission bits (0: 0644, or the replaced file's), and describes it.
+// permission bits (0: 0644), and describes it.
 func (f *Files) Write(ctx context.Context, nameOrID, path string, mode uint32, r io.Reader) (*files.Info, error) {
 	res, err := f.result(ctx, nameOrID, files.Request{Op: files.OpWrite, Path: path, Mode: mode}, r)
 	return res.Info, err

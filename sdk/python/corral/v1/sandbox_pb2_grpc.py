@@ -151,44 +151,65 @@ class SandboxServiceServicer(object):
     """
 
     def CreateSandbox(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """CreateSandbox records a new sandbox that should run and returns its
+        record (a new one in phase provisioning). A name already taken is
+        ALREADY_EXISTS; an invalid name, spec or policy is INVALID_ARGUMENT.
+        With pool, it claims a ready member of that pool instead.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetSandbox(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetSandbox returns one sandbox's record, with protections and network
+        filled in.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListSandboxes(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """ListSandboxes returns the sandboxes that match, oldest first, a page at
+        a time.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def StopSandbox(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """StopSandbox sets a sandbox's intent to stopped; the reconciler stops its
+        main process. Stopping a sandbox that is being deleted is
+        FAILED_PRECONDITION; stopping a stopped one changes nothing.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def StartSandbox(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """StartSandbox sets a sandbox's intent to running. A stopped, exited or
+        failed sandbox starts as a new incarnation (generation + 1) with its
+        /sandbox kept. Starting a sandbox that is being deleted is
+        FAILED_PRECONDITION.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteSandbox(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """DeleteSandbox sets a sandbox's intent to deleted, in any phase, and
+        cancels a driver call in flight for it; the record goes once the driver
+        has removed its compute.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UpdateSandbox(self, request, context):
-        """UpdateSandbox replaces the policy of a stopped sandbox; its next start
-        uses it.
+        """UpdateSandbox replaces the policy of a sandbox. A stopped sandbox takes
+        the whole new policy at its next start; a running one only a policy
+        whose network_policies alone differ (anything else is
+        FAILED_PRECONDITION), which its egress proxy enforces at once, closing
+        the connections the new rules refuse.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -28,17 +28,34 @@ export const protobufPackage = "corral.v1";
 
 export const protobufFileName = "corral/v1/files.proto";
 
+/**
+ * FileChunk is the next piece of a stream of bytes (a file's, or a tar
+ * archive's).
+ */
 export interface FileChunk {
+  /** data is the next bytes, at most 256 KiB. */
   data: Buffer;
 }
 
+/** CopyOutRequest names what to copy out of a sandbox. */
 export interface CopyOutRequest {
+  /** sandbox is the sandbox's name or id. */
   sandbox: string;
+  /**
+   * path is the absolute path of a file, symlink or directory in the
+   * sandbox; ending in "/.", what the directory holds.
+   */
   path: string;
 }
 
+/** CopyInHeader is the first message of a CopyIn: where the archive goes. */
 export interface CopyInHeader {
+  /** sandbox is the sandbox's name or id. */
   sandbox: string;
+  /**
+   * path is the absolute path in the sandbox: an existing directory to
+   * unpack into, or (with base) the path the archive's top entry becomes.
+   */
   path: string;
   /**
    * base is the archive's top entry's name, which becomes path's last name
@@ -48,92 +65,168 @@ export interface CopyInHeader {
   base: string;
 }
 
+/**
+ * CopyInRequest is one message of a CopyIn: the header first, then the
+ * archive's bytes.
+ */
 export interface CopyInRequest {
-  header?: CopyInHeader | undefined;
+  /** header says where the archive goes. */
+  header?:
+    | CopyInHeader
+    | undefined;
+  /** data is the next bytes of the tar archive. */
   data?: Buffer | undefined;
 }
 
+/** CopyInResponse is what a CopyIn wrote. */
 export interface CopyInResponse {
   /** written is how many bytes of regular files were written. */
   written: number;
 }
 
+/** ReadFileRequest names the file to read. */
 export interface ReadFileRequest {
+  /** sandbox is the sandbox's name or id. */
   sandbox: string;
+  /** path is the absolute path of a regular file in the sandbox. */
   path: string;
 }
 
+/**
+ * WriteFileHeader is the first message of a WriteFile: which file, and its
+ * mode.
+ */
 export interface WriteFileHeader {
+  /** sandbox is the sandbox's name or id. */
   sandbox: string;
+  /**
+   * path is the absolute path of the file in the sandbox; its directory
+   * must exist.
+   */
   path: string;
   /** mode is the file's permission bits; 0 is 0644. */
   mode: number;
 }
 
+/**
+ * WriteFileRequest is one message of a WriteFile: the header first, then
+ * the file's bytes.
+ */
 export interface WriteFileRequest {
-  header?: WriteFileHeader | undefined;
+  /** header says which file to write. */
+  header?:
+    | WriteFileHeader
+    | undefined;
+  /** data is the next bytes of the file's new content. */
   data?: Buffer | undefined;
 }
 
+/** FileInfo describes one file, directory or symlink in a sandbox. */
 export interface FileInfo {
+  /** name is the path's last element. */
   name: string;
+  /** path is the absolute path in the sandbox, cleaned. */
   path: string;
   /** type is "file", "dir", "symlink" or "other". */
   type: string;
+  /**
+   * size is the file's size in bytes (for a directory or symlink, what the
+   * file system reports).
+   */
   size: number;
+  /**
+   * mode is the permission bits, with the sticky bit (01000); no file
+   * type, setuid or setgid bits.
+   */
   mode: number;
+  /** mtime is when the content last changed (UTC). */
   mtime:
     | Date
     | undefined;
   /** link is a symlink's target. */
   link: string;
+  /**
+   * uid is the owner's user id: as the sandbox sees it while it runs; for
+   * a stopped sandbox, the id on the gateway's host.
+   */
   uid: number;
+  /** gid is the owner's group id, seen as uid is. */
   gid: number;
 }
 
+/** ListDirRequest names the directory to list. */
 export interface ListDirRequest {
+  /** sandbox is the sandbox's name or id. */
   sandbox: string;
+  /** path is the absolute path of a directory in the sandbox. */
   path: string;
 }
 
+/** ListDirResponse is a directory's entries. */
 export interface ListDirResponse {
+  /**
+   * entries are the directory's entries, sorted by name, without "." and
+   * "..".
+   */
   entries: FileInfo[];
 }
 
+/** StatFileRequest names the path to describe. */
 export interface StatFileRequest {
+  /** sandbox is the sandbox's name or id. */
   sandbox: string;
+  /** path is the absolute path in the sandbox. */
   path: string;
 }
 
+/** RemoveFileRequest names the path to remove. */
 export interface RemoveFileRequest {
+  /** sandbox is the sandbox's name or id. */
   sandbox: string;
+  /** path is the absolute path in the sandbox; the root cannot be removed. */
   path: string;
+  /** recursive removes a directory with everything it holds. */
   recursive: boolean;
 }
 
+/** RemoveFileResponse is an empty answer: the path is gone. */
 export interface RemoveFileResponse {
 }
 
+/** MakeDirRequest names the directory to make. */
 export interface MakeDirRequest {
+  /** sandbox is the sandbox's name or id. */
   sandbox: string;
+  /** path is the absolute path of the new directory in the sandbox. */
   path: string;
+  /** parents makes the missing directories above path too, as mkdir -p. */
   parents: boolean;
   /** mode is the directory's permission bits; 0 is 0755. */
   mode: number;
 }
 
+/** WatchDirRequest names the directory to watch. */
 export interface WatchDirRequest {
+  /** sandbox is the sandbox's name or id; it must be running. */
   sandbox: string;
+  /** path is the absolute path of a directory in the sandbox. */
   path: string;
 }
 
+/** FileEvent is one change in a watched directory. */
 export interface FileEvent {
   /**
    * type is "ready" (the watch is in place), "created", "modified" or
    * "removed".
    */
   type: string;
+  /**
+   * path is the absolute path of the entry that changed; for "ready", and
+   * for the "removed" that ends the stream when the watched directory
+   * itself goes, that directory.
+   */
   path: string;
+  /** dir is true when the entry is a directory. */
   dir: boolean;
 }
 

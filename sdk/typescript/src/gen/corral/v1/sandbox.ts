@@ -30,11 +30,29 @@ export const protobufFileName = "corral/v1/sandbox.proto";
 
 /**
  * SandboxSpec is what the caller asked for; only its policy changes after
- * create (UpdateSandbox, while the sandbox is stopped).
+ * create (UpdateSandbox: the whole policy while the sandbox is stopped,
+ * only its network_policies while it runs).
  */
 export interface SandboxSpec {
+  /**
+   * image is what the sandbox runs: a registry reference, a docker save
+   * archive ("docker-archive:/abs/path.tar"), an OCI image layout
+   * ("oci:/abs/dir") or, on the native driver, a root file system
+   * directory ("/abs/path") or "host". Empty is the gateway's
+   * default_image. At most 4096 bytes, without white space.
+   */
   image: string;
+  /**
+   * command is the main process's program and arguments; empty runs the
+   * image's own command. At most 1024 arguments and 128 KiB in all.
+   */
   command: string[];
+  /**
+   * labels are the caller's key-value pairs, for selecting sandboxes
+   * (ListSandboxesRequest.labels): at most 64; keys of 1 to 253 letters,
+   * digits, '.', '_', '-' and '/' ("corral." is reserved), values of at
+   * most 256 bytes.
+   */
   labels: { [key: string]: string };
   /** policy is the YAML policy document, stored verbatim. */
   policy: string;
@@ -57,9 +75,19 @@ export interface SandboxSpec_LabelsEntry {
   value: string;
 }
 
+/**
+ * Sandbox is a sandbox's record: its spec, the intent the caller set and
+ * the phase the reconciler last observed.
+ */
 export interface Sandbox {
+  /** id is the sandbox's unique id, 32 hex digits, fixed at create. */
   id: string;
+  /**
+   * name is the sandbox's name, a DNS label (1 to 63 lower-case letters,
+   * digits and '-'), unique on the gateway.
+   */
   name: string;
+  /** spec is what the sandbox was created with (and its current policy). */
   spec:
     | SandboxSpec
     | undefined;
@@ -70,10 +98,22 @@ export interface Sandbox {
   phase: string;
   /** desired_state is the intent: running, stopped or deleted. */
   desiredState: string;
-  /** generation counts incarnations: it grows on every start after a stop. */
+  /**
+   * generation counts incarnations: it grows on every start of a stopped,
+   * exited or failed sandbox and on every restart by the restart policy.
+   */
   generation: number;
+  /**
+   * reason says why the phase is what it is (a driver call that failed and
+   * is retried, the main process's exit, ...); empty once the sandbox is
+   * ready or stopped as asked.
+   */
   reason: string;
-  createdAt: Date | undefined;
+  /** created_at is when the sandbox was created (UTC). */
+  createdAt:
+    | Date
+    | undefined;
+  /** updated_at is when the record last changed (UTC). */
   updatedAt:
     | Date
     | undefined;
@@ -81,8 +121,20 @@ export interface Sandbox {
    * deadline is when the current intent must be reached; past it the phase
    * becomes error while the reconciler keeps trying.
    */
-  deadline: Date | undefined;
-  lastOperation: Operation | undefined;
+  deadline:
+    | Date
+    | undefined;
+  /**
+   * last_operation is the newest request entry of the sandbox's journal
+   * (create, start, stop, delete or update), with its state.
+   */
+  lastOperation:
+    | Operation
+    | undefined;
+  /**
+   * revision grows on every write of the record; WaitSandboxRequest's
+   * since_revision takes it.
+   */
   revision: number;
   /** exit_code is the main process's last exit status, once it exited. */
   exitCode?:
@@ -105,26 +157,66 @@ export interface Sandbox {
 
 /**
  * Operation is one journal entry: a request (kind create, start, stop,
- * delete) or one driver call attempt (kind driver.create, driver.start, ...).
+ * delete, update, or claim from a pool) or one driver call attempt (kind
+ * driver.create, driver.start, driver.stop, driver.delete).
  */
 export interface Operation {
+  /**
+   * id is the entry's number in the gateway's journal; it grows with every
+   * entry.
+   */
   id: number;
+  /** sandbox_id is the id of the sandbox the entry is about. */
   sandboxId: string;
+  /**
+   * kind is what the entry records: create, start, stop, delete, update,
+   * claim, driver.create, driver.start, driver.stop or driver.delete.
+   */
   kind: string;
   /** state is pending, succeeded, failed, timed_out, interrupted or superseded. */
   state: string;
+  /** owner identifies the gateway process that wrote the entry. */
   owner: string;
+  /** attempt numbers a driver call's attempts, from 1; 0 for requests. */
   attempt: number;
+  /** generation is the incarnation of the sandbox the entry is about. */
   generation: number;
-  startedAt: Date | undefined;
-  deadline: Date | undefined;
-  finishedAt: Date | undefined;
+  /** started_at is when the request was made or the driver call began (UTC). */
+  startedAt:
+    | Date
+    | undefined;
+  /** deadline is when the entry must be settled by (UTC). */
+  deadline:
+    | Date
+    | undefined;
+  /** finished_at is when the entry was settled (UTC); unset while pending. */
+  finishedAt:
+    | Date
+    | undefined;
+  /**
+   * error says why the entry did not succeed: a driver call's error, or
+   * why the entry was interrupted; empty otherwise (a request that failed
+   * or timed out leaves the why to the sandbox's reason).
+   */
   error: string;
+  /**
+   * detail says more about the entry, e.g. "force: no graceful stop",
+   * "superseded by stop" or the pool a claim came from; often empty.
+   */
   detail: string;
 }
 
+/** CreateSandboxRequest asks for a new sandbox. */
 export interface CreateSandboxRequest {
+  /**
+   * name is the new sandbox's name: a DNS label, 1 to 63 lower-case
+   * letters, digits and '-', starting and ending with a letter or digit.
+   */
   name: string;
+  /**
+   * spec is what the sandbox runs; unset is the gateway's default image
+   * with its own command and the default policy.
+   */
   spec:
     | SandboxSpec
     | undefined;
@@ -142,7 +234,12 @@ export interface CreateSandboxRequest {
   pool: string;
 }
 
+/** CreateSandboxResponse is the sandbox a create made (or found). */
 export interface CreateSandboxResponse {
+  /**
+   * sandbox is the new sandbox's record, or the earlier one request_id
+   * matched.
+   */
   sandbox:
     | Sandbox
     | undefined;
@@ -156,6 +253,7 @@ export interface CreateSandboxResponse {
 
 /** GetSandboxRequest names a sandbox by name or id. */
 export interface GetSandboxRequest {
+  /** name is the sandbox's name or id. */
   name: string;
 }
 
@@ -180,21 +278,29 @@ export interface ListSandboxesRequest_LabelsEntry {
   value: string;
 }
 
+/** ListSandboxesResponse is one page of sandboxes. */
 export interface ListSandboxesResponse {
+  /** sandboxes are the page's sandboxes, oldest first. */
   sandboxes: Sandbox[];
   /** next_page_token, when set, lists the next page: more sandboxes match. */
   nextPageToken: string;
 }
 
+/** StopSandboxRequest names the sandbox to stop. */
 export interface StopSandboxRequest {
+  /** name is the sandbox's name or id. */
   name: string;
 }
 
+/** StartSandboxRequest names the sandbox to start. */
 export interface StartSandboxRequest {
+  /** name is the sandbox's name or id. */
   name: string;
 }
 
+/** DeleteSandboxRequest names the sandbox to delete and how. */
 export interface DeleteSandboxRequest {
+  /** name is the sandbox's name or id. */
   name: string;
   /** force skips the graceful stop and cancels any driver call in flight. */
   force: boolean;
@@ -204,26 +310,40 @@ export interface DeleteSandboxRequest {
    * asked and why. A compute object that is left is an orphan then.
    */
   assumeGone: boolean;
+  /**
+   * reason says why the compute is known to be gone: required with
+   * assume_gone (INVALID_ARGUMENT without), and journaled; otherwise
+   * unused.
+   */
   reason: string;
 }
 
+/** UpdateSandboxRequest gives a sandbox a new policy. */
 export interface UpdateSandboxRequest {
-  /** or id */
+  /** name is the sandbox's name or id. */
   name: string;
   /** policy is the new YAML policy document. */
   policy: string;
 }
 
+/** DeleteSandboxResponse is the sandbox as the delete left it. */
 export interface DeleteSandboxResponse {
+  /**
+   * sandbox is the record with intent deleted (phase deleting), or the
+   * removed record when assume_gone removed it at once.
+   */
   sandbox: Sandbox | undefined;
 }
 
+/** WatchSandboxesRequest selects the sandboxes to watch. */
 export interface WatchSandboxesRequest {
   /** name, when set, limits the stream to that sandbox. */
   name: string;
 }
 
+/** WaitSandboxRequest names a sandbox and the goal to wait for. */
 export interface WaitSandboxRequest {
+  /** name is the sandbox's name or id. */
   name: string;
   /**
    * goal is "running" (ready, or exited for good: what a create or a
@@ -237,77 +357,148 @@ export interface WaitSandboxRequest {
   sinceRevision: number;
 }
 
+/** SandboxEvent is one message of WatchSandboxes or WaitSandbox. */
 export interface SandboxEvent {
   /**
    * type is ADDED, MODIFIED, DELETED, or SYNCED (no sandbox: the initial
    * list is complete); of WaitSandbox, PROGRESS or REACHED.
    */
   type: string;
+  /**
+   * sandbox is the record as of the event (for DELETED, its last one);
+   * unset for SYNCED and for REACHED of the goal "deleted".
+   */
   sandbox: Sandbox | undefined;
 }
 
+/** ListOperationsRequest names the sandbox whose journal to list. */
 export interface ListOperationsRequest {
+  /** name is the sandbox's name or id. */
   name: string;
 }
 
+/** ListOperationsResponse is a sandbox's journal. */
 export interface ListOperationsResponse {
+  /** operations are the sandbox's journal entries, oldest first. */
   operations: Operation[];
 }
 
+/** TerminalSize is a terminal's size in characters. */
 export interface TerminalSize {
+  /** rows is the terminal's height, in lines. */
   rows: number;
+  /** cols is the terminal's width, in columns. */
   cols: number;
 }
 
+/** ExecStart is the first message of an exec: what to run, and where. */
 export interface ExecStart {
+  /** name is the sandbox's name or id; it must be ready. */
   name: string;
+  /**
+   * command is the program and its arguments (required): at most 1024
+   * arguments and 128 KiB in all.
+   */
   command: string[];
+  /**
+   * tty runs the command on a terminal; then all its output comes as
+   * stdout.
+   */
   tty: boolean;
   /** stdin says whether the caller sends input. */
   stdin: boolean;
+  /**
+   * size is the terminal's first size, with tty; unset or zero leaves the
+   * driver's default.
+   */
   size: TerminalSize | undefined;
 }
 
+/** ExecRequest is one message from the caller of an exec. */
 export interface ExecRequest {
-  start?: ExecStart | undefined;
+  /** start says what to run; the first message only. */
+  start?:
+    | ExecStart
+    | undefined;
+  /**
+   * stdin is the next bytes of the command's input (with
+   * ExecStart.stdin; ignored otherwise).
+   */
   stdin?:
     | Buffer
     | undefined;
   /** close_stdin ends the input. */
-  closeStdin?: boolean | undefined;
+  closeStdin?:
+    | boolean
+    | undefined;
+  /** resize is the terminal's new size, with tty. */
   resize?: TerminalSize | undefined;
 }
 
+/** ExecResponse is one message from the gateway of an exec. */
 export interface ExecResponse {
-  stdout?: Buffer | undefined;
-  stderr?: Buffer | undefined;
+  /**
+   * stdout is the next bytes of the command's standard output (with
+   * tty, all of its output).
+   */
+  stdout?:
+    | Buffer
+    | undefined;
+  /** stderr is the next bytes of the command's standard error. */
+  stderr?:
+    | Buffer
+    | undefined;
+  /** exit_code is the command's exit status; the last message. */
   exitCode?: number | undefined;
 }
 
+/**
+ * SandboxLogsRequest names the sandbox whose main process's output to
+ * stream.
+ */
 export interface SandboxLogsRequest {
+  /** name is the sandbox's name or id. */
   name: string;
+  /**
+   * follow keeps the stream open for new output until the caller goes
+   * away; without it the stream ends with the output kept so far.
+   */
   follow: boolean;
   /** tail is how many lines from the end to start with; 0 means all. */
   tail: number;
 }
 
+/**
+ * LogChunk is a piece of the main process's output; one of its fields is
+ * set.
+ */
 export interface LogChunk {
+  /** stdout is bytes the main process wrote to its standard output. */
   stdout: Buffer;
+  /** stderr is bytes the main process wrote to its standard error. */
   stderr: Buffer;
 }
 
+/** DoctorRequest asks for the gateway's findings; it has no fields. */
 export interface DoctorRequest {
 }
 
+/** DoctorFinding is one inconsistency the doctor found. */
 export interface DoctorFinding {
-  /** sandbox is the name (or, for an object without a record, the id). */
+  /**
+   * sandbox is the name (or, for an object without a record, the id); "-"
+   * when the finding is about the driver as a whole.
+   */
   sandbox: string;
+  /** problem says what is wrong, in one line. */
   problem: string;
   /** action is what the gateway does about it, or what an operator can do. */
   action: string;
 }
 
+/** DoctorReport is what the doctor found, and the driver's isolation tiers. */
 export interface DoctorReport {
+  /** findings are the inconsistencies found; none when all is well. */
   findings: DoctorFinding[];
   /**
    * tiers are the isolation tiers a policy can ask for (its isolation key)
@@ -320,6 +511,7 @@ export interface DoctorReport {
 export interface IsolationTier {
   /** name is the policy's value: "namespaces", "gvisor". */
   name: string;
+  /** available is true when the driver can run sandboxes on the tier now. */
   available: boolean;
   /** detail says what runs the tier, or why it is not available. */
   detail: string;
@@ -333,6 +525,10 @@ export interface Image {
   refs: string[];
   /** size is what it takes, in bytes. */
   size: number;
+  /**
+   * created is when the image was made (Docker) or pulled into the store
+   * (native driver), UTC; unset when unknown.
+   */
   created:
     | Date
     | undefined;
@@ -340,7 +536,12 @@ export interface Image {
   sandboxes: number;
 }
 
+/** PullImageRequest names the image to pull. */
 export interface PullImageRequest {
+  /**
+   * image is a registry reference, "docker-archive:/abs/path.tar" or
+   * "oci:/abs/dir".
+   */
   image: string;
   /**
    * if_needed pulls only what a create of the image would, under the
@@ -353,7 +554,7 @@ export interface PullImageRequest {
 
 /**
  * PullImageProgress is one step of a pull; the last message of the stream
- * has image set instead.
+ * has status done and image set.
  */
 export interface PullImageProgress {
   /**
@@ -368,33 +569,49 @@ export interface PullImageProgress {
   status: string;
   /** current and total count bytes, when known. */
   current: number;
+  /** total is how many bytes the step moves in all, when known; 0 when not. */
   total: number;
+  /** image is the pulled image; set on the last message only. */
   image: Image | undefined;
 }
 
+/** ListImagesRequest asks for the driver's images; it has no fields. */
 export interface ListImagesRequest {
 }
 
+/** ListImagesResponse is the images of the driver's store. */
 export interface ListImagesResponse {
+  /** images are the images of the driver's store. */
   images: Image[];
 }
 
+/** RemoveImageRequest names the image to remove. */
 export interface RemoveImageRequest {
   /** image is a name or an id. */
   image: string;
 }
 
+/** PruneImagesRequest asks to remove the unused images; it has no fields. */
 export interface PruneImagesRequest {
 }
 
+/** PruneImagesResponse is what a prune removed. */
 export interface PruneImagesResponse {
+  /** removed are the images the prune removed. */
   removed: Image[];
   /** space_freed is the sum of the removed images' sizes, in bytes. */
   spaceFreed: number;
 }
 
+/** SandboxDenialsRequest names the sandbox whose denials to stream. */
 export interface SandboxDenialsRequest {
+  /** name is the sandbox's name or id. */
   name: string;
+  /**
+   * follow keeps the stream open for new denials until the caller goes
+   * away (or the sandbox is deleted); without it the stream ends with
+   * those kept so far.
+   */
   follow: boolean;
 }
 
@@ -403,17 +620,25 @@ export interface SandboxDenialsRequest {
  * allow: a refused (verdict denied) or audited connection or request.
  */
 export interface Denial {
-  time: Date | undefined;
+  /** time is when the proxy decided (UTC). */
+  time:
+    | Date
+    | undefined;
+  /** host is the host name (or address) the sandbox asked for. */
   host: string;
+  /** port is the TCP port the sandbox asked for. */
   port: number;
   /** address is the resolved address, when the name was resolved. */
   address: string;
+  /** method is the HTTP request's method; empty for a plain connection. */
   method: string;
+  /** path is the HTTP request's path; empty for a plain connection. */
   path: string;
   /** verdict is denied or audited. */
   verdict: string;
   /** policy names the network_policies entry that decided, if one did. */
   policy: string;
+  /** reason is the rule that decided, or why nothing allowed it. */
   reason: string;
 }
 
@@ -424,14 +649,22 @@ export interface PortForwardFrame {
    * only.
    */
   name: string;
+  /** port is the TCP port on the sandbox's 127.0.0.1, 1 to 65535. */
   port: number;
+  /**
+   * data is the next bytes of the connection; none in the caller's first
+   * frame.
+   */
   data: Buffer;
   /** close_write: the sender sends no more data (a TCP half-close). */
   closeWrite: boolean;
 }
 
+/** ExposePortRequest names a sandbox's port to expose, and where. */
 export interface ExposePortRequest {
+  /** name is the sandbox's name or id. */
   name: string;
+  /** port is the TCP port on the sandbox's 127.0.0.1, 1 to 65535. */
   port: number;
   /**
    * address is HOST:PORT on the gateway host; "" is 127.0.0.1 and a free
@@ -445,8 +678,11 @@ export interface ExposePortRequest {
  * host.
  */
 export interface ExposedPort {
+  /** sandbox_id is the id of the sandbox whose port it is. */
   sandboxId: string;
+  /** sandbox_name is the name of the sandbox whose port it is. */
   sandboxName: string;
+  /** port is the TCP port on the sandbox's 127.0.0.1. */
   port: number;
   /** address is where the gateway host serves it, HOST:PORT. */
   address: string;
@@ -457,32 +693,52 @@ export interface ExposedPort {
   error: string;
 }
 
+/** UnexposePortRequest names the exposed port to remove. */
 export interface UnexposePortRequest {
+  /** name is the sandbox's name or id. */
   name: string;
+  /** port is the sandbox's exposed port; one not exposed is NOT_FOUND. */
   port: number;
 }
 
 /** ListExposedPortsRequest names a sandbox; "" lists every sandbox's. */
 export interface ListExposedPortsRequest {
+  /** name is the sandbox's name or id; "" for every sandbox. */
   name: string;
 }
 
+/** ListExposedPortsResponse is the exposed ports that were asked for. */
 export interface ListExposedPortsResponse {
+  /** ports are the exposed ports. */
   ports: ExposedPort[];
 }
 
 /** PoolSpec is what every member of a pool is created with. */
 export interface PoolSpec {
+  /**
+   * image is what the members run, as SandboxSpec.image; empty is the
+   * gateway's default_image.
+   */
   image: string;
+  /**
+   * command is the members' main process; empty is a keep-alive
+   * ("sleep 2147483647").
+   */
   command: string[];
+  /**
+   * policy is the members' YAML policy document; empty is the default
+   * policy.
+   */
   policy: string;
 }
 
 /** Pool is a warm pool and what its unclaimed members are doing. */
 export interface Pool {
+  /** name is the pool's name, a DNS label of at most 54 characters. */
   name: string;
   /** size is how many unclaimed members the gateway keeps. */
   size: number;
+  /** spec is what every member is created with, fixed when the pool was. */
   spec:
     | PoolSpec
     | undefined;
@@ -490,6 +746,7 @@ export interface Pool {
   ready: number;
   /** members is how many unclaimed members exist, ready or not. */
   members: number;
+  /** created_at is when the pool was created (UTC). */
   createdAt: Date | undefined;
 }
 
@@ -499,20 +756,27 @@ export interface Pool {
  * gateway's, its command to a keep-alive (sleep).
  */
 export interface CreatePoolRequest {
+  /** name is the new pool's name. */
   name: string;
+  /** size is how many unclaimed members to keep, 1 to 256. */
   size: number;
+  /** spec is what every member is created with; unset takes every default. */
   spec: PoolSpec | undefined;
 }
 
+/** ListPoolsRequest asks for every pool; it has no fields. */
 export interface ListPoolsRequest {
 }
 
+/** ListPoolsResponse is every pool of the gateway. */
 export interface ListPoolsResponse {
+  /** pools are the pools, by name. */
   pools: Pool[];
 }
 
 /** DeletePoolRequest names the pool; claimed sandboxes stay. */
 export interface DeletePoolRequest {
+  /** name is the pool's name. */
   name: string;
 }
 
@@ -5955,6 +6219,12 @@ export const DeletePoolRequest: MessageFns<DeletePoolRequest> = {
  */
 export type SandboxServiceService = typeof SandboxServiceService;
 export const SandboxServiceService = {
+  /**
+   * CreateSandbox records a new sandbox that should run and returns its
+   * record (a new one in phase provisioning). A name already taken is
+   * ALREADY_EXISTS; an invalid name, spec or policy is INVALID_ARGUMENT.
+   * With pool, it claims a ready member of that pool instead.
+   */
   createSandbox: {
     path: "/corral.v1.SandboxService/CreateSandbox" as const,
     requestStream: false as const,
@@ -5965,6 +6235,10 @@ export const SandboxServiceService = {
       Buffer.from(CreateSandboxResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): CreateSandboxResponse => CreateSandboxResponse.decode(value),
   },
+  /**
+   * GetSandbox returns one sandbox's record, with protections and network
+   * filled in.
+   */
   getSandbox: {
     path: "/corral.v1.SandboxService/GetSandbox" as const,
     requestStream: false as const,
@@ -5974,6 +6248,10 @@ export const SandboxServiceService = {
     responseSerialize: (value: Sandbox): Buffer => Buffer.from(Sandbox.encode(value).finish()),
     responseDeserialize: (value: Buffer): Sandbox => Sandbox.decode(value),
   },
+  /**
+   * ListSandboxes returns the sandboxes that match, oldest first, a page at
+   * a time.
+   */
   listSandboxes: {
     path: "/corral.v1.SandboxService/ListSandboxes" as const,
     requestStream: false as const,
@@ -5984,6 +6262,11 @@ export const SandboxServiceService = {
       Buffer.from(ListSandboxesResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListSandboxesResponse => ListSandboxesResponse.decode(value),
   },
+  /**
+   * StopSandbox sets a sandbox's intent to stopped; the reconciler stops its
+   * main process. Stopping a sandbox that is being deleted is
+   * FAILED_PRECONDITION; stopping a stopped one changes nothing.
+   */
   stopSandbox: {
     path: "/corral.v1.SandboxService/StopSandbox" as const,
     requestStream: false as const,
@@ -5993,6 +6276,12 @@ export const SandboxServiceService = {
     responseSerialize: (value: Sandbox): Buffer => Buffer.from(Sandbox.encode(value).finish()),
     responseDeserialize: (value: Buffer): Sandbox => Sandbox.decode(value),
   },
+  /**
+   * StartSandbox sets a sandbox's intent to running. A stopped, exited or
+   * failed sandbox starts as a new incarnation (generation + 1) with its
+   * /sandbox kept. Starting a sandbox that is being deleted is
+   * FAILED_PRECONDITION.
+   */
   startSandbox: {
     path: "/corral.v1.SandboxService/StartSandbox" as const,
     requestStream: false as const,
@@ -6002,6 +6291,11 @@ export const SandboxServiceService = {
     responseSerialize: (value: Sandbox): Buffer => Buffer.from(Sandbox.encode(value).finish()),
     responseDeserialize: (value: Buffer): Sandbox => Sandbox.decode(value),
   },
+  /**
+   * DeleteSandbox sets a sandbox's intent to deleted, in any phase, and
+   * cancels a driver call in flight for it; the record goes once the driver
+   * has removed its compute.
+   */
   deleteSandbox: {
     path: "/corral.v1.SandboxService/DeleteSandbox" as const,
     requestStream: false as const,
@@ -6013,8 +6307,11 @@ export const SandboxServiceService = {
     responseDeserialize: (value: Buffer): DeleteSandboxResponse => DeleteSandboxResponse.decode(value),
   },
   /**
-   * UpdateSandbox replaces the policy of a stopped sandbox; its next start
-   * uses it.
+   * UpdateSandbox replaces the policy of a sandbox. A stopped sandbox takes
+   * the whole new policy at its next start; a running one only a policy
+   * whose network_policies alone differ (anything else is
+   * FAILED_PRECONDITION), which its egress proxy enforces at once, closing
+   * the connections the new rules refuse.
    */
   updateSandbox: {
     path: "/corral.v1.SandboxService/UpdateSandbox" as const,
@@ -6268,15 +6565,48 @@ export const SandboxServiceService = {
 } as const;
 
 export interface SandboxServiceServer extends UntypedServiceImplementation {
+  /**
+   * CreateSandbox records a new sandbox that should run and returns its
+   * record (a new one in phase provisioning). A name already taken is
+   * ALREADY_EXISTS; an invalid name, spec or policy is INVALID_ARGUMENT.
+   * With pool, it claims a ready member of that pool instead.
+   */
   createSandbox: handleUnaryCall<CreateSandboxRequest, CreateSandboxResponse>;
+  /**
+   * GetSandbox returns one sandbox's record, with protections and network
+   * filled in.
+   */
   getSandbox: handleUnaryCall<GetSandboxRequest, Sandbox>;
+  /**
+   * ListSandboxes returns the sandboxes that match, oldest first, a page at
+   * a time.
+   */
   listSandboxes: handleUnaryCall<ListSandboxesRequest, ListSandboxesResponse>;
+  /**
+   * StopSandbox sets a sandbox's intent to stopped; the reconciler stops its
+   * main process. Stopping a sandbox that is being deleted is
+   * FAILED_PRECONDITION; stopping a stopped one changes nothing.
+   */
   stopSandbox: handleUnaryCall<StopSandboxRequest, Sandbox>;
+  /**
+   * StartSandbox sets a sandbox's intent to running. A stopped, exited or
+   * failed sandbox starts as a new incarnation (generation + 1) with its
+   * /sandbox kept. Starting a sandbox that is being deleted is
+   * FAILED_PRECONDITION.
+   */
   startSandbox: handleUnaryCall<StartSandboxRequest, Sandbox>;
+  /**
+   * DeleteSandbox sets a sandbox's intent to deleted, in any phase, and
+   * cancels a driver call in flight for it; the record goes once the driver
+   * has removed its compute.
+   */
   deleteSandbox: handleUnaryCall<DeleteSandboxRequest, DeleteSandboxResponse>;
   /**
-   * UpdateSandbox replaces the policy of a stopped sandbox; its next start
-   * uses it.
+   * UpdateSandbox replaces the policy of a sandbox. A stopped sandbox takes
+   * the whole new policy at its next start; a running one only a policy
+   * whose network_policies alone differ (anything else is
+   * FAILED_PRECONDITION), which its egress proxy enforces at once, closing
+   * the connections the new rules refuse.
    */
   updateSandbox: handleUnaryCall<UpdateSandboxRequest, Sandbox>;
   /**
@@ -6372,6 +6702,12 @@ export interface SandboxServiceServer extends UntypedServiceImplementation {
 }
 
 export interface SandboxServiceClient extends Client {
+  /**
+   * CreateSandbox records a new sandbox that should run and returns its
+   * record (a new one in phase provisioning). A name already taken is
+   * ALREADY_EXISTS; an invalid name, spec or policy is INVALID_ARGUMENT.
+   * With pool, it claims a ready member of that pool instead.
+   */
   createSandbox(
     request: CreateSandboxRequest,
     callback: (error: ServiceError | null, response: CreateSandboxResponse) => void,
@@ -6387,6 +6723,10 @@ export interface SandboxServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: CreateSandboxResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * GetSandbox returns one sandbox's record, with protections and network
+   * filled in.
+   */
   getSandbox(
     request: GetSandboxRequest,
     callback: (error: ServiceError | null, response: Sandbox) => void,
@@ -6402,6 +6742,10 @@ export interface SandboxServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: Sandbox) => void,
   ): ClientUnaryCall;
+  /**
+   * ListSandboxes returns the sandboxes that match, oldest first, a page at
+   * a time.
+   */
   listSandboxes(
     request: ListSandboxesRequest,
     callback: (error: ServiceError | null, response: ListSandboxesResponse) => void,
@@ -6417,6 +6761,11 @@ export interface SandboxServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListSandboxesResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * StopSandbox sets a sandbox's intent to stopped; the reconciler stops its
+   * main process. Stopping a sandbox that is being deleted is
+   * FAILED_PRECONDITION; stopping a stopped one changes nothing.
+   */
   stopSandbox(
     request: StopSandboxRequest,
     callback: (error: ServiceError | null, response: Sandbox) => void,
@@ -6432,6 +6781,12 @@ export interface SandboxServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: Sandbox) => void,
   ): ClientUnaryCall;
+  /**
+   * StartSandbox sets a sandbox's intent to running. A stopped, exited or
+   * failed sandbox starts as a new incarnation (generation + 1) with its
+   * /sandbox kept. Starting a sandbox that is being deleted is
+   * FAILED_PRECONDITION.
+   */
   startSandbox(
     request: StartSandboxRequest,
     callback: (error: ServiceError | null, response: Sandbox) => void,
@@ -6447,6 +6802,11 @@ export interface SandboxServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: Sandbox) => void,
   ): ClientUnaryCall;
+  /**
+   * DeleteSandbox sets a sandbox's intent to deleted, in any phase, and
+   * cancels a driver call in flight for it; the record goes once the driver
+   * has removed its compute.
+   */
   deleteSandbox(
     request: DeleteSandboxRequest,
     callback: (error: ServiceError | null, response: DeleteSandboxResponse) => void,
@@ -6463,8 +6823,11 @@ export interface SandboxServiceClient extends Client {
     callback: (error: ServiceError | null, response: DeleteSandboxResponse) => void,
   ): ClientUnaryCall;
   /**
-   * UpdateSandbox replaces the policy of a stopped sandbox; its next start
-   * uses it.
+   * UpdateSandbox replaces the policy of a sandbox. A stopped sandbox takes
+   * the whole new policy at its next start; a running one only a policy
+   * whose network_policies alone differ (anything else is
+   * FAILED_PRECONDITION), which its egress proxy enforces at once, closing
+   * the connections the new rules refuse.
    */
   updateSandbox(
     request: UpdateSandboxRequest,
