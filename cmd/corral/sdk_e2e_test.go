@@ -46,8 +46,8 @@ func TestPythonSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pytest: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "7 passed") {
-		t.Fatalf("pytest passed, but not its 7 tests:\n%s", out)
+	if !strings.Contains(string(out), "9 passed") {
+		t.Fatalf("pytest passed, but not its 9 tests:\n%s", out)
 	}
 }
 
@@ -90,7 +90,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "# pass 8") {
-		t.Fatalf("node --test passed, but not its 8 tests:\n%s", out)
+	if !strings.Contains(string(out), "# pass 10") {
+		t.Fatalf("node --test passed, but not its 10 tests:\n%s", out)
 	}
 }

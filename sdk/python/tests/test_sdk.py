@@ -88,6 +88,33 @@ def test_remote_over_mutual_tls():
         Gateway(os.environ["CORRAL_GATEWAY_URL"])
 
 
+def test_files_watch():
+    with Sandbox.create("py-watch") as sb:
+        changes = sb.files.watch("/sandbox")
+        assert next(changes)[0] == "ready"
+        sb.files.write("watched.txt", "x")
+        for _, path in changes:
+            if path.endswith("watched.txt"):
+                break
+        changes.close()
+
+
+def test_context(tmp_path, monkeypatch):
+    config = tmp_path / "config"
+    config.write_text(
+        "current-context: local\ncontexts:\n"
+        f"  remote:\n    gateway: {os.environ['CORRAL_GATEWAY_URL']}\n    ca: {os.environ['CORRAL_CA']}\n"
+        f"    cert: {os.environ['CORRAL_CERT']}\n    key: {os.environ['CORRAL_KEY']}\n"
+        "  local:\n    gateway: unix:///nonexistent/corral.sock\n")
+    monkeypatch.setenv("CORRAL_CONFIG", str(config))
+    gw = Gateway(context="remote")
+    assert gw.address == os.environ["CORRAL_GATEWAY_URL"]
+    with gw, Sandbox.create("py-context", gateway=gw) as sb:
+        assert sb.exec(["echo", "through a context"]).stdout == "through a context\n"
+    with pytest.raises(ValueError, match="context 'gone' not found"):
+        Gateway(context="gone")
+
+
 def test_readme_example_runs_as_written():
     readme = pathlib.Path(__file__).parent.parent / "README.md"
     example = re.search(r"```python\n(.*?)```", readme.read_text(), re.S).group(1)

@@ -6,6 +6,7 @@ import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
+import { parse as parseYAML } from "yaml";
 
 import { FileInfo as WireFileInfo, FileServiceClient, ListDirResponse } from "./gen/corral/v1/files.js";
 import {
@@ -70,6 +71,8 @@ function typed(err: unknown, address: string): CorralError {
 export interface GatewayOptions {
   /** unix:///path/corral.sock, or https://HOST:PORT with ca, cert and key. */
   address?: string;
+  /** A context of the command line's configuration (corral context add). */
+  context?: string;
   /** A gateway's home directory on this machine: its socket. */
   home?: string;
   /** PEM files: the gateway's CA certificate, the client's certificate and key (from corral gateway client-cert). */
@@ -85,14 +88,52 @@ export function defaultHome(): string {
   return join(process.env.XDG_DATA_HOME || join(homedir(), ".local", "share"), "corral");
 }
 
+/** Where the command line keeps its contexts: $CORRAL_CONFIG, else $XDG_CONFIG_HOME/corral/config. */
+export function configPath(): string {
+  if (process.env.CORRAL_CONFIG) return process.env.CORRAL_CONFIG;
+  return join(process.env.XDG_CONFIG_HOME || join(homedir(), ".config"), "corral", "config");
+}
+
+interface ContextEntry {
+  gateway: string;
+  ca?: string;
+  cert?: string;
+  key?: string;
+}
+
+/** The named context (or the current one; undefined when there is none). */
+function readContext(name?: string): ContextEntry | undefined {
+  let cfg: { "current-context"?: string; contexts?: { [name: string]: ContextEntry } } = {};
+  try {
+    cfg = parseYAML(readFileSync(configPath(), "utf8")) ?? {};
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+  }
+  name ||= cfg["current-context"];
+  if (!name) return undefined;
+  const entry = cfg.contexts?.[name];
+  if (!entry) throw new Error(`context ${JSON.stringify(name)} not found (see corral context list)`);
+  return entry;
+}
+
+/** Where opts reach, as the command line finds it: address, then context, then home or CORRAL_HOME, then the current context, then the default home. */
+function resolve(opts: GatewayOptions): GatewayOptions {
+  if (opts.address) return opts;
+  if (!opts.context && (opts.home || process.env.CORRAL_HOME)) return { address: "unix://" + join(opts.home ?? defaultHome(), "corral.sock") };
+  const entry = readContext(opts.context);
+  if (!entry) return { address: "unix://" + join(defaultHome(), "corral.sock") };
+  return { address: entry.gateway, ca: entry.ca, cert: entry.cert, key: entry.key };
+}
+
 /** A connection to a gateway. */
 export class Gateway {
   readonly address: string;
   readonly sandboxes: SandboxServiceClient;
   readonly files: FileServiceClient;
 
-  constructor(opts: GatewayOptions = {}) {
-    const address = opts.address ?? "unix://" + join(opts.home ?? defaultHome(), "corral.sock");
+  constructor(given: GatewayOptions = {}) {
+    const opts = resolve(given);
+    const address = opts.address!;
     this.address = address;
     let target: string;
     let creds: grpc.ChannelCredentials;

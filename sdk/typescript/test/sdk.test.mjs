@@ -98,6 +98,40 @@ test("the remote form over mutual TLS", async () => {
   assert.throws(() => new Gateway({ address: env.CORRAL_GATEWAY_URL }), /needs ca, cert and key/);
 });
 
+test("files.watch reports a change", () =>
+  withSandbox({ name: "ts-watch" }, async (sb) => {
+    const changes = sb.files.watch("/sandbox");
+    assert.equal((await changes.next()).value.type, "ready");
+    await sb.files.write("watched.txt", "x");
+    for (;;) {
+      const { value, done } = await changes.next();
+      assert.ok(!done, "the watch ended before the write was seen");
+      if (value.path.endsWith("watched.txt")) break;
+    }
+    await changes.return();
+  }));
+
+test("a context of the command line's configuration", async () => {
+  const env = process.env;
+  const dir = mkdtempSync(join(tmpdir(), "corral-ctx-"));
+  const config = join(dir, "config");
+  writeFileSync(config, `current-context: local\ncontexts:\n  remote:\n    gateway: ${env.CORRAL_GATEWAY_URL}\n    ca: ${env.CORRAL_CA}\n    cert: ${env.CORRAL_CERT}\n    key: ${env.CORRAL_KEY}\n  local:\n    gateway: unix:///nonexistent/corral.sock\n`);
+  const saved = env.CORRAL_CONFIG;
+  env.CORRAL_CONFIG = config;
+  try {
+    const gateway = new Gateway({ context: "remote" });
+    assert.equal(gateway.address, env.CORRAL_GATEWAY_URL);
+    await withSandbox({ name: "ts-context", gateway }, async (sb) => {
+      assert.equal((await sb.exec(["echo", "through a context"])).stdout, "through a context\n");
+    });
+    gateway.close();
+    assert.throws(() => new Gateway({ context: "gone" }), /context "gone" not found/);
+  } finally {
+    if (saved === undefined) delete env.CORRAL_CONFIG;
+    else env.CORRAL_CONFIG = saved;
+  }
+});
+
 // runs a script of the repository as a user would, with the SDK as a package
 function runScript(source) {
   const dir = mkdtempSync(join(tmpdir(), "corral-ts-"));
