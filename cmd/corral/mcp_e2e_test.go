@@ -67,21 +67,30 @@ func (s mcpSession) must(name string, args map[string]any) map[string]any {
 	return out
 }
 
-// An agent's session over stdio: the tools listed, a sandbox created, a
-// command run, a file written and read, the session's bound enforced,
-// bad input refused in one line, and its sandboxes gone when it ends.
-func TestMCPOverStdio(t *testing.T) {
+// stdioSession runs `corral mcp --max-sandboxes 2` on a native gateway of
+// its own and connects to it, as a desktop agent does.
+func stdioSession(t *testing.T) (mcpSession, string, context.Context) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	home := t.TempDir()
 	startGateway(t, home, "--driver", "native")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: exec.Command(bin, "--home", home, "mcp", "--max-sandboxes", "2")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := mcpSession{t, cs}
+	return mcpSession{t, cs}, home, ctx
+}
+
+// An agent's session over stdio: the tools listed with their schemas, a
+// sandbox created, commands run (argv, a shell string with env and cwd,
+// output cut, a timeout), files written, read, listed and removed, the
+// sandbox stopped, started and deleted.
+func TestMCPOverStdio(t *testing.T) {
+	s, _, ctx := stdioSession(t)
+	cs := s.cs
 	var names []string
 	for tool, err := range cs.Tools(ctx, nil) {
 		if err != nil {
@@ -156,19 +165,12 @@ func TestMCPOverStdio(t *testing.T) {
 	}
 }
 
-// The session's bound, bad input and the session's end.
+// The session's bound, bad input (a missing sandbox, a path with "..", a
+// 1 MB command, arguments against the schema), 100 calls at once, and
+// the session's sandboxes gone when it ends.
 func TestMCPBoundsAndCleanup(t *testing.T) {
-	testenv.RequireRoot(t)
-	home := t.TempDir()
-	startGateway(t, home, "--driver", "native")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: exec.Command(bin, "--home", home, "mcp", "--max-sandboxes", "2")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := mcpSession{t, cs}
+	s, home, ctx := stdioSession(t)
+	cs := s.cs
 	s.must("sandbox_create", map[string]any{"name": "one"})
 	s.must("sandbox_create", map[string]any{"name": "two"})
 	if _, toolErr := s.call("sandbox_create", map[string]any{"name": "three"}); !strings.Contains(toolErr, "--max-sandboxes 2") {

@@ -25,10 +25,30 @@ func TestPythonSDK(t *testing.T) {
 	if out, err := exec.Command(debianPython, "-c", "import grpc, google.protobuf, pytest").CombinedOutput(); err != nil {
 		requirePython(t, "needs Debian's python3-grpcio, python3-protobuf and python3-pytest: "+strings.TrimSpace(string(out)))
 	}
+	sdk := filepath.Join(testenv.ModuleRoot(), "sdk", "python")
+	cmd := exec.Command(debianPython, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
+	cmd.Dir = sdk
+	cmd.Env = append(sdkGateway(t, "python"), "PYTHONPATH="+sdk, "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pytest: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "9 passed") {
+		t.Fatalf("pytest passed, but not its 9 tests:\n%s", out)
+	}
+}
+
+// sdkGateway starts what an SDK's suite runs against: a native gateway
+// with a TLS listener, a client certificate named user, and a warm pool
+// "warm" with a ready sandbox; it returns the suite's environment, which
+// names them (CORRAL_HOME, CORRAL_GATEWAY_URL, CORRAL_CA, CORRAL_CERT,
+// CORRAL_KEY).
+func sdkGateway(t *testing.T, user string) []string {
+	t.Helper()
 	home, certs := t.TempDir(), t.TempDir()
 	addr := freePort(t)
 	startGateway(t, home, "--driver", "native", "--listen", addr)
-	mustCorral(t, home, "gateway", "client-cert", "python", "--out", certs)
+	mustCorral(t, home, "gateway", "client-cert", user, "--out", certs)
 	mustCorral(t, home, "pool", "create", "warm", "--size", "1")
 	testenv.Eventually(t, time.Minute, func() error {
 		pools, err := api(t, home).ListPools(t.Context(), &corralv1.ListPoolsRequest{})
@@ -37,18 +57,8 @@ func TestPythonSDK(t *testing.T) {
 		}
 		return nil
 	})
-	sdk := filepath.Join(testenv.ModuleRoot(), "sdk", "python")
-	cmd := exec.Command(debianPython, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
-	cmd.Dir = sdk
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+sdk, "PYTHONDONTWRITEBYTECODE=1", "CORRAL_HOME="+home, "CORRAL_GATEWAY_URL=https://"+addr,
-		"CORRAL_CA="+filepath.Join(certs, "ca.crt"), "CORRAL_CERT="+filepath.Join(certs, "python.crt"), "CORRAL_KEY="+filepath.Join(certs, "python.key"))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("pytest: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "9 passed") {
-		t.Fatalf("pytest passed, but not its 9 tests:\n%s", out)
-	}
+	return append(os.Environ(), "CORRAL_HOME="+home, "CORRAL_GATEWAY_URL=https://"+addr, "CORRAL_CA="+filepath.Join(certs, "ca.crt"),
+		"CORRAL_CERT="+filepath.Join(certs, user+".crt"), "CORRAL_KEY="+filepath.Join(certs, user+".key"))
 }
 
 // requirePython skips a test that needs Debian's Python packages, or fails
@@ -77,15 +87,9 @@ func TestTypeScriptSDK(t *testing.T) {
 			requireNode(t, "needs the SDK built: run npm ci && npm run build in sdk/typescript")
 		}
 	}
-	home, certs := t.TempDir(), t.TempDir()
-	addr := freePort(t)
-	startGateway(t, home, "--driver", "native", "--listen", addr)
-	mustCorral(t, home, "gateway", "client-cert", "typescript", "--out", certs)
-	mustCorral(t, home, "pool", "create", "warm", "--size", "1")
 	cmd := exec.Command("node", "--test", "test/", "test-dist/")
 	cmd.Dir = sdk
-	cmd.Env = append(os.Environ(), "CORRAL_HOME="+home, "CORRAL_GATEWAY_URL=https://"+addr,
-		"CORRAL_CA="+filepath.Join(certs, "ca.crt"), "CORRAL_CERT="+filepath.Join(certs, "typescript.crt"), "CORRAL_KEY="+filepath.Join(certs, "typescript.key"))
+	cmd.Env = sdkGateway(t, "typescript")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)
