@@ -33,8 +33,8 @@ func TestPythonSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pytest: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "9 passed") {
-		t.Fatalf("pytest passed, but not its 9 tests:\n%s", out)
+	if !strings.Contains(string(out), "10 passed") {
+		t.Fatalf("pytest passed, but not its 10 tests:\n%s", out)
 	}
 }
 
@@ -59,6 +59,18 @@ func sdkGateway(t *testing.T, user string) []string {
 	})
 	return append(os.Environ(), "CORRAL_HOME="+home, "CORRAL_GATEWAY_URL=https://"+addr, "CORRAL_CA="+filepath.Join(certs, "ca.crt"),
 		"CORRAL_CERT="+filepath.Join(certs, user+".crt"), "CORRAL_KEY="+filepath.Join(certs, user+".key"))
+}
+
+// examples/go/agent, the Go client package's agent, runs as written.
+func TestGoAgentExample(t *testing.T) {
+	testenv.RequireRoot(t)
+	cmd := exec.Command("go", "run", "./examples/go/agent")
+	cmd.Dir = testenv.ModuleRoot()
+	cmd.Env = sdkGateway(t, "go")
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "the answer is 42\n" {
+		t.Fatalf("go run ./examples/go/agent: %v\n%s", err, out)
+	}
 }
 
 // requirePython skips a test that needs Debian's Python packages, or fails

@@ -62,6 +62,9 @@ func (f *Files) Do(ctx context.Context, nameOrID string, req files.Request, stdi
 	if !strings.HasPrefix(req.Path, "/") {
 		return errdefs.InvalidArgument("%q: a path in sandbox %q must be absolute", req.Path, sb.Name)
 	}
+	if slices.Contains(strings.Split(req.Path, "/"), "..") {
+		return errdefs.InvalidArgument("path %q: \"..\" is not taken; give the path without it", req.Path)
+	}
 	if err := lifecycle.ValidateCommand(sb.Name, "file operation", files.Argv(req)); err != nil {
 		return err
 	}

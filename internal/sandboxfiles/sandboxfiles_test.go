@@ -1,9 +1,14 @@
 package sandboxfiles
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 
+	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
 // A stopped sandbox's files are read and written from the host under the
@@ -27,5 +32,22 @@ func TestAllowedFollowsTheFileLists(t *testing.T) {
 	}
 	if allowed(policy.Default(), false) != nil {
 		t.Errorf("the default policy (no file lists) restricts the host side")
+	}
+}
+
+// records is one sandbox's record.
+type records struct{ sb *sandbox.Sandbox }
+
+func (r records) Get(context.Context, string) (*sandbox.Sandbox, error) { return r.sb, nil }
+
+// A path with ".." is refused before anything runs, for every front end:
+// a path says where it is.
+func TestDotDotIsRefused(t *testing.T) {
+	f := New(records{&sandbox.Sandbox{Name: "box", Phase: sandbox.PhaseReady}}, nil)
+	for _, p := range []string{"/sandbox/../etc/passwd", "/..", "/sandbox/a/../b"} {
+		_, err := f.Stat(context.Background(), "box", p)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `".." is not taken`) {
+			t.Errorf("Stat %s: %v; want it refused, saying why", p, err)
+		}
 	}
 }

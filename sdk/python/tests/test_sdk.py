@@ -3,6 +3,7 @@ TestPythonSDK starts: CORRAL_HOME is its home (native driver), and
 CORRAL_GATEWAY_URL, CORRAL_CA, CORRAL_CERT and CORRAL_KEY its TLS
 listener and a client certificate of its CA; a warm pool "warm" is ready."""
 
+import concurrent.futures
 import os
 import pathlib
 import re
@@ -71,6 +72,16 @@ def test_typed_errors():
     with pytest.raises(corral.Unavailable) as e:
         Sandbox.connect("x", gateway=Gateway(home="/nonexistent"))
     assert "is `corral gateway` running?" in e.value.reason
+
+
+def test_bad_input_and_many_calls():
+    with Sandbox.create("py-many") as sb:
+        with pytest.raises(corral.InvalidArgument, match='".." is not taken'):
+            sb.files.read("../etc/passwd")
+        with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
+            results = list(pool.map(lambda i: sb.exec(["echo", str(i)]).stdout, range(100)))
+        assert results == [f"{i}\n" for i in range(100)]
+        assert sb.exec(["true"]).exit_code == 0
 
 
 def test_pool_claim():

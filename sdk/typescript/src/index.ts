@@ -320,6 +320,7 @@ export class Sandbox {
     let argv = typeof cmd === "string" ? ["sh", "-c", cmd] : [...cmd];
     if (opts.env) argv = ["env", ...Object.entries(opts.env).map(([k, v]) => `${k}=${v}`), ...argv];
     if (opts.cwd) argv = ["sh", "-c", 'cd "$0" && exec "$@"', opts.cwd, ...argv];
+    const due = opts.timeout ? Date.now() + opts.timeout * 1000 : Infinity;
     const call = this.gateway.sandboxes.execSandbox(deadline(opts.timeout));
     call.write({ start: { name: this.id, command: argv, tty: false, stdin: opts.stdin !== undefined, size: undefined } });
     if (opts.stdin !== undefined) {
@@ -337,6 +338,10 @@ export class Sandbox {
         }
       }
     } catch (e) {
+      if (Date.now() >= due) {
+        // grpc-js may end a call past its deadline as cancelled rather than as past it
+        throw new TimeoutError(`the command ran past its timeout of ${opts.timeout} s`, grpc.status.DEADLINE_EXCEEDED);
+      }
       throw typed(e, this.gateway.address);
     } finally {
       call.cancel();
