@@ -193,6 +193,11 @@ func benchSDKs(ctx context.Context, t *table, api corralv1.SandboxServiceClient,
 		{"/usr/bin/python3", filepath.Join(root, "bench", "sdk", "echo.py"), "echo", strconv.Itoa(n + warmup)},
 	}
 	for i, argv := range runs {
+		if why := sdkMissing(root, i); why != "" {
+			fmt.Printf("interfaces: %s left out: %s\n", sdkOps[i], why)
+			t.Ops = slices.DeleteFunc(t.Ops, func(op string) bool { return op == sdkOps[i] })
+			continue
+		}
 		for range n + warmup {
 			d, err := timed(func() error { return directEcho(ctx, api) })
 			if err != nil {
@@ -221,4 +226,23 @@ func benchSDKs(ctx context.Context, t *table, api corralv1.SandboxServiceClient,
 		}
 	}
 	return nil
+}
+
+// sdkMissing says why SDK i of sdkOps cannot run here ("" when it can):
+// the bench runs wherever Go does, the SDKs where their runtimes are.
+func sdkMissing(root string, i int) string {
+	switch sdkOps[i] {
+	case "TypeScript SDK":
+		if _, err := exec.LookPath("node"); err != nil {
+			return "no Node.js"
+		}
+		if _, err := os.Stat(filepath.Join(root, "sdk", "typescript", "dist", "index.js")); err != nil {
+			return "the SDK is not built (npm ci && npm run build in sdk/typescript)"
+		}
+	case "Python SDK":
+		if err := exec.Command("/usr/bin/python3", "-c", "import grpc, google.protobuf").Run(); err != nil {
+			return "no python3-grpcio and python3-protobuf"
+		}
+	}
+	return ""
 }
