@@ -277,6 +277,20 @@ func TestMCPOverHTTPS(t *testing.T) {
 	}
 	s.must("sandbox_delete", map[string]any{"name": "remote-agent"})
 
+	// a web page's request, sent with its visitor's certificate: refused
+	req, _ := http.NewRequest(http.MethodPost, "https://"+addr+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a cross-site POST to /mcp: %s; want 403 Forbidden", resp.Status)
+	}
+
 	// no certificate, or one of another CA: refused at the handshake
 	bare := &tls.Config{RootCAs: cfg.RootCAs, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS13}
 	if _, err := connect(bare); err == nil {

@@ -365,7 +365,7 @@ func serveTLS(cfg config.Config, home string, core service.Core, fe *frontEnds, 
 	split := newTLSSplit(lis, tlsCfg, log)
 	srv := service.NewServer(core, grpc.Creds(handshaken{}))
 	background(log, "API server (TCP)", func() error { return srv.Serve(split.h2) }, grpc.ErrServerStopped)
-	web := &http.Server{Handler: newMCPEndpoint(fe, cfg.MCP.MaxSandboxes), ReadHeaderTimeout: 10 * time.Second}
+	web := &http.Server{Handler: newMCPEndpoint(fe, cfg.MCP.MaxSandboxes), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	background(log, "MCP server (TCP)", func() error {
 		if err := web.Serve(split.http1); !errors.Is(err, net.ErrClosed) { // closed with the gRPC server's listener
 			return err

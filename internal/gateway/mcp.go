@@ -41,11 +41,16 @@ type mcpCaller struct {
 	handler http.Handler
 }
 
+// newMCPEndpoint is the HTTP handler of the TLS listener. A browser that
+// holds a client certificate sends it to any page's request: a
+// state-changing request from another origin is refused
+// (http.CrossOriginProtection, by Sec-Fetch-Site and Origin), so that no
+// web page drives a sandbox through its visitor's certificate.
 func newMCPEndpoint(fe *frontEnds, maxSandboxes int) http.Handler {
 	e := &mcpEndpoint{fe: fe, maxSandboxes: maxSandboxes, callers: map[string]*list.Element{}}
 	mux := http.NewServeMux()
 	mux.Handle(mcpPath, e)
-	return mux
+	return http.NewCrossOriginProtection().Handler(mux)
 }
 
 func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
