@@ -34,7 +34,7 @@ func TestPythonSDK(t *testing.T) {
 		t.Fatalf("pytest: %v\n%s", err, out)
 	}
 	if !strings.Contains(string(out), "10 passed") {
-		t.Fatalf("pytest passed, but not its 10 tests:\n%s", out)
+		t.Fatalf("pytest passed, but not its 11 tests:\n%s", out)
 	}
 }
 
@@ -106,7 +106,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "# pass 10") {
-		t.Fatalf("node --test passed, but not its 10 tests:\n%s", out)
+	if !strings.Contains(string(out), "# pass 11") {
+		t.Fatalf("node --test passed, but not its 11 tests:\n%s", out)
 	}
 }

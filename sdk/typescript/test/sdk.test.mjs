@@ -79,6 +79,14 @@ test("typed errors with the gateway's reason", async () => {
   nowhere.close();
 });
 
+test("bad input and 100 calls at once", () =>
+  withSandbox({ name: "ts-many" }, async (sb) => {
+    await assert.rejects(sb.files.read("../etc/passwd"), (e) => e instanceof corral.InvalidArgumentError && e.reason.includes('".." is not taken'));
+    const results = await Promise.all(Array.from({ length: 100 }, (_, i) => sb.exec(["echo", String(i)])));
+    assert.deepEqual(results.map((r) => r.stdout), Array.from({ length: 100 }, (_, i) => `${i}\n`));
+    assert.equal((await sb.exec(["true"])).exitCode, 0);
+  }));
+
 test("a pool claim", () =>
   withSandbox({ name: "ts-claimed", pool: "warm", labels: { who: "typescript" } }, async (sb) => {
     assert.equal(sb.phase, "ready");
