@@ -28,14 +28,8 @@ type Pool struct {
 
 // Validate checks a pool's name and size.
 func (p *Pool) Validate() error {
-	if p.Name == "" {
-		return errdefs.InvalidArgument("pool name is empty")
-	}
-	if len(p.Name) > maxPoolName {
-		return errdefs.InvalidArgument("invalid pool name %q: longer than %d characters", p.Name, maxPoolName)
-	}
-	if !nameRE.MatchString(p.Name) {
-		return errdefs.InvalidArgument("invalid pool name %q: use lower-case letters, digits and '-', starting and ending with a letter or digit", p.Name)
+	if err := validDNSLabel("pool", p.Name, maxPoolName); err != nil {
+		return err
 	}
 	if p.Size < 1 || p.Size > MaxPoolSize {
 		return errdefs.InvalidArgument("invalid pool size %d: want 1 to %d", p.Size, MaxPoolSize)

@@ -76,6 +76,19 @@ type Store interface {
 	ListPools(ctx context.Context) ([]*sandbox.Pool, error)
 	// DeletePool removes a pool; its members are left to the caller.
 	DeletePool(ctx context.Context, name string) error
+
+	// CreateSecret inserts a secret (its value sealed); a taken name is
+	// errdefs.ErrAlreadyExists.
+	CreateSecret(ctx context.Context, s *sandbox.Secret) error
+	// UpdateSecret replaces a secret's sealed value and fingerprint, and
+	// its UpdatedAt (errdefs.ErrNotFound).
+	UpdateSecret(ctx context.Context, s *sandbox.Secret) error
+	// GetSecret returns the secret with the given name (errdefs.ErrNotFound).
+	GetSecret(ctx context.Context, name string) (*sandbox.Secret, error)
+	// ListSecrets returns every secret by name.
+	ListSecrets(ctx context.Context) ([]*sandbox.Secret, error)
+	// DeleteSecret removes a secret (errdefs.ErrNotFound).
+	DeleteSecret(ctx context.Context, name string) error
 	// ClaimSandbox turns the oldest ready member of a pool into the
 	// caller's sandbox in one transaction: it is renamed, takes the
 	// claim's request id and labels (its pool label goes) and gets c.Op,

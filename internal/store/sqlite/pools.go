@@ -87,12 +87,7 @@ func (s *Store) DeletePool(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return errdefs.NotFound("pool %q not found", name)
-		}
-		return nil
+		return affected(res, "pool %q not found", name)
 	})
 }
 

@@ -46,12 +46,7 @@ func (s *Store) RemoveExposedPort(ctx context.Context, sandboxID string, port in
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return errdefs.NotFound("port %d of sandbox %s is not exposed", port, sandboxID)
-		}
-		return nil
+		return affected(res, "port %d of sandbox %s is not exposed", port, sandboxID)
 	})
 }
 

@@ -63,6 +63,16 @@ var migrations = []string{
 	// makes, made once with the store.
 	`CREATE TABLE identity (id TEXT NOT NULL);
 	INSERT INTO identity (id) VALUES (lower(hex(randomblob(8))));`,
+
+	// Secrets: their values sealed by the gateway's keyring (the key is a
+	// file of the home, not in the store).
+	`CREATE TABLE secrets (
+		name        TEXT PRIMARY KEY,
+		sealed      BLOB NOT NULL,
+		fingerprint TEXT NOT NULL,
+		created_at  INTEGER NOT NULL,
+		updated_at  INTEGER NOT NULL
+	);`,
 }
 
 // SchemaVersion is the schema version this build writes.
