@@ -28,8 +28,8 @@ const keySize = 32
 
 // Keyring seals and opens the values of one gateway's secrets.
 type Keyring struct {
-	aead   cipher.AEAD
-	fpKey  []byte
+	aead  cipher.AEAD
+	fpKey []byte
 }
 
 // Load reads the master key at path, making it (32 random bytes, mode
