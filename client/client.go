@@ -94,6 +94,8 @@ type Client struct {
 	corralv1.SandboxServiceClient
 	// Files is the file API: reads, writes, copies, listings, watches.
 	Files corralv1.FileServiceClient
+	// Secrets is the secret API: write-only values, described by name.
+	Secrets corralv1.SecretServiceClient
 
 	conn *grpc.ClientConn
 	addr string
@@ -149,7 +151,7 @@ func NewFor(target Context) (*Client, error) {
 // conn.
 func NewFromConn(conn *grpc.ClientConn, addr string) *Client {
 	return &Client{SandboxServiceClient: corralv1.NewSandboxServiceClient(conn), Files: corralv1.NewFileServiceClient(conn),
-		conn: conn, addr: addr}
+		Secrets: corralv1.NewSecretServiceClient(conn), conn: conn, addr: addr}
 }
 
 // The HTTP/2 window of a stream (and of the connection) and the

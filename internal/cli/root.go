@@ -66,7 +66,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.home, "home", "", "gateway home directory (default $CORRAL_HOME, /var/lib/corral as root, else $XDG_DATA_HOME/corral)")
 	root.PersistentFlags().StringVar(&g.gateway, "gateway", "", "gateway address, unix:///path/to/corral.sock (default: the socket in the home directory)")
 	root.PersistentFlags().StringVar(&g.context, "context", "", "talk to the gateway of this context (see corral context)")
-	root.AddCommand(newGatewayCmd(g), newSandboxCmd(g), newImageCmd(g), newPoolCmd(g), supervisecmd.New(), newContextCmd(), newPolicyCmd(g), newMCPCmd(g))
+	root.AddCommand(newGatewayCmd(g), newSandboxCmd(g), newImageCmd(g), newPoolCmd(g), supervisecmd.New(), newContextCmd(), newPolicyCmd(g), newMCPCmd(g), newSecretCmd(g))
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {

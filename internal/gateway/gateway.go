@@ -34,6 +34,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/metrics"
 	"github.com/corral-sandbox/corral/internal/sandboxfiles"
+	"github.com/corral-sandbox/corral/internal/secrets"
 	"github.com/corral-sandbox/corral/internal/service"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
 	"github.com/corral-sandbox/corral/internal/tlsauth"
@@ -86,6 +87,10 @@ func Run(opts Options) error {
 		return err
 	}
 	defer st.Close()
+	keys, err := secrets.Load(filepath.Join(opts.Home, "secrets.key"))
+	if err != nil {
+		return err
+	}
 	files := raiseFileLimit()
 	eg := &egress.Sandboxes{Dir: filepath.Join(opts.Home, "egress"), Deny: hostAddrs(), HostBundle: driver.SystemBundle, Logger: log,
 		Limits: egress.Limits{MaxConns: cfg.Egress.MaxConnections, HeaderTimeout: cfg.Egress.HeaderTimeout, IdleTimeout: cfg.Egress.IdleTimeout},
@@ -118,7 +123,8 @@ func Run(opts Options) error {
 	lcfg.Exposed = ports
 	mgr := lifecycle.New(lcfg)
 	ports.Core = mgr
-	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: driverimages.New(drv, cfg.ImagePullPolicy), Ports: ports, Pools: mgr.Pools()}
+	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: driverimages.New(drv, cfg.ImagePullPolicy), Ports: ports,
+		Pools: mgr.Pools(), Secrets: secrets.New(st, keys)}
 	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: mgr, ports: ports, core: core, startCtx: startCtx}
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
 	cause := g.run(sig)

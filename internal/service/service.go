@@ -59,6 +59,7 @@ type Core struct {
 	Images    Imager
 	Ports     Porter
 	Pools     Pools
+	Secrets   Secrets
 }
 
 // service implements corral.v1.SandboxService on the core.
@@ -82,10 +83,14 @@ func NewServer(c Core, opts ...grpc.ServerOption) *grpc.Server {
 	srv := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(unaryCaller), grpc.ChainStreamInterceptor(streamCaller))...)
 	corralv1.RegisterSandboxServiceServer(srv, New(c))
 	corralv1.RegisterFileServiceServer(srv, NewFiles(c.Files))
+	if c.Secrets != nil {
+		corralv1.RegisterSecretServiceServer(srv, &secretService{s: c.Secrets})
+	}
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(corralv1.SandboxService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(corralv1.FileService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(corralv1.SecretService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
 	return srv
