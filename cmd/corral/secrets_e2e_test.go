@@ -1,7 +1,6 @@
 package main
 
 import (
-	"time"
 	"bytes"
 	"encoding/base64"
 	"io/fs"
@@ -9,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Secrets through the CLI: created from stdin, a file or the environment,
