@@ -108,25 +108,12 @@ func newPoolListCmd(g *globals) *cobra.Command {
 }
 
 func newPoolDeleteCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:     "delete NAME...",
-		Aliases: []string{"rm"},
-		Short:   "Delete pools and their unclaimed sandboxes; claimed ones stay",
-		Args:    cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, names []string) error {
-			c, err := g.dial()
+	return deleteCommand(g, "Delete pools and their unclaimed sandboxes; claimed ones stay",
+		func(ctx context.Context, c *corral.Client, name string) (string, error) {
+			p, err := c.DeletePool(ctx, &corralv1.DeletePoolRequest{Name: name})
 			if err != nil {
-				return err
+				return "", err
 			}
-			defer c.Close()
-			for _, name := range names {
-				p, err := c.DeletePool(cmd.Context(), &corralv1.DeletePoolRequest{Name: name})
-				if err != nil {
-					return c.Explain(err)
-				}
-				fmt.Fprintf(g.stdout, "deleted pool %s (%d unclaimed sandboxes being deleted)\n", p.Name, p.Members)
-			}
-			return nil
-		},
-	}
+			return fmt.Sprintf("deleted pool %s (%d unclaimed sandboxes being deleted)", p.Name, p.Members), nil
+		})
 }

@@ -173,10 +173,22 @@ func newSecretListCmd(g *globals) *cobra.Command {
 }
 
 func newSecretDeleteCmd(g *globals) *cobra.Command {
+	return deleteCommand(g, "Delete secrets", func(ctx context.Context, c *corral.Client, name string) (string, error) {
+		s, err := c.Secrets.DeleteSecret(ctx, &corralv1.DeleteSecretRequest{Name: name})
+		if err != nil {
+			return "", err
+		}
+		return "deleted secret " + s.Name, nil
+	})
+}
+
+// deleteCommand is a `delete NAME...` command: del deletes one and says
+// what it did, in a line; the first failure ends it.
+func deleteCommand(g *globals, short string, del func(ctx context.Context, c *corral.Client, name string) (string, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:     "delete NAME...",
 		Aliases: []string{"rm"},
-		Short:   "Delete secrets",
+		Short:   short,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			c, err := g.dial()
@@ -185,11 +197,11 @@ func newSecretDeleteCmd(g *globals) *cobra.Command {
 			}
 			defer c.Close()
 			for _, name := range names {
-				s, err := c.Secrets.DeleteSecret(cmd.Context(), &corralv1.DeleteSecretRequest{Name: name})
+				line, err := del(cmd.Context(), c, name)
 				if err != nil {
 					return c.Explain(err)
 				}
-				fmt.Fprintf(g.stdout, "deleted secret %s\n", s.Name)
+				fmt.Fprintln(g.stdout, line)
 			}
 			return nil
 		},
