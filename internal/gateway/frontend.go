@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -21,16 +20,14 @@ import (
 // carry the caller the front end authenticated.
 type frontEnds struct {
 	srv   *grpc.Server
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
+	conns *connQueue // the server's ends of the in-process connections
 }
 
 // newFrontEnds serves the API on in-process connections.
 func newFrontEnds(core service.Core) *frontEnds {
-	f := &frontEnds{conns: make(chan net.Conn), done: make(chan struct{})}
+	f := &frontEnds{conns: newConnQueue(frontEndAddr{}, nil)}
 	f.srv = service.NewServer(core, grpc.Creds(frontEndCreds{}))
-	go func() { _ = f.srv.Serve(f) }()
+	go func() { _ = f.srv.Serve(f.conns) }()
 	return f
 }
 
@@ -41,39 +38,21 @@ func (f *frontEnds) Client(c caller.Caller) (*client.Client, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			mine, theirs := net.Pipe()
-			select {
-			case f.conns <- callerConn{theirs, c}:
-				return mine, nil
-			case <-f.done:
-				return nil, errors.New("the gateway is shutting down")
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			if err := f.conns.put(ctx, callerConn{theirs, c}); err != nil {
+				mine.Close()
+				theirs.Close()
+				if errors.Is(err, net.ErrClosed) {
+					return nil, errors.New("the gateway is shutting down")
+				}
+				return nil, err
 			}
+			return mine, nil
 		}))
 	if err != nil {
 		return nil, err
 	}
 	return client.NewFromConn(conn, "this gateway"), nil
 }
-
-// Accept implements net.Listener for the in-process server.
-func (f *frontEnds) Accept() (net.Conn, error) {
-	select {
-	case c := <-f.conns:
-		return c, nil
-	case <-f.done:
-		return nil, net.ErrClosed
-	}
-}
-
-// Close implements net.Listener.
-func (f *frontEnds) Close() error {
-	f.once.Do(func() { close(f.done) })
-	return nil
-}
-
-// Addr implements net.Listener.
-func (f *frontEnds) Addr() net.Addr { return frontEndAddr{} }
 
 type frontEndAddr struct{}
 

@@ -36,7 +36,7 @@ func newTLSSplit(tcp net.Listener, cfg *tls.Config, log *slog.Logger) *tlsSplit 
 	cfg = cfg.Clone()
 	cfg.NextProtos = []string{"h2", "http/1.1"}
 	s := &tlsSplit{tcp: tcp, cfg: cfg, log: log, handshakes: make(chan struct{}, maxHandshakes)}
-	s.h2, s.http1 = newConnQueue(tcp), newConnQueue(tcp)
+	s.h2, s.http1 = newConnQueue(tcp.Addr(), tcp.Close), newConnQueue(tcp.Addr(), tcp.Close)
 	go s.run()
 	return s
 }
@@ -77,27 +77,36 @@ func (s *tlsSplit) route(c net.Conn) {
 	if tc.ConnectionState().NegotiatedProtocol == "h2" {
 		q = s.h2
 	}
-	q.put(tc)
+	if q.put(context.Background(), tc) != nil {
+		tc.Close()
+	}
 }
 
-// connQueue is a net.Listener of the connections tlsSplit hands it;
-// closing it closes the TCP listener, which ends both.
+// connQueue is a net.Listener of the connections handed to it (by
+// tlsSplit, or a front end inside the gateway); closing it runs closed,
+// when set (tlsSplit's closes the TCP listener, which ends both of its).
 type connQueue struct {
-	tcp   net.Listener
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
+	addr   net.Addr
+	closed func() error
+	conns  chan net.Conn
+	done   chan struct{}
+	once   sync.Once
 }
 
-func newConnQueue(tcp net.Listener) *connQueue {
-	return &connQueue{tcp: tcp, conns: make(chan net.Conn), done: make(chan struct{})}
+func newConnQueue(addr net.Addr, closed func() error) *connQueue {
+	return &connQueue{addr: addr, closed: closed, conns: make(chan net.Conn), done: make(chan struct{})}
 }
 
-func (q *connQueue) put(c net.Conn) {
+// put hands c to the queue's Accept, unless the queue ends or ctx does
+// first (then the caller keeps c).
+func (q *connQueue) put(ctx context.Context, c net.Conn) error {
 	select {
 	case q.conns <- c:
+		return nil
 	case <-q.done:
-		c.Close()
+		return net.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -116,11 +125,14 @@ func (q *connQueue) Accept() (net.Conn, error) {
 // Close implements net.Listener.
 func (q *connQueue) Close() error {
 	q.end()
-	return q.tcp.Close()
+	if q.closed == nil {
+		return nil
+	}
+	return q.closed()
 }
 
 // Addr implements net.Listener.
-func (q *connQueue) Addr() net.Addr { return q.tcp.Addr() }
+func (q *connQueue) Addr() net.Addr { return q.addr }
 
 // handshaken are the gRPC server's credentials on tlsSplit's connections,
 // whose TLS handshake is done: the connection's TLS state, as gRPC's own
