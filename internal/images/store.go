@@ -20,6 +20,16 @@ import (
 	"github.com/corral-sandbox/corral/internal/errdefs"
 )
 
+// EngineAddress is a Docker engine's address as the Docker client takes
+// it: a bare socket path becomes unix://PATH; "" stays "" (DOCKER_HOST or
+// the default socket).
+func EngineAddress(s string) string {
+	if s != "" && !strings.Contains(s, "://") {
+		return "unix://" + s
+	}
+	return s
+}
+
 // Options configure a Store.
 type Options struct {
 	// DockerHost is the engine asked first for a plain reference ("" =

@@ -9,6 +9,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/registry"
+	"github.com/corral-sandbox/corral/internal/images"
 )
 
 // Settings are the [drivers.docker] table of the gateway's config.
@@ -23,12 +24,7 @@ type Settings struct {
 
 // Host is the engine's address as the Docker client takes it ("":
 // DOCKER_HOST or the default socket).
-func (s *Settings) Host() string {
-	if s.SocketPath != "" && !strings.Contains(s.SocketPath, "://") {
-		return "unix://" + s.SocketPath
-	}
-	return s.SocketPath
-}
+func (s *Settings) Host() string { return images.EngineAddress(s.SocketPath) }
 
 // Entry is the Docker driver's entry in a gateway's registry. auto
 // chooses it when an engine answers.

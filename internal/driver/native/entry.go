@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/registry"
@@ -54,8 +53,5 @@ func open(_ context.Context, env registry.Env) (driver.Driver, error) {
 // from: the Docker driver's ([drivers.docker] socket_path, --docker-host).
 func engineHost(env registry.Env) string {
 	host, _ := env.Config.Drivers["docker"]["socket_path"].(string)
-	if host != "" && !strings.Contains(host, "://") {
-		host = "unix://" + host
-	}
-	return host
+	return images.EngineAddress(host)
 }
