@@ -119,20 +119,23 @@ func NewFor(target Context) (*Client, error) {
 	if err := target.check(); err != nil {
 		return nil, err
 	}
-	c := &Client{addr: target.Gateway}
-	var creds credentials.TransportCredentials = insecure.NewCredentials()
-	dialTarget := target.Gateway
+	var (
+		tlsCfg     *tls.Config
+		host       string
+		creds      = insecure.NewCredentials()
+		dialTarget = target.Gateway
+	)
 	if strings.HasPrefix(target.Gateway, "https://") {
 		u, err := url.Parse(target.Gateway)
 		if err != nil {
 			return nil, fmt.Errorf("gateway %q: %w", target.Gateway, err)
 		}
-		if c.tls, err = tlsauth.ClientConfig(target.CA, target.Cert, target.Key); err != nil {
+		if tlsCfg, err = tlsauth.ClientConfig(target.CA, target.Cert, target.Key); err != nil {
 			return nil, err
 		}
-		c.tls.ServerName = u.Hostname()
-		c.host, dialTarget = u.Host, u.Host
-		creds = credentials.NewTLS(c.tls)
+		tlsCfg.ServerName = u.Hostname()
+		host, dialTarget = u.Host, u.Host
+		creds = credentials.NewTLS(tlsCfg)
 	}
 	conn, err := grpc.NewClient(dialTarget, grpc.WithTransportCredentials(creds),
 		// windows and buffers for file copies, as the gateway's
@@ -141,9 +144,9 @@ func NewFor(target Context) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: %w", target.Gateway, err)
 	}
-	out := NewFromConn(conn, target.Gateway)
-	out.tls, out.host = c.tls, c.host
-	return out, nil
+	c := NewFromConn(conn, target.Gateway)
+	c.tls, c.host = tlsCfg, host
+	return c, nil
 }
 
 // NewFromConn is a client on a gRPC connection made elsewhere (in the
