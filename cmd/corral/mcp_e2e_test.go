@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -225,15 +226,11 @@ func TestMCPBoundsAndCleanup(t *testing.T) {
 			return err
 		}
 		if len(all.Sandboxes) != 0 {
-			return errString("the session's sandboxes are still there after it ended")
+			return errors.New("the session's sandboxes are still there after it ended")
 		}
 		return nil
 	})
 }
-
-type errString string
-
-func (e errString) Error() string { return string(e) }
 
 // The gateway serves the same tools at /mcp on its TLS listener: a client
 // with a certificate of the gateway's CA drives a sandbox through them,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,7 +54,7 @@ func sdkGateway(t *testing.T, user string) []string {
 	testenv.Eventually(t, time.Minute, func() error {
 		pools, err := api(t, home).ListPools(t.Context(), &corralv1.ListPoolsRequest{})
 		if err != nil || len(pools.Pools) != 1 || pools.Pools[0].Ready != 1 {
-			return errString("the pool is not ready yet")
+			return errors.New("the pool is not ready yet")
 		}
 		return nil
 	})
