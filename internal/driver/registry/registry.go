@@ -226,33 +226,37 @@ func (r *Registry) Register(e Entry) {
 // build takes, as the config file names them ("drivers.docker.bogus"), so
 // that the config's own error lists them with its other unknown keys.
 func (r *Registry) UnknownKeys(tables config.Drivers) []string {
-	var out []string
-	for _, name := range slices.Sorted(maps.Keys(tables)) {
-		e, ok := r.Lookup(name)
-		if !ok {
-			out = append(out, fullKeys(name, slices.Sorted(maps.Keys(tables[name])))...)
-			continue
-		}
-		_, unknown, _ := e.decode(tables[name]) // a bad value is Check's to say
-		out = append(out, unknown...)
-	}
-	return out
+	unknown, _ := r.inspect(tables)
+	return unknown
 }
 
 // Check says what is wrong with the driver tables of cfg: a table of no
 // driver of this build, a key a driver does not take, a value of the
 // wrong type.
 func (r *Registry) Check(cfg config.Config) error {
-	if unknown := r.UnknownKeys(cfg.Drivers); len(unknown) > 0 {
+	unknown, errs := r.inspect(cfg.Drivers)
+	if len(unknown) > 0 {
 		return fmt.Errorf("unknown key %s (this build's drivers are %s)", quoted(unknown), andList(r.Names()))
 	}
-	var errs []error
-	for _, e := range r.entries {
-		if _, err := e.settings(cfg); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	return errors.Join(errs...)
+}
+
+// inspect decodes each table once: the keys no driver takes, and the
+// tables that do not decode.
+func (r *Registry) inspect(tables config.Drivers) (unknown []string, errs []error) {
+	for _, name := range slices.Sorted(maps.Keys(tables)) {
+		e, ok := r.Lookup(name)
+		if !ok {
+			unknown = append(unknown, fullKeys(name, slices.Sorted(maps.Keys(tables[name])))...)
+			continue
+		}
+		_, keys, err := e.decode(tables[name])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("[drivers.%s]: %w", name, err))
+		}
+		unknown = append(unknown, keys...)
+	}
+	return unknown, errs
 }
 
 // Entries are the drivers of this build, in the order auto tries them.
