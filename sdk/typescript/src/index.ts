@@ -212,10 +212,6 @@ function absolute(path: string): string {
   return path.startsWith("/") ? path : "/sandbox/" + path;
 }
 
-function deadline(seconds?: number): Partial<grpc.CallOptions> {
-  return seconds ? { deadline: Date.now() + seconds * 1000 } : {};
-}
-
 /** Calls a unary RPC (call gives it its callback), as a promise of its typed answer. */
 function unary<Res>(gw: Gateway, call: (cb: (err: grpc.ServiceError | null, res: Res) => void) => unknown): Promise<Res> {
   return new Promise((resolve, reject) => {
@@ -321,7 +317,7 @@ export class Sandbox {
     if (opts.env) argv = ["env", ...Object.entries(opts.env).map(([k, v]) => `${k}=${v}`), ...argv];
     if (opts.cwd) argv = ["sh", "-c", 'cd "$0" && exec "$@"', opts.cwd, ...argv];
     const due = opts.timeout ? Date.now() + opts.timeout * 1000 : Infinity;
-    const call = this.gateway.sandboxes.execSandbox(deadline(opts.timeout));
+    const call = this.gateway.sandboxes.execSandbox(opts.timeout ? { deadline: due } : {});
     call.write({ start: { name: this.id, command: argv, tty: false, stdin: opts.stdin !== undefined, size: undefined } });
     if (opts.stdin !== undefined) {
       const data = typeof opts.stdin === "string" ? Buffer.from(opts.stdin) : Buffer.from(opts.stdin);
