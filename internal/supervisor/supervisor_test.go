@@ -1,11 +1,13 @@
 package supervisor_test
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,10 +150,15 @@ func TestOneSpareAtATime(t *testing.T) {
 		}
 		return nil
 	})
+	// c holds the spare's end of its socket: collected, its file's
+	// finalizer would close it, and so end the spare (a supervisor holds
+	// its Children for its whole life).
+	runtime.KeepAlive(c)
 }
 
 // sparesOf returns the pids of the spare exec stages this process started
-// that still run (and kills them when the test ends).
+// that still run (and kills and reaps them when the test ends, so that no
+// dying one is counted by the next test).
 func sparesOf(t *testing.T) []int {
 	var spares []int
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
@@ -161,7 +168,11 @@ func sparesOf(t *testing.T) []int {
 		if strings.Contains(string(cmdline), "--spare-fd") && strings.Contains(string(status), fmt.Sprintf("\nPPid:\t%d\n", os.Getpid())) {
 			pid, _ := strconv.Atoi(filepath.Base(dir))
 			spares = append(spares, pid)
-			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+			t.Cleanup(func() {
+				if syscall.Kill(pid, syscall.SIGKILL) == nil {
+					_, _ = syscall.Wait4(pid, nil, 0, nil)
+				}
+			})
 		}
 	}
 	return spares
@@ -180,7 +191,7 @@ func TestSpareStartedAhead(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Setgroups(nil) })
 	c := &supervisor.Children{Spare: true, Bin: bin}
 	c.StartSpareAhead()
-	spares := sparesOf(t)
+	spares := unmappedSpares(t)
 	if len(spares) != 1 {
 		t.Fatalf("spares started ahead: %v; want one", spares)
 	}
@@ -233,11 +244,11 @@ func TestSpareStartedAhead(t *testing.T) {
 		t.Fatalf("Start with an unmapped spare = pid %d, %v, %v; want it cold, not on %v", pid, failed, err, ahead)
 	}
 
-	before := sparesOf(t) // the others' refills among them
+	before := unmappedSpares(t) // forgotten's, if it is not dead yet
 	unmapped := &supervisor.Children{Spare: true, Bin: bin}
 	unmapped.StartSpareAhead()
 	var left []int
-	for _, p := range sparesOf(t) {
+	for _, p := range unmappedSpares(t) { // not the others' refills, which have ids
 		if !slices.Contains(before, p) {
 			left = append(left, p)
 		}
@@ -259,6 +270,18 @@ func TestSpareStartedAhead(t *testing.T) {
 }
 
 // zombie says whether pid has exited and awaits its parent's wait.
+// unmappedSpares returns those of sparesOf that run in a user namespace
+// with no ids mapped: spares started ahead, not yet adopted.
+func unmappedSpares(t *testing.T) []int {
+	var unmapped []int
+	for _, pid := range sparesOf(t) {
+		if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid)); err == nil && len(bytes.TrimSpace(m)) == 0 {
+			unmapped = append(unmapped, pid)
+		}
+	}
+	return unmapped
+}
+
 func zombie(pid int) bool {
 	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	return strings.Contains(string(status), "\nState:\tZ")
