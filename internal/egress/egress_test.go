@@ -370,8 +370,8 @@ func TestWildcardIsOneWholeLabel(t *testing.T) {
 		{"example.com", "example.com", true},
 		{"example.com", "a.example.com", false},
 	} {
-		if got := hostMatches(tc.pattern, tc.host); got != tc.want {
-			t.Errorf("hostMatches(%q, %q) = %v, want %v", tc.pattern, tc.host, got, tc.want)
+		if got := policy.HostMatches(tc.pattern, tc.host); got != tc.want {
+			t.Errorf("HostMatches(%q, %q) = %v, want %v", tc.pattern, tc.host, got, tc.want)
 		}
 	}
 	w := newWorld(t, `

@@ -20,27 +20,8 @@ type match struct {
 // findEndpoint returns the first endpoint, in the rules' order, that
 // allows host (lower case, no trailing dot) on port.
 func findEndpoint(rules []policy.NetworkPolicy, host string, port int) (match, bool) {
-	for _, np := range rules {
-		for i, e := range np.Endpoints {
-			if hostMatches(e.Host, host) && slices.Contains(e.Ports, port) {
-				return match{policy: np.Name, index: i, endpoint: e}, true
-			}
-		}
-	}
-	return match{}, false
-}
-
-// hostMatches says whether an endpoint's host pattern allows host: the
-// same name, or "*.rest" and a host of exactly one more label than rest
-// ("*.example.com" matches "a.example.com", not "example.com" nor
-// "a.b.example.com").
-func hostMatches(pattern, host string) bool {
-	rest, wild := strings.CutPrefix(pattern, "*.")
-	if !wild {
-		return pattern == host
-	}
-	label, tail, ok := strings.Cut(host, ".")
-	return ok && label != "" && tail == rest
+	name, i, e, ok := policy.FindEndpoint(rules, host, port)
+	return match{policy: name, index: i, endpoint: e}, ok
 }
 
 // readOnly and readWrite are the methods of the accesses.

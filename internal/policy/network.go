@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -385,4 +386,31 @@ func (r HTTPRule) matches(method, path string, fold bool) bool {
 		}
 	}
 	return len(segs) == len(pat) && strings.HasPrefix(path, "/")
+}
+
+// FindEndpoint returns the first endpoint, in the rules' order, that
+// allows host (lower case, no trailing dot) on port: the name of its
+// policy, its index there and itself.
+func FindEndpoint(rules []NetworkPolicy, host string, port int) (string, int, Endpoint, bool) {
+	for _, np := range rules {
+		for i, e := range np.Endpoints {
+			if HostMatches(e.Host, host) && slices.Contains(e.Ports, port) {
+				return np.Name, i, e, true
+			}
+		}
+	}
+	return "", 0, Endpoint{}, false
+}
+
+// HostMatches says whether an endpoint's host pattern allows host: the
+// same name, or "*.rest" and a host of exactly one more label than rest
+// ("*.example.com" matches "a.example.com", not "example.com" nor
+// "a.b.example.com").
+func HostMatches(pattern, host string) bool {
+	rest, wild := strings.CutPrefix(pattern, "*.")
+	if !wild {
+		return pattern == host
+	}
+	label, tail, ok := strings.Cut(host, ".")
+	return ok && label != "" && tail == rest
 }

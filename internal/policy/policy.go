@@ -29,6 +29,9 @@ type Policy struct {
 	Limits     Limits     `json:"limits"`
 	// Network is network_policies, in the file's order; none: no egress.
 	Network []NetworkPolicy `json:"network_policies,omitempty"`
+	// Credentials are the secrets the egress proxy injects, in the file's
+	// order.
+	Credentials []Credential `json:"credentials,omitempty"`
 	// Isolation is the tier the sandbox runs on: IsolationNamespaces
 	// (also when empty, as in records older than the field) or
 	// IsolationGVisor.
@@ -258,6 +261,10 @@ func Parse(text string) (Policy, error) {
 			p.Network, err = network(n, f)
 			return err
 		},
+		"credentials": func(n *yaml.Node, f string) (err error) {
+			p.Credentials, err = credentials(n, f)
+			return err
+		},
 		"isolation": func(n *yaml.Node, f string) (err error) {
 			p.Isolation, err = oneOf(n, f, IsolationNamespaces, IsolationGVisor)
 			return err
@@ -301,6 +308,9 @@ func Parse(text string) (Policy, error) {
 		}
 		return p, &Error{Line: line, Field: "version", Msg: fmt.Sprintf("version %d is not known to this gateway: write version: %d", p.Version, Version)}
 	}
+	if err := checkCredentials(p, root); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
@@ -340,7 +350,7 @@ func walk(n *yaml.Node, prefix string, known fields) error {
 	if n.Kind != yaml.MappingNode {
 		name := prefix
 		if name == "" {
-			return &Error{Line: n.Line, Msg: "a policy is a mapping of keys (version, isolation, filesystem_policy, landlock, process, limits, network_policies)"}
+			return &Error{Line: n.Line, Msg: "a policy is a mapping of keys (version, isolation, filesystem_policy, landlock, process, limits, network_policies, credentials)"}
 		}
 		return &Error{Line: n.Line, Field: name, Msg: fmt.Sprintf("want a mapping of %s, not %s", keys(known), describe(n))}
 	}
