@@ -14,6 +14,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base32"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ const keySize = 32
 type Keyring struct {
 	aead  cipher.AEAD
 	fpKey []byte
+	phKey []byte // placeholders'
 }
 
 // Load reads the master key at path, making it (32 random bytes, mode
@@ -70,6 +72,10 @@ func newKeyring(master []byte) (*Keyring, error) {
 	if err != nil {
 		return nil, err
 	}
+	phKey, err := hkdf.Key(sha256.New, master, nil, "corral secrets: placeholders", 32)
+	if err != nil {
+		return nil, err
+	}
 	block, err := aes.NewCipher(sealing)
 	if err != nil {
 		return nil, err
@@ -78,7 +84,7 @@ func newKeyring(master []byte) (*Keyring, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Keyring{aead: aead, fpKey: fpKey}, nil
+	return &Keyring{aead: aead, fpKey: fpKey, phKey: phKey}, nil
 }
 
 // Seal seals value as the value of secret name: a random nonce, then the
@@ -114,4 +120,24 @@ func (k *Keyring) Fingerprint(value []byte) string {
 	m := hmac.New(sha256.New, k.fpKey)
 	m.Write(value)
 	return "fp:" + hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+// PlaceholderPrefix starts every placeholder: what the egress proxy looks
+// for in what a sandbox sends.
+const PlaceholderPrefix = "corral_ph_"
+
+// placeholderText is how a placeholder's random part is written: lower
+// case letters and digits, safe in a header, a URL and a Basic user name.
+var placeholderText = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// Placeholder is what a sandbox's incarnation sees in place of a
+// credential's value (role: "" for the value, or a second part's name such
+// as an access key id): an HMAC under a key of the gateway's of the
+// sandbox's id, the incarnation and the credential, so it differs for
+// every incarnation, is worthless outside it, and is known to the proxy
+// without being kept anywhere.
+func (k *Keyring) Placeholder(id string, generation int64, credential, role string) string {
+	m := hmac.New(sha256.New, k.phKey)
+	fmt.Fprintf(m, "%s\x00%d\x00%s\x00%s", id, generation, credential, role)
+	return PlaceholderPrefix + placeholderText.EncodeToString(m.Sum(nil)[:20])
 }

@@ -95,3 +95,23 @@ func TestKeyFileRefused(t *testing.T) {
 		t.Errorf("a key file of 7 bytes: %v", err)
 	}
 }
+
+// A placeholder is stable for one incarnation and credential, and differs
+// for another incarnation, credential, part, sandbox or gateway.
+func TestPlaceholder(t *testing.T) {
+	k, _ := Load(filepath.Join(t.TempDir(), "secrets.key"))
+	p := k.Placeholder("sb1", 1, "github", "")
+	if p != k.Placeholder("sb1", 1, "github", "") || !strings.HasPrefix(p, PlaceholderPrefix) || len(p) != len(PlaceholderPrefix)+32 {
+		t.Fatalf("placeholder %q", p)
+	}
+	other, _ := Load(filepath.Join(t.TempDir(), "secrets.key"))
+	for _, q := range []string{k.Placeholder("sb1", 2, "github", ""), k.Placeholder("sb1", 1, "gitlab", ""),
+		k.Placeholder("sb1", 1, "github", "access_key_id"), k.Placeholder("sb2", 1, "github", ""), other.Placeholder("sb1", 1, "github", "")} {
+		if q == p {
+			t.Errorf("placeholder %q given twice", q)
+		}
+	}
+	if strings.Trim(p[len(PlaceholderPrefix):], "abcdefghijklmnopqrstuvwxyz234567") != "" {
+		t.Errorf("placeholder %q has characters a header, URL or user name may not take", p)
+	}
+}
