@@ -173,28 +173,76 @@ func (p *Proxy) splice(a admission, client net.Conn, early []byte) {
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	pipe(client, c, early, p.checkServerName(f, r))
+	var watch func([]byte) bool
+	if bindings := p.Bindings(); len(bindings) > 0 {
+		s := newScanner(bindings)
+		watch = func(b []byte) bool {
+			found, ok := s.scan(b)
+			if ok {
+				p.refuseCredential(f, r, found, fmt.Sprintf("%s: credentials.%s's placeholder in a tunnel to %s port %d, which the proxy does not inspect: closed", ReasonMismatch, found.Name, f.host, f.port))
+			}
+			return ok
+		}
+	}
+	pipe(client, c, early, p.checkServerName(f, r), watch)
 }
 
 // pipe copies the server's bytes to the client at once, and the client's
 // (early, the bytes already read, first) to the server once hello has read
-// (and passed) what the client sends first; each direction is half-closed when it ends, and both are closed
-// if hello refuses.
-func pipe(client, up net.Conn, early []byte, hello func(io.Reader) ([]byte, error)) {
+// (and passed) what the client sends first; each direction is half-closed
+// when it ends, and both are closed if hello refuses. watch, when set, sees
+// every byte the client sends before the server does, and closes both when
+// it returns true.
+func pipe(client, up net.Conn, early []byte, hello func(io.Reader) ([]byte, error), watch func([]byte) bool) {
 	rc, ru := rawConn(client), rawConn(up)
 	done := make(chan struct{})
 	go func() { copyHalf(rc, ru); close(done) }()
 	head, err := hello(io.MultiReader(bytes.NewReader(early), rc))
+	if err == nil && watch != nil && watch(head) {
+		err = errPlaceholderInBody
+	}
 	if err == nil && len(head) > 0 {
 		_, err = ru.Write(head)
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		_ = client.Close()
 		_ = up.Close()
-	} else {
+	case watch != nil:
+		if watchedCopy(ru, rc, watch) {
+			_ = client.Close()
+			_ = up.Close()
+		}
+	default:
 		copyHalf(ru, rc)
 	}
 	<-done
+}
+
+// watchedCopy is copyHalf through watch, in user space; it reports
+// whether watch stopped it.
+func watchedCopy(dst, src net.Conn, watch func([]byte) bool) bool {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if watch(buf[:n]) {
+				return true
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if hc, ok := dst.(interface{ CloseWrite() error }); ok {
+		_ = hc.CloseWrite()
+	} else {
+		_ = dst.Close()
+	}
+	return false
 }
 
 // rawConn is the *net.TCPConn under a client's connection: io.Copy
@@ -345,6 +393,16 @@ func (p *Proxy) onRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	if httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade") {
 		f.upgrade = cmp.Or(req.Header.Get("Upgrade"), "an unnamed protocol")
 	}
+	bindings := p.Bindings()
+	var pl credentialPlan
+	if len(bindings) > 0 {
+		var b *Binding
+		var why string
+		if pl, b, why = planCredentials(bindings, f, req); b != nil {
+			p.refuseCredential(f, result{}, b, why)
+			return req, forbidden(req, why)
+		}
+	}
 	addrs, r, gen := p.admit(req.Context(), f)
 	if r.verdict == Denied {
 		return req, forbidden(req, r.reason)
@@ -369,6 +427,9 @@ func (p *Proxy) onRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 	}
 	context.AfterFunc(req.Context(), func() { p.unregister(f) })
 	rctx = context.WithValue(rctx, targetKey{}, target{addrs: addrs, allowed: r.m.endpoint.AllowedIPs, port: port})
+	if len(bindings) > 0 {
+		ctx.RoundTripper = p.credentialTrip(f, r, pl)
+	}
 	return req.WithContext(rctx), nil
 }
 

@@ -33,13 +33,14 @@ type world struct {
 
 	mu        sync.Mutex
 	decisions []Decision
+	seen      []*http.Request // what the servers received, bodies read into Body
 }
 
 // loopback are the pins every test uses: these names are 127.0.0.1.
 var loopback = map[string][]netip.Addr{}
 
 func init() {
-	for _, name := range []string{"Allowed.Test", "denied.test.", "a.wild.test", "wild.test", "a.b.wild.test"} {
+	for _, name := range []string{"Allowed.Test", "denied.test.", "a.wild.test", "wild.test", "a.b.wild.test", "api.test", "other.test", "s3.test"} {
 		loopback[name] = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	}
 }
@@ -62,6 +63,11 @@ func newWorld(t *testing.T, rulesText string, edit func(*Config)) *world {
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
+		seen := r.Clone(context.Background())
+		seen.Body = io.NopCloser(strings.NewReader(string(body)))
+		w.mu.Lock()
+		w.seen = append(w.seen, seen)
+		w.mu.Unlock()
 		fmt.Fprintf(rw, "hello %s %s %s", r.Method, r.URL.Path, body)
 	})
 	plain := httptest.NewServer(handler)

@@ -73,6 +73,13 @@ type Config struct {
 	// Budget, when set, is shared with other proxies: each connection takes
 	// one of its slots as well as one of Limits.MaxConns.
 	Budget *Budget
+	// Bindings are the sandbox's credentials (see credentials.go); Secret
+	// returns a secret's value, read for each request that injects it, and
+	// OnUse is called, synchronously (it must not block), with each
+	// injection and each refusal of a placeholder.
+	Bindings []Binding
+	Secret   func(ctx context.Context, name string) ([]byte, error)
+	OnUse    func(Use)
 }
 
 // Limits bound what one sandbox can make its proxy hold.
@@ -123,9 +130,10 @@ type Proxy struct {
 	tr   *http.Transport
 	dial func(ctx context.Context, network, addr string) (net.Conn, error) // tests watch it
 
-	mu      sync.Mutex
-	rules   []policy.NetworkPolicy
-	gen     uint64 // counts SetRules
+	mu       sync.Mutex
+	rules    []policy.NetworkPolicy
+	bindings []Binding
+	gen      uint64 // counts SetRules
 	live    map[*flow]struct{}
 	servers map[*http.Server]struct{}
 	closed  bool
@@ -143,7 +151,7 @@ func New(cfg Config) (*Proxy, error) {
 		pins[strings.TrimSuffix(strings.ToLower(name), ".")] = slices.Clone(addrs)
 	}
 	cfg.Hosts = pins
-	p := &Proxy{cfg: cfg, rules: slices.Clone(cfg.Rules), live: map[*flow]struct{}{}, servers: map[*http.Server]struct{}{}}
+	p := &Proxy{cfg: cfg, rules: slices.Clone(cfg.Rules), bindings: slices.Clone(cfg.Bindings), live: map[*flow]struct{}{}, servers: map[*http.Server]struct{}{}}
 	d := &net.Dialer{Timeout: cfg.DialTimeout}
 	p.dial = d.DialContext
 	p.tr = &http.Transport{
@@ -551,6 +559,21 @@ func (c *clientConn) whenClosed(f func()) {
 	if f != nil {
 		f()
 	}
+}
+
+// SetBindings replaces the sandbox's credentials: what follows uses them
+// (a new incarnation's placeholders, a policy's new bindings).
+func (p *Proxy) SetBindings(bindings []Binding) {
+	p.mu.Lock()
+	p.bindings = slices.Clone(bindings)
+	p.mu.Unlock()
+}
+
+// Bindings returns the credentials in force.
+func (p *Proxy) Bindings() []Binding {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bindings
 }
 
 // Rules returns the rules in force.
