@@ -66,6 +66,9 @@ type Egress interface {
 	// returns the host directory that the driver mounts read-only at
 	// TrustDir.
 	Prepare(id string) (string, error)
+	// Env is the environment incarnation ref has for its egress (EgressEnv,
+	// and its credentials' placeholders), over the image's own.
+	Env(ctx context.Context, ref Ref) ([]string, error)
 	// Attach serves the proxy of incarnation ref inside the network
 	// namespace at netns (/proc/PID/ns/net). A driver calls it in Start
 	// once that namespace exists, before waiting for the main process.

@@ -25,9 +25,10 @@ import (
 
 // Network is what a sandbox's proxy enforces, as its record has it.
 type Network struct {
-	Name  string
-	Rules []policy.NetworkPolicy
-	Hosts []string // add_hosts: "NAME:IP"
+	Name        string
+	Rules       []policy.NetworkPolicy
+	Credentials []policy.Credential
+	Hosts       []string // add_hosts: "NAME:IP"
 }
 
 // FromRecords is a Sandboxes.Lookup that reads a sandbox's rules from its
@@ -42,7 +43,7 @@ func FromRecords(get func(ctx context.Context, id string) (*sandbox.Sandbox, err
 		if err != nil {
 			return Network{}, fmt.Errorf("sandbox %q: %w", sb.Name, err)
 		}
-		return Network{Name: sb.Name, Rules: pol.Network, Hosts: sb.Spec.Hosts}, nil
+		return Network{Name: sb.Name, Rules: pol.Network, Credentials: pol.Credentials, Hosts: sb.Spec.Hosts}, nil
 	}
 }
 
@@ -75,6 +76,15 @@ type Sandboxes struct {
 	// together.
 	Limits Limits
 	Budget *Budget
+	// Placeholder returns the placeholder of a credential (role: "" for
+	// its value, or its access key id's) in an incarnation
+	// (secrets.Keyring.Placeholder); Secret a secret's value, read for
+	// each request that injects it; OnUse is told of each injection and
+	// each refusal of a placeholder (it must not block). Without
+	// Placeholder, a sandbox with credentials does not start.
+	Placeholder func(id string, generation int64, credential, role string) string
+	Secret      func(ctx context.Context, name string) ([]byte, error)
+	OnUse       func(Use)
 
 	mu    sync.Mutex
 	boxes map[string]*box
@@ -85,6 +95,7 @@ type box struct {
 	name  string
 	proxy *Proxy
 	rules []policy.NetworkPolicy
+	creds []policy.Credential
 
 	gen int64        // the incarnation served
 	ns  [2]uint64    // the device and inode of its network namespace
@@ -221,7 +232,9 @@ func (s *Sandboxes) Attach(ctx context.Context, ref driver.Ref, path string) err
 		old.Close()
 	}
 	b.ln, b.ns, b.gen = ln, ns, ref.Generation
+	creds := b.creds
 	s.mu.Unlock()
+	b.proxy.SetBindings(s.bindings(ref, creds))
 	go func() {
 		_ = b.proxy.Serve(ln)
 		s.mu.Lock()
@@ -231,6 +244,56 @@ func (s *Sandboxes) Attach(ctx context.Context, ref driver.Ref, path string) err
 		s.mu.Unlock()
 	}()
 	return nil
+}
+
+// Env implements driver.Egress: EgressEnv, and a placeholder in each
+// variable the sandbox's credentials name.
+func (s *Sandboxes) Env(ctx context.Context, ref driver.Ref) ([]string, error) {
+	nw, err := s.Lookup(ctx, ref.ID)
+	if err != nil {
+		return nil, fmt.Errorf("egress: the credentials of sandbox %s: %w", ref.ID, err)
+	}
+	env := driver.EgressEnv()
+	if len(nw.Credentials) > 0 && s.Placeholder == nil {
+		return nil, fmt.Errorf("egress: this gateway cannot give credentials placeholders")
+	}
+	for _, b := range s.bindings(ref, nw.Credentials) {
+		if b.Env != "" {
+			env = append(env, b.Env+"="+b.Placeholder)
+		}
+		if v := b.Inject.SigV4; v != nil && v.Env != "" {
+			env = append(env, v.Env+"="+b.KeyIDPlaceholder)
+		}
+	}
+	return env, nil
+}
+
+// bindings are credentials with the placeholders of incarnation ref.
+func (s *Sandboxes) bindings(ref driver.Ref, creds []policy.Credential) []Binding {
+	if s.Placeholder == nil {
+		return nil
+	}
+	out := make([]Binding, len(creds))
+	for i, c := range creds {
+		out[i] = Binding{Credential: c, Placeholder: s.Placeholder(ref.ID, ref.Generation, c.Name, "")}
+		if c.Inject.SigV4 != nil {
+			out[i].KeyIDPlaceholder = s.Placeholder(ref.ID, ref.Generation, c.Name, roleKeyID)
+		}
+	}
+	return out
+}
+
+// used passes a use of sandbox id's credentials on, with the sandbox's
+// id and current name.
+func (s *Sandboxes) used(id string, b *box, u Use) {
+	if s.OnUse == nil {
+		return
+	}
+	s.mu.Lock()
+	u.SandboxID, u.Sandbox = id, b.name
+	s.mu.Unlock()
+	metrics.CredentialUse(u.Secret, u.Verdict)
+	s.OnUse(u)
 }
 
 // box returns the proxy of sandbox id, made from its record on first use.
@@ -253,9 +316,10 @@ func (s *Sandboxes) box(ctx context.Context, id string) (*box, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: the CA of sandbox %s: %w", id, err)
 	}
-	b = &box{name: nw.Name, rules: nw.Rules, watchers: map[chan Decision]struct{}{}}
+	b = &box{name: nw.Name, rules: nw.Rules, creds: nw.Credentials, watchers: map[chan Decision]struct{}{}}
 	b.proxy, err = New(Config{Sandbox: nw.Name, Rules: nw.Rules, Hosts: hosts, CA: ca, Deny: s.Deny,
-		OnDecision: func(d Decision) { s.record(b, d) }, LogAllowed: true, Limits: s.Limits, Budget: s.Budget})
+		OnDecision: func(d Decision) { s.record(b, d) }, LogAllowed: true, Limits: s.Limits, Budget: s.Budget,
+		Secret: s.Secret, OnUse: func(u Use) { s.used(id, b, u) }})
 	if err != nil {
 		return nil, err
 	}
@@ -364,10 +428,12 @@ func (s *Sandboxes) Refresh(id string) {
 		}
 		return
 	}
-	b.proxy.SetRules(nw.Rules)
 	s.mu.Lock()
-	b.rules, b.name = nw.Rules, nw.Name
+	b.rules, b.creds, b.name = nw.Rules, nw.Credentials, nw.Name
+	ref := driver.Ref{ID: id, Generation: b.gen}
 	s.mu.Unlock()
+	b.proxy.SetBindings(s.bindings(ref, nw.Credentials))
+	b.proxy.SetRules(nw.Rules)
 }
 
 // Forget closes the proxy of a deleted sandbox and removes its CA.

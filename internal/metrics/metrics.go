@@ -52,15 +52,22 @@ var (
 		Name: "corral_egress_decisions_total",
 		Help: "Connections and requests the egress proxy decided, by sandbox and verdict (allowed, denied, audited).",
 	}, []string{"sandbox", "verdict"})
+	credentialUses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "corral_credential_uses_total",
+		Help: "Credentials the egress proxy injected, and requests it refused for carrying a placeholder where the value may not go, by secret and verdict (injected, refused).",
+	}, []string{"secret", "verdict"})
 )
 
 func init() {
-	registry.MustRegister(operations, callSeconds, retries, interrupted, reconcileLag, recovery, egress, storeWrites, storeCommits,
+	registry.MustRegister(operations, callSeconds, retries, interrupted, reconcileLag, recovery, egress, credentialUses, storeWrites, storeCommits,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
 // EgressDecision counts one decision of a sandbox's egress proxy.
 func EgressDecision(sandbox, verdict string) { egress.WithLabelValues(sandbox, verdict).Inc() }
+
+// CredentialUse counts one injection or refusal of a secret.
+func CredentialUse(secret, verdict string) { credentialUses.WithLabelValues(secret, verdict).Inc() }
 
 // Settled counts a journal entry that settled in state.
 func Settled(kind, state string) {

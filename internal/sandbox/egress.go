@@ -8,6 +8,8 @@ import (
 // EgressDecision is one connection or request a sandbox's egress proxy
 // decided.
 type EgressDecision struct {
+	Seq           int64 // the ledger's, once kept
+	SandboxID     string
 	Time          time.Time
 	Sandbox, Host string
 	Port          int

@@ -87,8 +87,20 @@ type Store interface {
 	GetSecret(ctx context.Context, name string) (*sandbox.Secret, error)
 	// ListSecrets returns every secret by name.
 	ListSecrets(ctx context.Context) ([]*sandbox.Secret, error)
-	// DeleteSecret removes a secret (errdefs.ErrNotFound).
+	// DeleteSecret removes a secret and its uses (errdefs.ErrNotFound).
 	DeleteSecret(ctx context.Context, name string) error
+
+	// AppendLedger keeps credential uses and egress denials in one write,
+	// setting their Seq; each secret's uses and each sandbox's denials are
+	// bounded, the oldest going first. A sandbox's denials go with its
+	// record.
+	AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, denials []sandbox.EgressDecision) error
+	// CredentialUses returns the newest limit uses of a secret whose Seq
+	// is past after, oldest first.
+	CredentialUses(ctx context.Context, secret string, after int64, limit int) ([]sandbox.CredentialUse, error)
+	// EgressDenials returns the newest limit denials of sandbox id whose
+	// Seq is past after, oldest first.
+	EgressDenials(ctx context.Context, id string, after int64, limit int) ([]sandbox.EgressDecision, error)
 	// ClaimSandbox turns the oldest ready member of a pool into the
 	// caller's sandbox in one transaction: it is renamed, takes the
 	// claim's request id and labels (its pool label goes) and gets c.Op,

@@ -94,7 +94,11 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		if err != nil {
 			return fmt.Errorf("docker create: egress: %w", err)
 		}
-		env = append(env, driver.EgressEnv()...)
+		egressEnv, err := d.cfg.Egress.Env(ctx, driver.Ref{ID: spec.ID, Generation: spec.Generation})
+		if err != nil {
+			return fmt.Errorf("docker create: egress: %w", err)
+		}
+		env = append(env, egressEnv...)
 		hc.Mounts = append(hc.Mounts,
 			mount.Mount{Type: mount.TypeBind, Source: trust, Target: driver.TrustDir, ReadOnly: true},
 			mount.Mount{Type: mount.TypeBind, Source: filepath.Join(trust, driver.BundleFile), Target: driver.SystemBundle, ReadOnly: true})

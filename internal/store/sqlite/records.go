@@ -382,8 +382,10 @@ func settleRequests(ctx context.Context, q *stmts, id string, state sandbox.OpSt
 // DeleteSandbox implements store.Store.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	return s.w.write(ctx, func(q *stmts) error {
-		if _, err := q.exec(ctx, `DELETE FROM operations WHERE sandbox_id = ?`, id); err != nil {
-			return err
+		for _, table := range []string{"operations", "egress_denials"} {
+			if _, err := q.exec(ctx, `DELETE FROM `+table+` WHERE sandbox_id = ?`, id); err != nil {
+				return err
+			}
 		}
 		res, err := q.exec(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
 		if err != nil {

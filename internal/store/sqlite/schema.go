@@ -73,6 +73,41 @@ var migrations = []string{
 		created_at  INTEGER NOT NULL,
 		updated_at  INTEGER NOT NULL
 	);`,
+
+	// The egress proxies' ledgers: each use of a credential (and each
+	// refusal of its placeholder), kept by secret; each refused or audited
+	// connection or request, kept by sandbox. Both bounded, oldest out.
+	`CREATE TABLE credential_uses (
+		seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+		secret     TEXT NOT NULL,
+		credential TEXT NOT NULL,
+		sandbox_id TEXT NOT NULL,
+		sandbox    TEXT NOT NULL,
+		time       INTEGER NOT NULL,
+		host       TEXT NOT NULL,
+		port       INTEGER NOT NULL,
+		method     TEXT NOT NULL,
+		path       TEXT NOT NULL,
+		verdict    TEXT NOT NULL,
+		reason     TEXT NOT NULL,
+		status     INTEGER NOT NULL
+	);
+	CREATE INDEX credential_uses_by_secret ON credential_uses (secret, seq);
+	CREATE TABLE egress_denials (
+		seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+		sandbox_id TEXT NOT NULL,
+		sandbox    TEXT NOT NULL,
+		time       INTEGER NOT NULL,
+		host       TEXT NOT NULL,
+		port       INTEGER NOT NULL,
+		addr       TEXT NOT NULL,
+		method     TEXT NOT NULL,
+		path       TEXT NOT NULL,
+		verdict    TEXT NOT NULL,
+		policy     TEXT NOT NULL,
+		reason     TEXT NOT NULL
+	);
+	CREATE INDEX egress_denials_by_sandbox ON egress_denials (sandbox_id, seq);`,
 }
 
 // SchemaVersion is the schema version this build writes.

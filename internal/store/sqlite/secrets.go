@@ -87,6 +87,9 @@ func (s *Store) DeleteSecret(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
+		if _, err := q.exec(ctx, `DELETE FROM credential_uses WHERE secret = ?`, name); err != nil {
+			return err
+		}
 		return affected(res, "secret %q not found", name)
 	})
 }

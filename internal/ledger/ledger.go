@@ -1,0 +1,243 @@
+// Package ledger keeps what the egress proxies report in the store: each
+// use of a credential (and each refusal of its placeholder) by secret,
+// each refused or audited connection or request by sandbox. The proxies
+// hand entries over without waiting (a request is never slowed by a
+// write); one goroutine writes what queued in one transaction, a commit
+// after the request it reports, and only then passes the entries, with
+// their sequence numbers, to those who follow. What a SIGKILL catches
+// in the queue, or a full disk refuses, is lost and counted, never
+// blocking a proxy.
+package ledger
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+// Store keeps the ledgers (store.Store does).
+type Store interface {
+	AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, denials []sandbox.EgressDecision) error
+	CredentialUses(ctx context.Context, secret string, after int64, limit int) ([]sandbox.CredentialUse, error)
+	EgressDenials(ctx context.Context, id string, after int64, limit int) ([]sandbox.EgressDecision, error)
+}
+
+// queued bounds the entries waiting for a write; maxBatch those of one.
+const (
+	queued   = 8192
+	maxBatch = 1024
+)
+
+// Listed bounds what Uses and Denials return of the past.
+const Listed = 1000
+
+// entry is one queued use or denial.
+type entry struct {
+	use    *sandbox.CredentialUse
+	denial *sandbox.EgressDecision
+}
+
+// Ledger is the writer and the reader of the ledgers.
+type Ledger struct {
+	store Store
+	log   *slog.Logger
+	in    chan entry
+	done  chan struct{}
+
+	mu       sync.Mutex
+	useSubs  map[chan sandbox.CredentialUse]string  // to the secret followed
+	denySubs map[chan sandbox.EgressDecision]string // to the sandbox id followed
+	lost     int                                    // entries dropped since the last report
+}
+
+// New starts a ledger on st; Close flushes and stops it.
+func New(st Store, log *slog.Logger) *Ledger {
+	l := &Ledger{store: st, log: log, in: make(chan entry, queued), done: make(chan struct{}),
+		useSubs: map[chan sandbox.CredentialUse]string{}, denySubs: map[chan sandbox.EgressDecision]string{}}
+	go l.run()
+	return l
+}
+
+// Used queues a credential's use; it never blocks.
+func (l *Ledger) Used(u sandbox.CredentialUse) { l.queue(entry{use: &u}) }
+
+// Denied queues an egress denial (or audit); it never blocks.
+func (l *Ledger) Denied(d sandbox.EgressDecision) { l.queue(entry{denial: &d}) }
+
+func (l *Ledger) queue(e entry) {
+	select {
+	case l.in <- e:
+	default:
+		l.mu.Lock()
+		l.lost++
+		l.mu.Unlock()
+	}
+}
+
+// Close writes what is queued and stops the writer.
+func (l *Ledger) Close() {
+	close(l.in)
+	<-l.done
+}
+
+// run writes the queue, a batch per transaction.
+func (l *Ledger) run() {
+	defer close(l.done)
+	for e := range l.in {
+		batch := []entry{e}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case e, ok := <-l.in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, e)
+			default:
+				break more
+			}
+		}
+		l.write(batch)
+	}
+}
+
+// write keeps a batch, then passes it on to the followers.
+func (l *Ledger) write(batch []entry) {
+	var uses []sandbox.CredentialUse
+	var denials []sandbox.EgressDecision
+	for _, e := range batch {
+		if e.use != nil {
+			uses = append(uses, *e.use)
+		} else {
+			denials = append(denials, *e.denial)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	err := l.store.AppendLedger(ctx, uses, denials)
+	cancel()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.lost += len(batch)
+	}
+	if l.lost > 0 && l.log != nil {
+		l.log.Warn("ledger: entries lost (the queue was full, or the store refused them)", "lost", l.lost, "err", err)
+		l.lost = 0
+	}
+	if err != nil {
+		return
+	}
+	for _, u := range uses {
+		for ch, secret := range l.useSubs {
+			if secret == u.Secret {
+				send(ch, u)
+			}
+		}
+	}
+	for _, d := range denials {
+		for ch, id := range l.denySubs {
+			if id == d.SandboxID {
+				send(ch, d)
+			}
+		}
+	}
+}
+
+// send passes v on unless ch is full: a follower that falls behind misses
+// entries, never slows the writer.
+func send[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
+
+// Uses returns the newest Listed uses of secret, oldest first, and with
+// follow a channel of those to come and the function that stops it.
+func (l *Ledger) Uses(ctx context.Context, secret string, follow bool) ([]sandbox.CredentialUse, <-chan sandbox.CredentialUse, func(), error) {
+	return read(l, l.useSubs, secret, follow, func(after int64) ([]sandbox.CredentialUse, error) {
+		return l.store.CredentialUses(ctx, secret, after, Listed)
+	}, func(u sandbox.CredentialUse) int64 { return u.Seq })
+}
+
+// Denials returns the newest Listed denials of sandbox id, oldest first,
+// and with follow a channel of those to come and the function that stops
+// it.
+func (l *Ledger) Denials(ctx context.Context, id string, follow bool) ([]sandbox.EgressDecision, <-chan sandbox.EgressDecision, func(), error) {
+	return read(l, l.denySubs, id, follow, func(after int64) ([]sandbox.EgressDecision, error) {
+		return l.store.EgressDenials(ctx, id, after, Listed)
+	}, func(d sandbox.EgressDecision) int64 { return d.Seq })
+}
+
+// SandboxGone ends the following of a deleted sandbox's denials.
+func (l *Ledger) SandboxGone(id string) { end(l, l.denySubs, id) }
+
+// SecretGone ends the following of a deleted secret's uses.
+func (l *Ledger) SecretGone(name string) { end(l, l.useSubs, name) }
+
+// end closes the followers of key: their channels end.
+func end[T any](l *Ledger, subs map[chan T]string, key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for ch, k := range subs {
+		if k == key {
+			delete(subs, ch)
+			close(ch)
+		}
+	}
+}
+
+// read lists the past of key and, with follow, subscribes first, so that
+// nothing written meanwhile is missed; what the channel repeats of the
+// past is skipped.
+func read[T any](l *Ledger, subs map[chan T]string, key string, follow bool, past func(after int64) ([]T, error), seq func(T) int64) ([]T, <-chan T, func(), error) {
+	if !follow {
+		list, err := past(0)
+		return list, nil, func() {}, err
+	}
+	raw := make(chan T, 256)
+	l.mu.Lock()
+	subs[raw] = key
+	l.mu.Unlock()
+	stop := sync.OnceFunc(func() {
+		l.mu.Lock()
+		delete(subs, raw)
+		l.mu.Unlock()
+	})
+	list, err := past(0)
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	var last int64
+	if len(list) > 0 {
+		last = seq(list[len(list)-1])
+	}
+	out := make(chan T, 256)
+	quit := make(chan struct{})
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case v, ok := <-raw:
+				if !ok {
+					return
+				}
+				if seq(v) <= last {
+					continue
+				}
+				select {
+				case out <- v:
+				case <-quit:
+					return
+				}
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return list, out, sync.OnceFunc(func() { stop(); close(quit) }), nil
+}

@@ -1,0 +1,122 @@
+package sqlite
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+// KeptUses and KeptDenials bound the ledgers: the newest of each secret's
+// uses and of each sandbox's denials are kept, the oldest go first.
+const (
+	KeptUses    = 10000
+	KeptDenials = 1000
+)
+
+const (
+	useColumns    = `seq, secret, credential, sandbox_id, sandbox, time, host, port, method, path, verdict, reason, status`
+	denialColumns = `seq, sandbox_id, sandbox, time, host, port, addr, method, path, verdict, policy, reason`
+)
+
+// AppendLedger implements store.Store: it keeps uses and denials in one
+// write, sets their Seq, and lets the oldest past the bounds go. Refused
+// while the disk is full, as everything that grows the store is.
+func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, denials []sandbox.EgressDecision) error {
+	return s.w.grow(ctx, func(q *stmts) error {
+		secrets, sandboxes := map[string]bool{}, map[string]bool{}
+		for i := range uses {
+			u := &uses[i]
+			res, err := q.exec(ctx, `INSERT INTO credential_uses (`+useColumns[len("seq, "):]+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+				u.Secret, u.Credential, u.SandboxID, u.Sandbox, nanos(u.Time), u.Host, u.Port, u.Method, u.Path, u.Verdict, u.Reason, u.Status)
+			if err != nil {
+				return err
+			}
+			if u.Seq, err = res.LastInsertId(); err != nil {
+				return err
+			}
+			secrets[u.Secret] = true
+		}
+		for i := range denials {
+			d := &denials[i]
+			addr := ""
+			if d.Addr.IsValid() {
+				addr = d.Addr.String()
+			}
+			res, err := q.exec(ctx, `INSERT INTO egress_denials (`+denialColumns[len("seq, "):]+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+				d.SandboxID, d.Sandbox, nanos(d.Time), d.Host, d.Port, addr, d.Method, d.Path, d.Verdict, d.Policy, d.Reason)
+			if err != nil {
+				return err
+			}
+			if d.Seq, err = res.LastInsertId(); err != nil {
+				return err
+			}
+			sandboxes[d.SandboxID] = true
+		}
+		for name := range secrets {
+			if err := trim(ctx, q, "credential_uses", "secret", name, KeptUses); err != nil {
+				return err
+			}
+		}
+		for id := range sandboxes {
+			if err := trim(ctx, q, "egress_denials", "sandbox_id", id, KeptDenials); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// trim keeps the newest keep rows of table whose column is key.
+func trim(ctx context.Context, q *stmts, table, column, key string, keep int) error {
+	_, err := q.exec(ctx, `DELETE FROM `+table+` WHERE `+column+` = ?1 AND seq <
+		(SELECT seq FROM `+table+` WHERE `+column+` = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)`, key, keep-1)
+	return err
+}
+
+// CredentialUses implements store.Store: the newest limit uses of secret
+// after seq after, oldest first.
+func (s *Store) CredentialUses(ctx context.Context, secret string, after int64, limit int) ([]sandbox.CredentialUse, error) {
+	rows, err := s.r.query(ctx, `SELECT * FROM (SELECT `+useColumns+` FROM credential_uses WHERE secret = ? AND seq > ?
+		ORDER BY seq DESC LIMIT ?) ORDER BY seq`, secret, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []sandbox.CredentialUse
+	for rows.Next() {
+		var u sandbox.CredentialUse
+		var at int64
+		if err := rows.Scan(&u.Seq, &u.Secret, &u.Credential, &u.SandboxID, &u.Sandbox, &at, &u.Host, &u.Port, &u.Method, &u.Path,
+			&u.Verdict, &u.Reason, &u.Status); err != nil {
+			return nil, err
+		}
+		u.Time = fromNanos(at)
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
+// EgressDenials implements store.Store: the newest limit denials of
+// sandbox id after seq after, oldest first.
+func (s *Store) EgressDenials(ctx context.Context, id string, after int64, limit int) ([]sandbox.EgressDecision, error) {
+	rows, err := s.r.query(ctx, `SELECT * FROM (SELECT `+denialColumns+` FROM egress_denials WHERE sandbox_id = ? AND seq > ?
+		ORDER BY seq DESC LIMIT ?) ORDER BY seq`, id, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []sandbox.EgressDecision
+	for rows.Next() {
+		var d sandbox.EgressDecision
+		var at int64
+		var addr string
+		if err := rows.Scan(&d.Seq, &d.SandboxID, &d.Sandbox, &at, &d.Host, &d.Port, &addr, &d.Method, &d.Path, &d.Verdict, &d.Policy, &d.Reason); err != nil {
+			return nil, err
+		}
+		d.Time = fromNanos(at)
+		d.Addr, _ = netip.ParseAddr(addr) // "" is no address
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
