@@ -35,7 +35,11 @@ type Secret struct {
 	// created_at is when the secret was created (UTC).
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// updated_at is when its value was last set (UTC).
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// bound_by names the sandboxes whose policies bind the secret.
+	BoundBy []string `protobuf:"bytes,5,rep,name=bound_by,json=boundBy,proto3" json:"bound_by,omitempty"`
+	// last_use is the newest entry of its ledger, if any.
+	LastUse       *CredentialUse `protobuf:"bytes,6,opt,name=last_use,json=lastUse,proto3" json:"last_use,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -98,6 +102,233 @@ func (x *Secret) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Secret) GetBoundBy() []string {
+	if x != nil {
+		return x.BoundBy
+	}
+	return nil
+}
+
+func (x *Secret) GetLastUse() *CredentialUse {
+	if x != nil {
+		return x.LastUse
+	}
+	return nil
+}
+
+// CredentialUse is one entry of a secret's ledger; it never holds the
+// value.
+type CredentialUse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq orders the entries of the ledger.
+	Seq int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// time is when the proxy decided (UTC).
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// secret is the secret's name.
+	Secret string `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
+	// credential is the binding's name in the sandbox's policy.
+	Credential string `protobuf:"bytes,4,opt,name=credential,proto3" json:"credential,omitempty"`
+	// sandbox is the sandbox's name when the request was made.
+	Sandbox string `protobuf:"bytes,5,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// sandbox_id is the sandbox's id.
+	SandboxId string `protobuf:"bytes,6,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// host and port are the request's destination.
+	Host string `protobuf:"bytes,7,opt,name=host,proto3" json:"host,omitempty"`
+	// port is the destination's port.
+	Port int32 `protobuf:"varint,8,opt,name=port,proto3" json:"port,omitempty"`
+	// method is the request's method.
+	Method string `protobuf:"bytes,9,opt,name=method,proto3" json:"method,omitempty"`
+	// path is the request's path (cut when long).
+	Path string `protobuf:"bytes,10,opt,name=path,proto3" json:"path,omitempty"`
+	// verdict is "injected", or "refused" (the placeholder was sent where
+	// the value may not go, or the value could not be put in).
+	Verdict string `protobuf:"bytes,11,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// reason says why a request was refused (credential_endpoint_mismatch
+	// and where the placeholder was).
+	Reason string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	// status is the upstream's HTTP status of an injected request (502:
+	// none answered).
+	Status        int32 `protobuf:"varint,13,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CredentialUse) Reset() {
+	*x = CredentialUse{}
+	mi := &file_corral_v1_secrets_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CredentialUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CredentialUse) ProtoMessage() {}
+
+func (x *CredentialUse) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_secrets_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CredentialUse.ProtoReflect.Descriptor instead.
+func (*CredentialUse) Descriptor() ([]byte, []int) {
+	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CredentialUse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CredentialUse) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *CredentialUse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *CredentialUse) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+func (x *CredentialUse) GetSandbox() string {
+	if x != nil {
+		return x.Sandbox
+	}
+	return ""
+}
+
+func (x *CredentialUse) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *CredentialUse) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *CredentialUse) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *CredentialUse) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *CredentialUse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CredentialUse) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *CredentialUse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CredentialUse) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+// SecretUsageRequest names the secret whose ledger to stream.
+type SecretUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the secret's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// follow keeps the stream open for the entries to come.
+	Follow        bool `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SecretUsageRequest) Reset() {
+	*x = SecretUsageRequest{}
+	mi := &file_corral_v1_secrets_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SecretUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SecretUsageRequest) ProtoMessage() {}
+
+func (x *SecretUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_secrets_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SecretUsageRequest.ProtoReflect.Descriptor instead.
+func (*SecretUsageRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SecretUsageRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SecretUsageRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
 // CreateSecretRequest is a new secret.
 type CreateSecretRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -111,7 +342,7 @@ type CreateSecretRequest struct {
 
 func (x *CreateSecretRequest) Reset() {
 	*x = CreateSecretRequest{}
-	mi := &file_corral_v1_secrets_proto_msgTypes[1]
+	mi := &file_corral_v1_secrets_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -123,7 +354,7 @@ func (x *CreateSecretRequest) String() string {
 func (*CreateSecretRequest) ProtoMessage() {}
 
 func (x *CreateSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_secrets_proto_msgTypes[1]
+	mi := &file_corral_v1_secrets_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -136,7 +367,7 @@ func (x *CreateSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSecretRequest.ProtoReflect.Descriptor instead.
 func (*CreateSecretRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{1}
+	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateSecretRequest) GetName() string {
@@ -166,7 +397,7 @@ type UpdateSecretRequest struct {
 
 func (x *UpdateSecretRequest) Reset() {
 	*x = UpdateSecretRequest{}
-	mi := &file_corral_v1_secrets_proto_msgTypes[2]
+	mi := &file_corral_v1_secrets_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -178,7 +409,7 @@ func (x *UpdateSecretRequest) String() string {
 func (*UpdateSecretRequest) ProtoMessage() {}
 
 func (x *UpdateSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_secrets_proto_msgTypes[2]
+	mi := &file_corral_v1_secrets_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -191,7 +422,7 @@ func (x *UpdateSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSecretRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSecretRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{2}
+	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UpdateSecretRequest) GetName() string {
@@ -219,7 +450,7 @@ type GetSecretRequest struct {
 
 func (x *GetSecretRequest) Reset() {
 	*x = GetSecretRequest{}
-	mi := &file_corral_v1_secrets_proto_msgTypes[3]
+	mi := &file_corral_v1_secrets_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +462,7 @@ func (x *GetSecretRequest) String() string {
 func (*GetSecretRequest) ProtoMessage() {}
 
 func (x *GetSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_secrets_proto_msgTypes[3]
+	mi := &file_corral_v1_secrets_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +475,7 @@ func (x *GetSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSecretRequest.ProtoReflect.Descriptor instead.
 func (*GetSecretRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{3}
+	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetSecretRequest) GetName() string {
@@ -263,7 +494,7 @@ type ListSecretsRequest struct {
 
 func (x *ListSecretsRequest) Reset() {
 	*x = ListSecretsRequest{}
-	mi := &file_corral_v1_secrets_proto_msgTypes[4]
+	mi := &file_corral_v1_secrets_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +506,7 @@ func (x *ListSecretsRequest) String() string {
 func (*ListSecretsRequest) ProtoMessage() {}
 
 func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_secrets_proto_msgTypes[4]
+	mi := &file_corral_v1_secrets_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +519,7 @@ func (x *ListSecretsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsRequest.ProtoReflect.Descriptor instead.
 func (*ListSecretsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{4}
+	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{6}
 }
 
 // ListSecretsResponse is every secret, by name.
@@ -302,7 +533,7 @@ type ListSecretsResponse struct {
 
 func (x *ListSecretsResponse) Reset() {
 	*x = ListSecretsResponse{}
-	mi := &file_corral_v1_secrets_proto_msgTypes[5]
+	mi := &file_corral_v1_secrets_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +545,7 @@ func (x *ListSecretsResponse) String() string {
 func (*ListSecretsResponse) ProtoMessage() {}
 
 func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_secrets_proto_msgTypes[5]
+	mi := &file_corral_v1_secrets_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +558,7 @@ func (x *ListSecretsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSecretsResponse.ProtoReflect.Descriptor instead.
 func (*ListSecretsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{5}
+	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListSecretsResponse) GetSecrets() []*Secret {
@@ -341,14 +572,17 @@ func (x *ListSecretsResponse) GetSecrets() []*Secret {
 type DeleteSecretRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the secret's name.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// force deletes a secret that running sandboxes bind: their requests
+	// that would carry it are refused from then on.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteSecretRequest) Reset() {
 	*x = DeleteSecretRequest{}
-	mi := &file_corral_v1_secrets_proto_msgTypes[6]
+	mi := &file_corral_v1_secrets_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +594,7 @@ func (x *DeleteSecretRequest) String() string {
 func (*DeleteSecretRequest) ProtoMessage() {}
 
 func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_secrets_proto_msgTypes[6]
+	mi := &file_corral_v1_secrets_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +607,7 @@ func (x *DeleteSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSecretRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSecretRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{6}
+	return file_corral_v1_secrets_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteSecretRequest) GetName() string {
@@ -383,18 +617,48 @@ func (x *DeleteSecretRequest) GetName() string {
 	return ""
 }
 
+func (x *DeleteSecretRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 var File_corral_v1_secrets_proto protoreflect.FileDescriptor
 
 const file_corral_v1_secrets_proto_rawDesc = "" +
 	"\n" +
-	"\x17corral/v1/secrets.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x01\n" +
+	"\x17corral/v1/secrets.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x02\n" +
 	"\x06Secret\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\x129\n" +
 	"\n" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"?\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x19\n" +
+	"\bbound_by\x18\x05 \x03(\tR\aboundBy\x123\n" +
+	"\blast_use\x18\x06 \x01(\v2\x18.corral.v1.CredentialUseR\alastUse\"\xe0\x02\n" +
+	"\rCredentialUse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06secret\x18\x03 \x01(\tR\x06secret\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x04 \x01(\tR\n" +
+	"credential\x12\x18\n" +
+	"\asandbox\x18\x05 \x01(\tR\asandbox\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x06 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04host\x18\a \x01(\tR\x04host\x12\x12\n" +
+	"\x04port\x18\b \x01(\x05R\x04port\x12\x16\n" +
+	"\x06method\x18\t \x01(\tR\x06method\x12\x12\n" +
+	"\x04path\x18\n" +
+	" \x01(\tR\x04path\x12\x18\n" +
+	"\averdict\x18\v \x01(\tR\averdict\x12\x16\n" +
+	"\x06reason\x18\f \x01(\tR\x06reason\x12\x16\n" +
+	"\x06status\x18\r \x01(\x05R\x06status\"@\n" +
+	"\x12SecretUsageRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06follow\x18\x02 \x01(\bR\x06follow\"?\n" +
 	"\x13CreateSecretRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\"?\n" +
@@ -405,15 +669,17 @@ const file_corral_v1_secrets_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
 	"\x12ListSecretsRequest\"B\n" +
 	"\x13ListSecretsResponse\x12+\n" +
-	"\asecrets\x18\x01 \x03(\v2\x11.corral.v1.SecretR\asecrets\")\n" +
+	"\asecrets\x18\x01 \x03(\v2\x11.corral.v1.SecretR\asecrets\"?\n" +
 	"\x13DeleteSecretRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name2\xe3\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force2\xad\x03\n" +
 	"\rSecretService\x12A\n" +
 	"\fCreateSecret\x12\x1e.corral.v1.CreateSecretRequest\x1a\x11.corral.v1.Secret\x12A\n" +
 	"\fUpdateSecret\x12\x1e.corral.v1.UpdateSecretRequest\x1a\x11.corral.v1.Secret\x12;\n" +
 	"\tGetSecret\x12\x1b.corral.v1.GetSecretRequest\x1a\x11.corral.v1.Secret\x12L\n" +
 	"\vListSecrets\x12\x1d.corral.v1.ListSecretsRequest\x1a\x1e.corral.v1.ListSecretsResponse\x12A\n" +
-	"\fDeleteSecret\x12\x1e.corral.v1.DeleteSecretRequest\x1a\x11.corral.v1.SecretB8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
+	"\fDeleteSecret\x12\x1e.corral.v1.DeleteSecretRequest\x1a\x11.corral.v1.Secret\x12H\n" +
+	"\vSecretUsage\x12\x1d.corral.v1.SecretUsageRequest\x1a\x18.corral.v1.CredentialUse0\x01B8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3"
 
 var (
 	file_corral_v1_secrets_proto_rawDescOnce sync.Once
@@ -427,36 +693,42 @@ func file_corral_v1_secrets_proto_rawDescGZIP() []byte {
 	return file_corral_v1_secrets_proto_rawDescData
 }
 
-var file_corral_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_corral_v1_secrets_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_corral_v1_secrets_proto_goTypes = []any{
 	(*Secret)(nil),                // 0: corral.v1.Secret
-	(*CreateSecretRequest)(nil),   // 1: corral.v1.CreateSecretRequest
-	(*UpdateSecretRequest)(nil),   // 2: corral.v1.UpdateSecretRequest
-	(*GetSecretRequest)(nil),      // 3: corral.v1.GetSecretRequest
-	(*ListSecretsRequest)(nil),    // 4: corral.v1.ListSecretsRequest
-	(*ListSecretsResponse)(nil),   // 5: corral.v1.ListSecretsResponse
-	(*DeleteSecretRequest)(nil),   // 6: corral.v1.DeleteSecretRequest
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*CredentialUse)(nil),         // 1: corral.v1.CredentialUse
+	(*SecretUsageRequest)(nil),    // 2: corral.v1.SecretUsageRequest
+	(*CreateSecretRequest)(nil),   // 3: corral.v1.CreateSecretRequest
+	(*UpdateSecretRequest)(nil),   // 4: corral.v1.UpdateSecretRequest
+	(*GetSecretRequest)(nil),      // 5: corral.v1.GetSecretRequest
+	(*ListSecretsRequest)(nil),    // 6: corral.v1.ListSecretsRequest
+	(*ListSecretsResponse)(nil),   // 7: corral.v1.ListSecretsResponse
+	(*DeleteSecretRequest)(nil),   // 8: corral.v1.DeleteSecretRequest
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
 }
 var file_corral_v1_secrets_proto_depIdxs = []int32{
-	7, // 0: corral.v1.Secret.created_at:type_name -> google.protobuf.Timestamp
-	7, // 1: corral.v1.Secret.updated_at:type_name -> google.protobuf.Timestamp
-	0, // 2: corral.v1.ListSecretsResponse.secrets:type_name -> corral.v1.Secret
-	1, // 3: corral.v1.SecretService.CreateSecret:input_type -> corral.v1.CreateSecretRequest
-	2, // 4: corral.v1.SecretService.UpdateSecret:input_type -> corral.v1.UpdateSecretRequest
-	3, // 5: corral.v1.SecretService.GetSecret:input_type -> corral.v1.GetSecretRequest
-	4, // 6: corral.v1.SecretService.ListSecrets:input_type -> corral.v1.ListSecretsRequest
-	6, // 7: corral.v1.SecretService.DeleteSecret:input_type -> corral.v1.DeleteSecretRequest
-	0, // 8: corral.v1.SecretService.CreateSecret:output_type -> corral.v1.Secret
-	0, // 9: corral.v1.SecretService.UpdateSecret:output_type -> corral.v1.Secret
-	0, // 10: corral.v1.SecretService.GetSecret:output_type -> corral.v1.Secret
-	5, // 11: corral.v1.SecretService.ListSecrets:output_type -> corral.v1.ListSecretsResponse
-	0, // 12: corral.v1.SecretService.DeleteSecret:output_type -> corral.v1.Secret
-	8, // [8:13] is the sub-list for method output_type
-	3, // [3:8] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	9,  // 0: corral.v1.Secret.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 1: corral.v1.Secret.updated_at:type_name -> google.protobuf.Timestamp
+	1,  // 2: corral.v1.Secret.last_use:type_name -> corral.v1.CredentialUse
+	9,  // 3: corral.v1.CredentialUse.time:type_name -> google.protobuf.Timestamp
+	0,  // 4: corral.v1.ListSecretsResponse.secrets:type_name -> corral.v1.Secret
+	3,  // 5: corral.v1.SecretService.CreateSecret:input_type -> corral.v1.CreateSecretRequest
+	4,  // 6: corral.v1.SecretService.UpdateSecret:input_type -> corral.v1.UpdateSecretRequest
+	5,  // 7: corral.v1.SecretService.GetSecret:input_type -> corral.v1.GetSecretRequest
+	6,  // 8: corral.v1.SecretService.ListSecrets:input_type -> corral.v1.ListSecretsRequest
+	8,  // 9: corral.v1.SecretService.DeleteSecret:input_type -> corral.v1.DeleteSecretRequest
+	2,  // 10: corral.v1.SecretService.SecretUsage:input_type -> corral.v1.SecretUsageRequest
+	0,  // 11: corral.v1.SecretService.CreateSecret:output_type -> corral.v1.Secret
+	0,  // 12: corral.v1.SecretService.UpdateSecret:output_type -> corral.v1.Secret
+	0,  // 13: corral.v1.SecretService.GetSecret:output_type -> corral.v1.Secret
+	7,  // 14: corral.v1.SecretService.ListSecrets:output_type -> corral.v1.ListSecretsResponse
+	0,  // 15: corral.v1.SecretService.DeleteSecret:output_type -> corral.v1.Secret
+	1,  // 16: corral.v1.SecretService.SecretUsage:output_type -> corral.v1.CredentialUse
+	11, // [11:17] is the sub-list for method output_type
+	5,  // [5:11] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_secrets_proto_init() }
@@ -470,7 +742,7 @@ func file_corral_v1_secrets_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_secrets_proto_rawDesc), len(file_corral_v1_secrets_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

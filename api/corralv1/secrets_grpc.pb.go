@@ -24,6 +24,7 @@ const (
 	SecretService_GetSecret_FullMethodName    = "/corral.v1.SecretService/GetSecret"
 	SecretService_ListSecrets_FullMethodName  = "/corral.v1.SecretService/ListSecrets"
 	SecretService_DeleteSecret_FullMethodName = "/corral.v1.SecretService/DeleteSecret"
+	SecretService_SecretUsage_FullMethodName  = "/corral.v1.SecretService/SecretUsage"
 )
 
 // SecretServiceClient is the client API for SecretService service.
@@ -42,8 +43,14 @@ type SecretServiceClient interface {
 	GetSecret(ctx context.Context, in *GetSecretRequest, opts ...grpc.CallOption) (*Secret, error)
 	// ListSecrets describes every secret, by name.
 	ListSecrets(ctx context.Context, in *ListSecretsRequest, opts ...grpc.CallOption) (*ListSecretsResponse, error)
-	// DeleteSecret removes a secret and returns what it was.
+	// DeleteSecret removes a secret and returns what it was. A secret a
+	// running sandbox's policy binds is FAILED_PRECONDITION unless force,
+	// which cuts those bindings at once (their requests are refused).
 	DeleteSecret(ctx context.Context, in *DeleteSecretRequest, opts ...grpc.CallOption) (*Secret, error)
+	// SecretUsage streams a secret's ledger: each injection by an egress
+	// proxy and each refusal of its placeholder, oldest first (the newest
+	// 1000), then, with follow, each one as it is kept.
+	SecretUsage(ctx context.Context, in *SecretUsageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CredentialUse], error)
 }
 
 type secretServiceClient struct {
@@ -104,6 +111,25 @@ func (c *secretServiceClient) DeleteSecret(ctx context.Context, in *DeleteSecret
 	return out, nil
 }
 
+func (c *secretServiceClient) SecretUsage(ctx context.Context, in *SecretUsageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CredentialUse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SecretService_ServiceDesc.Streams[0], SecretService_SecretUsage_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SecretUsageRequest, CredentialUse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SecretService_SecretUsageClient = grpc.ServerStreamingClient[CredentialUse]
+
 // SecretServiceServer is the server API for SecretService service.
 // All implementations must embed UnimplementedSecretServiceServer
 // for forward compatibility.
@@ -120,8 +146,14 @@ type SecretServiceServer interface {
 	GetSecret(context.Context, *GetSecretRequest) (*Secret, error)
 	// ListSecrets describes every secret, by name.
 	ListSecrets(context.Context, *ListSecretsRequest) (*ListSecretsResponse, error)
-	// DeleteSecret removes a secret and returns what it was.
+	// DeleteSecret removes a secret and returns what it was. A secret a
+	// running sandbox's policy binds is FAILED_PRECONDITION unless force,
+	// which cuts those bindings at once (their requests are refused).
 	DeleteSecret(context.Context, *DeleteSecretRequest) (*Secret, error)
+	// SecretUsage streams a secret's ledger: each injection by an egress
+	// proxy and each refusal of its placeholder, oldest first (the newest
+	// 1000), then, with follow, each one as it is kept.
+	SecretUsage(*SecretUsageRequest, grpc.ServerStreamingServer[CredentialUse]) error
 	mustEmbedUnimplementedSecretServiceServer()
 }
 
@@ -146,6 +178,9 @@ func (UnimplementedSecretServiceServer) ListSecrets(context.Context, *ListSecret
 }
 func (UnimplementedSecretServiceServer) DeleteSecret(context.Context, *DeleteSecretRequest) (*Secret, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSecret not implemented")
+}
+func (UnimplementedSecretServiceServer) SecretUsage(*SecretUsageRequest, grpc.ServerStreamingServer[CredentialUse]) error {
+	return status.Error(codes.Unimplemented, "method SecretUsage not implemented")
 }
 func (UnimplementedSecretServiceServer) mustEmbedUnimplementedSecretServiceServer() {}
 func (UnimplementedSecretServiceServer) testEmbeddedByValue()                       {}
@@ -258,6 +293,17 @@ func _SecretService_DeleteSecret_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SecretService_SecretUsage_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SecretUsageRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SecretServiceServer).SecretUsage(m, &grpc.GenericServerStream[SecretUsageRequest, CredentialUse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SecretService_SecretUsageServer = grpc.ServerStreamingServer[CredentialUse]
+
 // SecretService_ServiceDesc is the grpc.ServiceDesc for SecretService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -286,6 +332,12 @@ var SecretService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _SecretService_DeleteSecret_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SecretUsage",
+			Handler:       _SecretService_SecretUsage_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "corral/v1/secrets.proto",
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	corral "github.com/corral-sandbox/corral/client"
 )
 
 // denialView is the JSON form of a denial: the field names are a contract
@@ -42,41 +44,14 @@ inspected request, and the rule or the reason. With -f, keep printing new
 ones. -o json prints one JSON object a line.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != "table" && format != "json" {
-				return fmt.Errorf("-o %q: want table or json", format)
-			}
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			stream, err := c.SandboxDenials(cmd.Context(), &corralv1.SandboxDenialsRequest{Name: args[0], Follow: follow})
-			if err != nil {
-				return c.Explain(err)
-			}
-			// Without -f the table is aligned at the end; with it, each
-			// row goes out as it comes, tab-separated.
-			var out io.Writer = g.stdout
-			if !follow {
-				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				defer tw.Flush()
-				out = tw
-			}
-			if format == "table" {
-				fmt.Fprintln(out, "TIME\tVERDICT\tHOST\tPORT\tADDRESS\tMETHOD\tPATH\tPOLICY\tREASON")
-			}
-			for {
-				d, err := stream.Recv()
-				if errors.Is(err, io.EOF) || cmd.Context().Err() != nil {
-					return nil
-				}
-				if err != nil {
-					return c.Explain(err)
-				}
-				if err := printDenial(out, format, d); err != nil {
-					return err
-				}
-			}
+			return streamTable(g, cmd, follow, format, "TIME\tVERDICT\tHOST\tPORT\tADDRESS\tMETHOD\tPATH\tPOLICY\tREASON",
+				func(ctx context.Context, c *corral.Client) (func() (*corralv1.Denial, error), error) {
+					stream, err := c.SandboxDenials(ctx, &corralv1.SandboxDenialsRequest{Name: args[0], Follow: follow})
+					if err != nil {
+						return nil, err
+					}
+					return stream.Recv, nil
+				}, denialRow)
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new denials")
@@ -84,15 +59,63 @@ ones. -o json prints one JSON object a line.`,
 	return cmd
 }
 
-// printDenial writes one denial: a tab-separated line (each field made
-// printable: a host or path comes from the sandbox), or a JSON line.
-func printDenial(w io.Writer, format string, d *corralv1.Denial) error {
+// denialRow is a denial's JSON form and table fields.
+func denialRow(d *corralv1.Denial) (any, []string) {
 	v := denialView{Time: stamp(d.Time), Verdict: d.Verdict, Host: d.Host, Port: d.Port, Address: d.Address,
 		Method: d.Method, Path: d.Path, Policy: d.Policy, Reason: d.Reason}
-	if format == "json" {
-		return json.NewEncoder(w).Encode(v)
+	return v, []string{v.Time, v.Verdict, v.Host, fmt.Sprint(v.Port), v.Address, v.Method, v.Path, v.Policy, v.Reason}
+}
+
+// streamTable prints what a ledger stream sends (header, then a row
+// each), oldest first: an aligned table, or with follow a tab-separated
+// line as each comes, or -o json a JSON object a line.
+func streamTable[T any](g *globals, cmd *cobra.Command, follow bool, format, header string,
+	open func(ctx context.Context, c *corral.Client) (func() (T, error), error), row func(T) (any, []string)) error {
+	if format != "table" && format != "json" {
+		return fmt.Errorf("-o %q: want table or json", format)
 	}
-	fields := []string{v.Time, v.Verdict, v.Host, fmt.Sprint(v.Port), v.Address, v.Method, v.Path, v.Policy, v.Reason}
+	c, err := g.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	recv, err := open(cmd.Context(), c)
+	if err != nil {
+		return c.Explain(err)
+	}
+	// Without -f the table is aligned at the end; with it, each row goes
+	// out as it comes, tab-separated.
+	var out io.Writer = g.stdout
+	if !follow {
+		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		defer tw.Flush()
+		out = tw
+	}
+	if format == "table" {
+		fmt.Fprintln(out, header)
+	}
+	for {
+		v, err := recv()
+		if errors.Is(err, io.EOF) || cmd.Context().Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return c.Explain(err)
+		}
+		view, fields := row(v)
+		if err := printRow(out, format, view, fields); err != nil {
+			return err
+		}
+	}
+}
+
+// printRow writes a row: its view as a JSON line, or its fields
+// tab-separated, each made printable (a host or path comes from the
+// sandbox).
+func printRow(w io.Writer, format string, view any, fields []string) error {
+	if format == "json" {
+		return json.NewEncoder(w).Encode(view)
+	}
 	for i, f := range fields {
 		if f == "" {
 			f = "-"

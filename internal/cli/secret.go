@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -27,21 +28,58 @@ never from the command line, which other users see in the process list.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newSecretSetCmd(g, true), newSecretSetCmd(g, false), newSecretGetCmd(g), newSecretListCmd(g), newSecretDeleteCmd(g))
+	cmd.AddCommand(newSecretSetCmd(g, true), newSecretSetCmd(g, false), newSecretGetCmd(g), newSecretListCmd(g), newSecretDeleteCmd(g),
+		newSecretUsageCmd(g))
 	return cmd
 }
 
 // secretView is the JSON and YAML form of a secret: the field names are a
 // contract for scripts.
 type secretView struct {
-	Name        string `json:"name" yaml:"name"`
-	Fingerprint string `json:"fingerprint" yaml:"fingerprint"`
-	Created     string `json:"created" yaml:"created"`
-	Updated     string `json:"updated" yaml:"updated"`
+	Name        string   `json:"name" yaml:"name"`
+	Fingerprint string   `json:"fingerprint" yaml:"fingerprint"`
+	Created     string   `json:"created" yaml:"created"`
+	Updated     string   `json:"updated" yaml:"updated"`
+	BoundBy     []string `json:"bound_by,omitempty" yaml:"bound_by,omitempty"`
+	LastUse     *useView `json:"last_use,omitempty" yaml:"last_use,omitempty"`
+}
+
+// useView is the JSON and YAML form of a ledger entry.
+type useView struct {
+	Time       string `json:"time" yaml:"time"`
+	Verdict    string `json:"verdict" yaml:"verdict"`
+	Sandbox    string `json:"sandbox" yaml:"sandbox"`
+	Credential string `json:"credential" yaml:"credential"`
+	Host       string `json:"host" yaml:"host"`
+	Port       int32  `json:"port" yaml:"port"`
+	Method     string `json:"method,omitempty" yaml:"method,omitempty"`
+	Path       string `json:"path,omitempty" yaml:"path,omitempty"`
+	Status     int32  `json:"status,omitempty" yaml:"status,omitempty"`
+	Reason     string `json:"reason,omitempty" yaml:"reason,omitempty"`
+}
+
+func useViewOf(u *corralv1.CredentialUse) useView {
+	return useView{Time: stamp(u.Time), Verdict: u.Verdict, Sandbox: u.Sandbox, Credential: u.Credential, Host: u.Host, Port: u.Port,
+		Method: u.Method, Path: u.Path, Status: u.Status, Reason: u.Reason}
+}
+
+// useRow is a ledger entry's JSON form and table fields.
+func useRow(u *corralv1.CredentialUse) (any, []string) {
+	v := useViewOf(u)
+	status := ""
+	if v.Status != 0 {
+		status = fmt.Sprint(v.Status)
+	}
+	return v, []string{v.Time, v.Verdict, v.Sandbox, v.Credential, v.Host, fmt.Sprint(v.Port), v.Method, v.Path, status, v.Reason}
 }
 
 func secretViewOf(s *corralv1.Secret) secretView {
-	return secretView{Name: s.Name, Fingerprint: s.Fingerprint, Created: stamp(s.CreatedAt), Updated: stamp(s.UpdatedAt)}
+	v := secretView{Name: s.Name, Fingerprint: s.Fingerprint, Created: stamp(s.CreatedAt), Updated: stamp(s.UpdatedAt), BoundBy: s.BoundBy}
+	if s.LastUse != nil {
+		u := useViewOf(s.LastUse)
+		v.LastUse = &u
+	}
+	return v
 }
 
 func printSecrets(w io.Writer, list []*corralv1.Secret) error {
@@ -156,7 +194,7 @@ func newSecretGetCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return nil, nil, err
 				}
-				return secretViewOf(s), func() error { return printSecrets(g.stdout, []*corralv1.Secret{s}) }, nil
+				return secretViewOf(s), func() error { return printSecret(g.stdout, s) }, nil
 			})
 		},
 	}
@@ -172,14 +210,77 @@ func newSecretListCmd(g *globals) *cobra.Command {
 		}, secretViewOf, printSecrets)
 }
 
+// printSecret describes one secret: its table, then what binds it and
+// its last use.
+func printSecret(w io.Writer, s *corralv1.Secret) error {
+	if err := printSecrets(w, []*corralv1.Secret{s}); err != nil {
+		return err
+	}
+	bound := "none"
+	if len(s.BoundBy) > 0 {
+		bound = strings.Join(s.BoundBy, ", ")
+	}
+	fmt.Fprintf(w, "bound by: %s\n", printableText(bound))
+	last := "never"
+	if u := s.LastUse; u != nil {
+		last = fmt.Sprintf("%s %s by %s (credentials.%s) to %s port %d", stamp(u.Time), u.Verdict, u.Sandbox, u.Credential, u.Host, u.Port)
+		if u.Status != 0 {
+			last += fmt.Sprintf(": %d", u.Status)
+		}
+		if u.Reason != "" {
+			last += ": " + u.Reason
+		}
+	}
+	_, err := fmt.Fprintf(w, "last use: %s\n", printableText(last))
+	return err
+}
+
 func newSecretDeleteCmd(g *globals) *cobra.Command {
-	return deleteCommand(g, "Delete secrets", func(ctx context.Context, c *corral.Client, name string) (string, error) {
-		s, err := c.Secrets.DeleteSecret(ctx, &corralv1.DeleteSecretRequest{Name: name})
+	var force bool
+	cmd := deleteCommand(g, "Delete secrets (refused while a running sandbox binds one, unless --force)", func(ctx context.Context, c *corral.Client, name string) (string, error) {
+		s, err := c.Secrets.DeleteSecret(ctx, &corralv1.DeleteSecretRequest{Name: name, Force: force})
 		if err != nil {
 			return "", err
 		}
+		if force && len(s.BoundBy) > 0 {
+			return fmt.Sprintf("deleted secret %s (bindings cut: %s)", s.Name, strings.Join(s.BoundBy, ", ")), nil
+		}
 		return "deleted secret " + s.Name, nil
 	})
+	cmd.Flags().BoolVar(&force, "force", false, "delete it even while running sandboxes bind it: their requests that would carry it are refused from then on")
+	return cmd
+}
+
+func newSecretUsageCmd(g *globals) *cobra.Command {
+	var (
+		follow bool
+		format string
+	)
+	cmd := &cobra.Command{
+		Use:   "usage NAME [-f]",
+		Short: "List a secret's ledger: each injection by an egress proxy, each refusal of its placeholder",
+		Long: `List, oldest first, each request an egress proxy put the secret's value in
+(verdict injected, with the upstream's status) and each request it refused
+because it carried the secret's placeholder where the value may not go
+(verdict refused, with the reason): time, sandbox, credential, destination,
+method and path. The ledger is kept in the store (it survives restarts),
+the newest 10000 entries of each secret. With -f, keep printing new ones;
+-o json prints one JSON object a line.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return streamTable(g, cmd, follow, format, "TIME\tVERDICT\tSANDBOX\tCREDENTIAL\tHOST\tPORT\tMETHOD\tPATH\tSTATUS\tREASON",
+				func(ctx context.Context, c *corral.Client) (func() (*corralv1.CredentialUse, error), error) {
+					stream, err := c.Secrets.SecretUsage(ctx, &corralv1.SecretUsageRequest{Name: args[0], Follow: follow})
+					if err != nil {
+						return nil, err
+					}
+					return stream.Recv, nil
+				}, useRow)
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new entries")
+	cmd.Flags().StringVarP(&format, "output", "o", "table", "output: table or json (a line each)")
+	return cmd
 }
 
 // deleteCommand is a `delete NAME...` command: del deletes one and says

@@ -19,6 +19,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/secrets"
+	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 // credentialsPolicy binds a token (header), a key (query), a password
@@ -310,7 +311,7 @@ func TestSigV4IsSignedAgain(t *testing.T) {
 		t.Fatalf("PUT = %d %s", status, body)
 	}
 	seen := cw.lastSeen()
-	if err := checkSigV4(seen, "AKIAREALKEYID", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALKEY"); err != nil {
+	if err := testenv.CheckSigV4(seen, "AKIAREALKEYID", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALKEY"); err != nil {
 		t.Errorf("the server's check: %v (Authorization %q)", err, seen.Header.Get("Authorization"))
 	}
 	if a := seen.Header.Get("Authorization"); strings.Contains(a, secrets.PlaceholderPrefix) {
@@ -324,48 +325,6 @@ func TestSigV4IsSignedAgain(t *testing.T) {
 	if seen := cw.lastSeen(); seen != nil {
 		t.Errorf("the unbound host received the request (Authorization %q)", seen.Header.Get("Authorization"))
 	}
-}
-
-// checkSigV4 checks a request's signature as a server would: the headers
-// it names signed again with the real keys, the same time and scope.
-func checkSigV4(r *http.Request, keyID, key string) error {
-	auth := r.Header.Get("Authorization")
-	var scope []string
-	var signed, signature string
-	for _, part := range strings.Split(strings.TrimPrefix(auth, sigV4Scheme+" "), ",") {
-		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
-		switch k {
-		case "Credential":
-			scope = strings.Split(v, "/")
-		case "SignedHeaders":
-			signed = v
-		case "Signature":
-			signature = v
-		}
-	}
-	if len(scope) != 5 || scope[0] != keyID {
-		return fmt.Errorf("credential %v, want key id %s", scope, keyID)
-	}
-	check := r.Clone(context.Background())
-	check.Header = http.Header{}
-	for _, h := range strings.Split(signed, ";") {
-		if h != "host" && h != "content-length" {
-			check.Header[http.CanonicalHeaderKey(h)] = r.Header.Values(h)
-		}
-	}
-	check.URL.Scheme, check.URL.Host = "https", r.Host
-	when, err := time.Parse("20060102T150405Z", r.Header.Get("X-Amz-Date"))
-	if err != nil {
-		return err
-	}
-	if err := v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: keyID, SecretAccessKey: key}, check,
-		r.Header.Get("X-Amz-Content-Sha256"), scope[3], scope[2], when); err != nil {
-		return err
-	}
-	if want := check.Header.Get("Authorization"); !strings.HasSuffix(want, "Signature="+signature) {
-		return fmt.Errorf("signature %s; the real keys give %s", signature, want)
-	}
-	return nil
 }
 
 // A secret gone (deleted) refuses the request with a reason that names

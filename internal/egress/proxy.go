@@ -134,10 +134,10 @@ type Proxy struct {
 	rules    []policy.NetworkPolicy
 	bindings []Binding
 	gen      uint64 // counts SetRules
-	live    map[*flow]struct{}
-	servers map[*http.Server]struct{}
-	closed  bool
-	conns   int // open client connections
+	live     map[*flow]struct{}
+	servers  map[*http.Server]struct{}
+	closed   bool
+	conns    int // open client connections
 }
 
 // New makes a proxy; Serve puts it to work.

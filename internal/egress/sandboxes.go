@@ -47,14 +47,9 @@ func FromRecords(get func(ctx context.Context, id string) (*sandbox.Sandbox, err
 	}
 }
 
-// What is kept and logged of each sandbox's refusals: the last
-// keptDecisions, at most keptBytes of them, and at most loggedPerSecond
-// log lines a second (the rest are counted, and the count logged).
-const (
-	keptDecisions   = 1000
-	keptBytes       = 256 << 10
-	loggedPerSecond = 20
-)
+// loggedPerSecond bounds the log lines of each sandbox's refusals (the
+// rest are counted, and the count logged).
+const loggedPerSecond = 20
 
 // Sandboxes serves the egress proxies of a gateway's sandboxes: one Proxy
 // each, served inside every incarnation's network namespace at
@@ -85,6 +80,9 @@ type Sandboxes struct {
 	Placeholder func(id string, generation int64, credential, role string) string
 	Secret      func(ctx context.Context, name string) ([]byte, error)
 	OnUse       func(Use)
+	// OnDenied is told of each refused or audited decision, with the
+	// sandbox's id and current name (it must not block): the ledger.
+	OnDenied func(Decision)
 
 	mu    sync.Mutex
 	boxes map[string]*box
@@ -100,10 +98,6 @@ type box struct {
 	gen int64        // the incarnation served
 	ns  [2]uint64    // the device and inode of its network namespace
 	ln  net.Listener // nil: not served
-
-	decisions []Decision // the last kept, oldest first
-	keptSize  int        // their size, as decisionSize counts
-	watchers  map[chan Decision]struct{}
 
 	logSecond time.Time // the second logged counts
 	logged    int       // lines logged in it
@@ -316,9 +310,9 @@ func (s *Sandboxes) box(ctx context.Context, id string) (*box, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: the CA of sandbox %s: %w", id, err)
 	}
-	b = &box{name: nw.Name, rules: nw.Rules, creds: nw.Credentials, watchers: map[chan Decision]struct{}{}}
+	b = &box{name: nw.Name, rules: nw.Rules, creds: nw.Credentials}
 	b.proxy, err = New(Config{Sandbox: nw.Name, Rules: nw.Rules, Hosts: hosts, CA: ca, Deny: s.Deny,
-		OnDecision: func(d Decision) { s.record(b, d) }, LogAllowed: true, Limits: s.Limits, Budget: s.Budget,
+		OnDecision: func(d Decision) { s.record(id, b, d) }, LogAllowed: true, Limits: s.Limits, Budget: s.Budget,
 		Secret: s.Secret, OnUse: func(u Use) { s.used(id, b, u) }})
 	if err != nil {
 		return nil, err
@@ -350,28 +344,20 @@ func pins(hosts []string) (map[string][]netip.Addr, error) {
 	return out, nil
 }
 
-// record keeps a decision, counts it and passes it to the watchers.
-func (s *Sandboxes) record(b *box, d Decision) {
+// record counts a decision of sandbox id and, unless it allowed, logs it
+// and passes it to OnDenied.
+func (s *Sandboxes) record(id string, b *box, d Decision) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	d.Sandbox = b.name // a claimed pool member's new name, not the one it was served under
+	d.SandboxID, d.Sandbox = id, b.name // a claimed pool member's new name, not the one it was served under
 	metrics.EgressDecision(d.Sandbox, d.Verdict)
 	if d.Verdict == Allowed {
+		s.mu.Unlock()
 		return
 	}
 	s.log(b, d)
-	b.decisions = append(b.decisions, d)
-	b.keptSize += decisionSize(d)
-	for len(b.decisions) > keptDecisions || b.keptSize > keptBytes {
-		b.keptSize -= decisionSize(b.decisions[0])
-		b.decisions[0] = Decision{}
-		b.decisions = b.decisions[1:]
-	}
-	for ch := range b.watchers {
-		select {
-		case ch <- d:
-		default: // a watcher that falls behind misses decisions, never slows the proxy
-		}
+	s.mu.Unlock()
+	if s.OnDenied != nil {
+		s.OnDenied(d)
 	}
 }
 
@@ -397,11 +383,6 @@ func (s *Sandboxes) log(b *box, d Decision) {
 		b.unlogged = 0
 	}
 	s.Logger.Info("egress "+d.Verdict, args...)
-}
-
-// decisionSize is about what a kept decision holds in memory.
-func decisionSize(d Decision) int {
-	return 128 + len(d.Sandbox) + len(d.Host) + len(d.Method) + len(d.Path) + len(d.Policy) + len(d.Reason)
 }
 
 // Attached reports whether incarnation ref's proxy is served.
@@ -444,12 +425,6 @@ func (s *Sandboxes) Forget(id string) {
 	s.mu.Unlock()
 	if b != nil {
 		b.proxy.Close()
-		s.mu.Lock()
-		for ch := range b.watchers {
-			close(ch)
-		}
-		b.watchers = nil
-		s.mu.Unlock()
 	}
 	if err := os.RemoveAll(filepath.Join(s.Dir, id)); err != nil && s.Logger != nil {
 		s.Logger.Error("egress: remove the CA of a deleted sandbox", "id", id, "err", err)
@@ -510,30 +485,4 @@ func Describe(rules []policy.NetworkPolicy) string {
 		parts = append(parts, np.Name+": "+strings.Join(eps, ", "))
 	}
 	return strings.Join(parts, "; ")
-}
-
-// Denials returns the refused and audited decisions kept of sandbox id,
-// oldest first; with follow, also a channel of those to come (closed when
-// the sandbox is deleted) and the function that stops it.
-func (s *Sandboxes) Denials(id string, follow bool) ([]Decision, <-chan Decision, func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.boxes[id]
-	if b == nil {
-		return nil, nil, func() {}
-	}
-	past := append([]Decision(nil), b.decisions...)
-	if !follow || b.watchers == nil {
-		return past, nil, func() {}
-	}
-	ch := make(chan Decision, 256)
-	b.watchers[ch] = struct{}{}
-	return past, ch, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if _, ok := b.watchers[ch]; ok {
-			delete(b.watchers, ch)
-			close(ch)
-		}
-	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driverimages"
 	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/exposed"
+	"github.com/corral-sandbox/corral/internal/ledger"
 	"github.com/corral-sandbox/corral/internal/lifecycle"
 	"github.com/corral-sandbox/corral/internal/metrics"
 	"github.com/corral-sandbox/corral/internal/sandboxfiles"
@@ -92,9 +93,14 @@ func Run(opts Options) error {
 		return err
 	}
 	files := raiseFileLimit()
+	led := ledger.New(st, log)
+	defer led.Close() // before the store's: what is queued is written
+	secretsPart := secrets.New(st, keys)
+	secretsPart.Ledger = led
 	eg := &egress.Sandboxes{Dir: filepath.Join(opts.Home, "egress"), Deny: hostAddrs(), HostBundle: driver.SystemBundle, Logger: log,
 		Limits: egress.Limits{MaxConns: cfg.Egress.MaxConnections, HeaderTimeout: cfg.Egress.HeaderTimeout, IdleTimeout: cfg.Egress.IdleTimeout},
-		Budget: egress.NewBudget(egressBudget(files)), Lookup: egress.FromRecords(st.GetSandbox)}
+		Budget: egress.NewBudget(egressBudget(files)), Lookup: egress.FromRecords(st.GetSandbox),
+		Placeholder: keys.Placeholder, Secret: secretsPart.Value, OnUse: led.Used, OnDenied: led.Denied}
 	identity, err := st.Identity(context.Background())
 	if err != nil {
 		return err
@@ -115,16 +121,21 @@ func Run(opts Options) error {
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
 		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace,
 		Failures: reintroduced(),
+		SecretExists: func(ctx context.Context, name string) error {
+			_, err := st.GetSecret(ctx, name)
+			return err
+		},
 	}
 	if lcfg.NoEgress = compute.WhyNoEgress(); lcfg.NoEgress == "" {
-		lcfg.Egress = eg
+		lcfg.Egress, lcfg.Ledger = eg, led
 	}
 	ports := &exposed.Ports{Store: st, Log: log}
 	lcfg.Exposed = ports
 	mgr := lifecycle.New(lcfg)
+	secretsPart.Binders = mgr.Binders
 	ports.Core = mgr
 	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: driverimages.New(drv, cfg.ImagePullPolicy), Ports: ports,
-		Pools: mgr.Pools(), Secrets: secrets.New(st, keys)}
+		Pools: mgr.Pools(), Secrets: secretsPart}
 	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: mgr, ports: ports, core: core, startCtx: startCtx}
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
 	cause := g.run(sig)

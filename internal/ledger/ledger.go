@@ -51,6 +51,7 @@ type Ledger struct {
 	useSubs  map[chan sandbox.CredentialUse]string  // to the secret followed
 	denySubs map[chan sandbox.EgressDecision]string // to the sandbox id followed
 	lost     int                                    // entries dropped since the last report
+	closed   bool
 }
 
 // New starts a ledger on st; Close flushes and stops it.
@@ -68,18 +69,26 @@ func (l *Ledger) Used(u sandbox.CredentialUse) { l.queue(entry{use: &u}) }
 func (l *Ledger) Denied(d sandbox.EgressDecision) { l.queue(entry{denial: &d}) }
 
 func (l *Ledger) queue(e entry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		l.lost++
+		return
+	}
 	select {
 	case l.in <- e:
 	default:
-		l.mu.Lock()
 		l.lost++
-		l.mu.Unlock()
 	}
 }
 
-// Close writes what is queued and stops the writer.
+// Close writes what is queued and stops the writer; what comes after is
+// lost.
 func (l *Ledger) Close() {
+	l.mu.Lock()
+	l.closed = true
 	close(l.in)
+	l.mu.Unlock()
 	<-l.done
 }
 

@@ -26,9 +26,17 @@ type Egress interface {
 	Forget(id string)
 	// InForce describes the rules the proxy enforces for sandbox id.
 	InForce(ctx context.Context, id string) string
-	// Denials returns the refused and audited decisions kept of sandbox
-	// id and, with follow, a channel of those to come and its stop.
-	Denials(id string, follow bool) ([]sandbox.EgressDecision, <-chan sandbox.EgressDecision, func())
+}
+
+// Ledger keeps the egress proxy's refused and audited decisions
+// (internal/ledger).
+type Ledger interface {
+	// Denials returns those kept of sandbox id, oldest first, and with
+	// follow a channel of those to come and its stop.
+	Denials(ctx context.Context, id string, follow bool) ([]sandbox.EgressDecision, <-chan sandbox.EgressDecision, func(), error)
+	// SandboxGone ends the following of a deleted sandbox's decisions
+	// (the store drops them with its record).
+	SandboxGone(id string)
 }
 
 // Network describes the egress rules in force for a sandbox ("" when the
@@ -48,11 +56,10 @@ func (m *Manager) Denials(ctx context.Context, nameOrID string, follow bool) ([]
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if m.cfg.Egress == nil {
+	if m.cfg.Egress == nil || m.cfg.Ledger == nil {
 		return nil, nil, nil, errdefs.FailedPrecondition("this gateway has no egress proxy: %s", m.cfg.NoEgress)
 	}
-	past, next, stop := m.cfg.Egress.Denials(sb.ID, follow)
-	return past, next, stop, nil
+	return m.cfg.Ledger.Denials(ctx, sb.ID, follow)
 }
 
 // ensureEgress serves the proxy of a running incarnation that has none
@@ -91,11 +98,12 @@ func (m *Manager) checkNetworkChange(sb *sandbox.Sandbox, next string) error {
 		return errdefs.InvalidArgument("sandbox %q: %v", sb.Name, err)
 	}
 	cur.Network, nxt.Network = nil, nil
+	cur.Credentials, nxt.Credentials = nil, nil
 	if !reflect.DeepEqual(cur, nxt) {
-		return errdefs.FailedPrecondition("sandbox %q is %s: only network_policies can change while it runs (files, process and limits stay for an incarnation); stop it first to change the rest", sb.Name, sb.Phase)
+		return errdefs.FailedPrecondition("sandbox %q is %s: only network_policies and credentials can change while it runs (files, process and limits stay for an incarnation); stop it first to change the rest", sb.Name, sb.Phase)
 	}
 	if m.cfg.Egress == nil {
-		return errdefs.FailedPrecondition("this gateway has no egress proxy (its driver cannot serve one): network_policies cannot change")
+		return errdefs.FailedPrecondition("this gateway has no egress proxy (its driver cannot serve one): network_policies and credentials cannot change")
 	}
 	return nil
 }

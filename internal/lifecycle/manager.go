@@ -58,6 +58,11 @@ type Config struct {
 	// NoEgress says why Egress is nil, for the error that refuses
 	// network_policies.
 	NoEgress string
+	// Ledger keeps the egress proxy's denials (with Egress).
+	Ledger Ledger
+	// SecretExists, when set, says whether a secret a policy binds exists
+	// (errdefs.ErrNotFound when not).
+	SecretExists func(ctx context.Context, name string) error
 	// Exposed, when set, serves the sandboxes' exposed ports: it is told
 	// when a sandbox's record goes, and closed at the shutdown.
 	Exposed Exposer

@@ -103,6 +103,9 @@ func (ps *Pools) CreatePool(ctx context.Context, name string, size int, spec san
 	if err := m.validate(name, spec.Image, spec.Command, spec.Policy); err != nil {
 		return nil, err
 	}
+	if err := m.checkSecrets(ctx, name, spec.Policy); err != nil {
+		return nil, err
+	}
 	p.Spec = spec
 	if err := m.cfg.Store.CreatePool(ctx, p); err != nil {
 		return nil, err

@@ -382,6 +382,9 @@ func (m *Manager) remove(a *actor, sb *sandbox.Sandbox) {
 	if m.cfg.Egress != nil {
 		m.cfg.Egress.Forget(sb.ID)
 	}
+	if m.cfg.Ledger != nil {
+		m.cfg.Ledger.SandboxGone(sb.ID)
+	}
 	m.log.Info("sandbox deleted", "sandbox", sb.Name, "id", sb.ID)
 	sb.Phase = sandbox.PhaseDeleting
 	m.events.publish(Event{Type: EventDeleted, Sandbox: sb})

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/secrets"
 	"github.com/corral-sandbox/corral/internal/store"
 )
 
@@ -65,6 +67,9 @@ func (m *Manager) create(ctx context.Context, name, requestID string, spec sandb
 		return nil, false, err
 	}
 	if err := m.validate(name, spec.Image, spec.Command, spec.Policy); err != nil {
+		return nil, false, err
+	}
+	if err := m.checkSecrets(ctx, name, spec.Policy); err != nil {
 		return nil, false, err
 	}
 	spec.Labels = maps.Clone(spec.Labels)
@@ -186,6 +191,9 @@ func (m *Manager) UpdatePolicy(ctx context.Context, nameOrID, text string) (*san
 	if err := validatePolicySize(nameOrID, text); err != nil {
 		return nil, err
 	}
+	if err := m.checkSecrets(ctx, nameOrID, text); err != nil {
+		return nil, err
+	}
 	live := false
 	sb, err := m.changeIntent(ctx, nameOrID, sandbox.OpUpdate, "", func(sb *sandbox.Sandbox) error {
 		if err := m.validate(sb.Name, sb.Spec.Image, sb.Spec.Command, text); err != nil {
@@ -218,10 +226,48 @@ func (m *Manager) validate(name, image string, command []string, policyText stri
 	if len(pol.Network) > 0 && m.cfg.Egress == nil {
 		return errdefs.InvalidArgument("sandbox %q: network_policies need an egress proxy, and this gateway has none: %s", name, m.cfg.NoEgress)
 	}
+	if len(pol.Credentials) > 0 && m.cfg.Egress == nil {
+		return errdefs.InvalidArgument("sandbox %q: credentials need an egress proxy, and this gateway has none: %s", name, m.cfg.NoEgress)
+	}
 	if v, ok := m.cfg.Driver.(driver.Validator); ok {
 		return v.Validate(driver.Spec{Name: name, Image: image, Command: command, Policy: pol})
 	}
 	return nil
+}
+
+// checkSecrets refuses a policy that binds a secret the gateway does not
+// have.
+func (m *Manager) checkSecrets(ctx context.Context, name, policyText string) error {
+	pol, err := policy.Parse(policyText)
+	if err != nil || m.cfg.SecretExists == nil {
+		return nil // validate says what is wrong with it
+	}
+	for _, secret := range pol.Secrets() {
+		if err := m.cfg.SecretExists(ctx, secret); errors.Is(err, errdefs.ErrNotFound) {
+			return errdefs.InvalidArgument("sandbox %q: its policy binds secret %q, which does not exist: corral secret create %s", name, secret, secret)
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Binders lists the sandboxes whose policies bind secret, and whether
+// each runs (or is to run).
+func (m *Manager) Binders(ctx context.Context, secret string) ([]secrets.Binder, error) {
+	list, err := m.cfg.Store.ListSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []secrets.Binder
+	for _, sb := range list {
+		pol, err := policy.Parse(sb.Spec.Policy)
+		if err != nil || !slices.Contains(pol.Secrets(), secret) {
+			continue
+		}
+		out = append(out, secrets.Binder{Name: sb.Name, Running: sb.Desired != sandbox.DesiredStopped || sb.Phase != sandbox.PhaseStopped})
+	}
+	return out, nil
 }
 
 // changeIntent applies change to a record together with a request entry,

@@ -2,6 +2,8 @@ package secrets
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -21,19 +23,48 @@ type Store interface {
 }
 
 // Secrets are a gateway's secrets, write-only: a value goes in and no
-// call returns it.
+// call of the API returns it (Value is the egress proxy's alone).
 type Secrets struct {
 	store Store
 	keys  *Keyring
+	// Binders, when set, lists the sandboxes whose policies bind a secret
+	// (the lifecycle's records).
+	Binders func(ctx context.Context, secret string) ([]Binder, error)
+	// Ledger, when set, is the secrets' usage ledger.
+	Ledger Ledger
+
+	mu    sync.Mutex
+	gen   uint64            // counts changes, so that a read before one is not cached after it
+	cache map[string][]byte // opened values, by name
+}
+
+// Binder is a sandbox whose policy binds a secret.
+type Binder struct {
+	Name string
+	// Running says it runs, or is to: deleting the secret would cut it.
+	Running bool
+}
+
+// Ledger keeps the uses of secrets (internal/ledger).
+type Ledger interface {
+	Uses(ctx context.Context, secret string, follow bool) ([]sandbox.CredentialUse, <-chan sandbox.CredentialUse, func(), error)
+	// SecretGone ends the following of a deleted secret's uses.
+	SecretGone(name string)
 }
 
 // New is the secrets of st, sealed with keys.
-func New(st Store, keys *Keyring) *Secrets { return &Secrets{store: st, keys: keys} }
+func New(st Store, keys *Keyring) *Secrets {
+	return &Secrets{store: st, keys: keys, cache: map[string][]byte{}}
+}
 
 // Info describes a secret: never its value.
 type Info struct {
 	Name, Fingerprint    string
 	CreatedAt, UpdatedAt time.Time
+	// BoundBy names the sandboxes whose policies bind it (Get only).
+	BoundBy []string
+	// LastUse is the newest entry of its ledger (Get only).
+	LastUse *sandbox.CredentialUse
 }
 
 func info(s *sandbox.Secret) *Info {
@@ -79,16 +110,37 @@ func (s *Secrets) Update(ctx context.Context, name string, value []byte) (*Info,
 	if err := s.store.UpdateSecret(ctx, sec); err != nil {
 		return nil, err
 	}
+	s.changed(name)
 	return s.Get(ctx, name)
 }
 
-// Get describes a secret.
+// Get describes a secret: which sandboxes bind it, and its last use.
 func (s *Secrets) Get(ctx context.Context, name string) (*Info, error) {
 	sec, err := s.store.GetSecret(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	return info(sec), nil
+	i := info(sec)
+	binders, err := s.binders(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range binders {
+		i.BoundBy = append(i.BoundBy, b.Name)
+	}
+	if s.Ledger != nil {
+		if uses, _, _, err := s.Ledger.Uses(ctx, name, false); err == nil && len(uses) > 0 {
+			i.LastUse = &uses[len(uses)-1]
+		}
+	}
+	return i, nil
+}
+
+func (s *Secrets) binders(ctx context.Context, name string) ([]Binder, error) {
+	if s.Binders == nil {
+		return nil, nil
+	}
+	return s.Binders(ctx, name)
 }
 
 // List describes every secret, by name.
@@ -104,14 +156,81 @@ func (s *Secrets) List(ctx context.Context) ([]*Info, error) {
 	return out, nil
 }
 
-// Delete removes a secret and returns what it was.
-func (s *Secrets) Delete(ctx context.Context, name string) (*Info, error) {
+// Delete removes a secret and returns what it was. While a running
+// sandbox binds it, only force does: the requests that would carry it
+// are refused from then on.
+func (s *Secrets) Delete(ctx context.Context, name string, force bool) (*Info, error) {
 	got, err := s.Get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	binders, err := s.binders(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	var running []string
+	for _, b := range binders {
+		if b.Running {
+			running = append(running, b.Name)
+		}
+	}
+	if len(running) > 0 && !force {
+		return nil, errdefs.FailedPrecondition("secret %q is bound by running sandboxes (%s): stop them or take it out of their policies first, or delete --force, which cuts those bindings at once",
+			name, strings.Join(running, ", "))
+	}
 	if err := s.store.DeleteSecret(ctx, name); err != nil {
 		return nil, err
 	}
+	s.changed(name)
+	if s.Ledger != nil {
+		s.Ledger.SecretGone(name)
+	}
 	return got, nil
+}
+
+// Usage returns the newest entries of a secret's ledger, oldest first,
+// and with follow a channel of those to come (closed when the secret is
+// deleted) and its stop.
+func (s *Secrets) Usage(ctx context.Context, name string, follow bool) ([]sandbox.CredentialUse, <-chan sandbox.CredentialUse, func(), error) {
+	if _, err := s.store.GetSecret(ctx, name); err != nil {
+		return nil, nil, nil, err
+	}
+	if s.Ledger == nil {
+		return nil, nil, nil, errdefs.FailedPrecondition("this gateway keeps no ledger of secrets")
+	}
+	return s.Ledger.Uses(ctx, name, follow)
+}
+
+// Value returns a secret's current value, for the egress proxy that
+// injects it: opened once, then kept in memory until the secret changes
+// (an update is used by the next request).
+func (s *Secrets) Value(ctx context.Context, name string) ([]byte, error) {
+	s.mu.Lock()
+	v, ok := s.cache[name]
+	gen := s.gen
+	s.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	sec, err := s.store.GetSecret(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if v, err = s.keys.Open(name, sec.Sealed); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.gen == gen { // no change since the read
+		s.cache[name] = v
+	}
+	s.mu.Unlock()
+	return v, nil
+}
+
+// changed forgets what Value kept of secret name.
+func (s *Secrets) changed(name string) {
+	s.mu.Lock()
+	s.gen++
+	delete(s.cache, name)
+	s.mu.Unlock()
 }

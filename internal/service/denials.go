@@ -1,6 +1,8 @@
 package service
 
 import (
+	"context"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
@@ -13,8 +15,14 @@ func (s *service) SandboxDenials(req *corralv1.SandboxDenialsRequest, stream cor
 		return toGRPC(err)
 	}
 	defer stop()
-	for _, d := range past {
-		if err := stream.Send(denialToProto(d)); err != nil {
+	return sendAll(stream.Context(), past, next, func(d sandbox.EgressDecision) error { return stream.Send(denialToProto(d)) })
+}
+
+// sendAll sends the past entries of a ledger, then those of next until it
+// ends (its sandbox or secret is gone) or the caller goes.
+func sendAll[T any](ctx context.Context, past []T, next <-chan T, send func(T) error) error {
+	for _, v := range past {
+		if err := send(v); err != nil {
 			return err
 		}
 	}
@@ -23,13 +31,13 @@ func (s *service) SandboxDenials(req *corralv1.SandboxDenialsRequest, stream cor
 	}
 	for {
 		select {
-		case <-stream.Context().Done():
+		case <-ctx.Done():
 			return nil
-		case d, ok := <-next:
+		case v, ok := <-next:
 			if !ok {
-				return nil // the sandbox is gone
+				return nil
 			}
-			if err := stream.Send(denialToProto(d)); err != nil {
+			if err := send(v); err != nil {
 				return err
 			}
 		}

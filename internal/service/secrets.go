@@ -4,6 +4,7 @@ import (
 	"context"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/secrets"
 )
 
@@ -14,7 +15,8 @@ type Secrets interface {
 	Update(ctx context.Context, name string, value []byte) (*secrets.Info, error)
 	Get(ctx context.Context, name string) (*secrets.Info, error)
 	List(ctx context.Context) ([]*secrets.Info, error)
-	Delete(ctx context.Context, name string) (*secrets.Info, error)
+	Delete(ctx context.Context, name string, force bool) (*secrets.Info, error)
+	Usage(ctx context.Context, name string, follow bool) ([]sandbox.CredentialUse, <-chan sandbox.CredentialUse, func(), error)
 }
 
 // secretService implements corral.v1.SecretService on the core's secrets.
@@ -24,7 +26,17 @@ type secretService struct {
 }
 
 func secretToProto(i *secrets.Info) *corralv1.Secret {
-	return &corralv1.Secret{Name: i.Name, Fingerprint: i.Fingerprint, CreatedAt: ts(i.CreatedAt), UpdatedAt: ts(i.UpdatedAt)}
+	out := &corralv1.Secret{Name: i.Name, Fingerprint: i.Fingerprint, CreatedAt: ts(i.CreatedAt), UpdatedAt: ts(i.UpdatedAt), BoundBy: i.BoundBy}
+	if i.LastUse != nil {
+		out.LastUse = useToProto(*i.LastUse)
+	}
+	return out
+}
+
+func useToProto(u sandbox.CredentialUse) *corralv1.CredentialUse {
+	return &corralv1.CredentialUse{Seq: u.Seq, Time: ts(u.Time), Secret: u.Secret, Credential: u.Credential, Sandbox: u.Sandbox,
+		SandboxId: u.SandboxID, Host: u.Host, Port: int32(u.Port), Method: u.Method, Path: u.Path, Verdict: u.Verdict,
+		Reason: u.Reason, Status: int32(u.Status)}
 }
 
 // answer is a secret's description, or the error mapped to its code.
@@ -48,7 +60,16 @@ func (s *secretService) GetSecret(ctx context.Context, req *corralv1.GetSecretRe
 }
 
 func (s *secretService) DeleteSecret(ctx context.Context, req *corralv1.DeleteSecretRequest) (*corralv1.Secret, error) {
-	return answer(s.s.Delete(ctx, req.GetName()))
+	return answer(s.s.Delete(ctx, req.GetName(), req.GetForce()))
+}
+
+func (s *secretService) SecretUsage(req *corralv1.SecretUsageRequest, stream corralv1.SecretService_SecretUsageServer) error {
+	past, next, stop, err := s.s.Usage(stream.Context(), req.GetName(), req.GetFollow())
+	if err != nil {
+		return toGRPC(err)
+	}
+	defer stop()
+	return sendAll(stream.Context(), past, next, func(u sandbox.CredentialUse) error { return stream.Send(useToProto(u)) })
 }
 
 func (s *secretService) ListSecrets(ctx context.Context, _ *corralv1.ListSecretsRequest) (*corralv1.ListSecretsResponse, error) {
