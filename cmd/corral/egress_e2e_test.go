@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,22 @@ import (
 // test's signs, which the gateway trusts through SSL_CERT_FILE.
 type egressServers struct {
 	httpPort, httpsPort string
+	received            *received
+}
+
+// received are the requests the servers answered, bodies read.
+type received struct {
+	mu   sync.Mutex
+	reqs []*http.Request
+}
+
+// take returns the requests received so far and forgets them.
+func (r *received) take() []*http.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.reqs
+	r.reqs = nil
+	return out
 }
 
 func startEgressServers(t *testing.T) egressServers {
@@ -50,7 +67,7 @@ func startEgressServers(t *testing.T) egressServers {
 	ca, _ := x509.ParseCertificate(caDER)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	leafDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2),
-		Subject: pkix.Name{CommonName: "allowed.test"}, DNSNames: []string{"allowed.test", "denied.test"},
+		Subject: pkix.Name{CommonName: "allowed.test"}, DNSNames: []string{"allowed.test", "denied.test", "api.test", "other.test", "s3.test"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, ca, &key.PublicKey, caKey)
 	if err != nil {
@@ -62,8 +79,15 @@ func startEgressServers(t *testing.T) egressServers {
 	}
 	t.Setenv("SSL_CERT_FILE", caFile) // the gateway's proxy verifies the real server with it
 
+	rec := &received{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		seen := r.Clone(context.Background())
+		seen.Body = io.NopCloser(strings.NewReader(string(body)))
+		rec.mu.Lock()
+		rec.reqs = append(rec.reqs, seen)
+		rec.mu.Unlock()
 		fmt.Fprintf(w, "hello %s from %s\n", r.Method, r.Host)
 	})
 	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
@@ -80,14 +104,17 @@ func startEgressServers(t *testing.T) egressServers {
 	secure.StartTLS()
 	t.Cleanup(secure.Close)
 	port := func(s *httptest.Server) string { return strconv.Itoa(s.Listener.Addr().(*net.TCPAddr).Port) }
-	return egressServers{httpPort: port(plain), httpsPort: port(secure)}
+	return egressServers{httpPort: port(plain), httpsPort: port(secure), received: rec}
 }
 
 // buildProbe builds testdata/egressprobe, static, for the sandbox.
-func buildProbe(t *testing.T) string {
+func buildProbe(t *testing.T) string { return buildTestProgram(t, "egressprobe") }
+
+// buildTestProgram builds testdata/NAME, static, for the sandbox.
+func buildTestProgram(t *testing.T, name string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "egressprobe")
-	cmd := exec.Command("go", "build", "-o", out, "./testdata/egressprobe")
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", out, "./testdata/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the probe: %v\n%s", err, msg)
@@ -96,13 +123,17 @@ func buildProbe(t *testing.T) string {
 }
 
 // putProbe copies the probe into the sandbox's /sandbox through exec.
-func putProbe(t *testing.T, home, box, probe string) {
+func putProbe(t *testing.T, home, box, probe string) { putProgram(t, home, box, probe, "probe") }
+
+// putProgram copies a program into the sandbox's /sandbox/NAME through
+// exec.
+func putProgram(t *testing.T, home, box, probe, name string) {
 	t.Helper()
 	data, err := os.ReadFile(probe)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--home", home, "sandbox", "exec", "-i", box, "--", "sh", "-c", "cat > /sandbox/probe && chmod 755 /sandbox/probe")
+	cmd := exec.Command(bin, "--home", home, "sandbox", "exec", "-i", box, "--", "sh", "-c", "cat > /sandbox/"+name+" && chmod 755 /sandbox/"+name)
 	cmd.Stdin = strings.NewReader(string(data))
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("copy the probe into %s: %v\n%s", box, err, msg)
