@@ -53,4 +53,3 @@ func CheckSigV4(r *http.Request, keyID, key string) error {
 	}
 	return nil
 }
-
