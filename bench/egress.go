@@ -10,14 +10,20 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/egress"
+	"github.com/corral-sandbox/corral/internal/ledger"
 	"github.com/corral-sandbox/corral/internal/policy"
+	"github.com/corral-sandbox/corral/internal/secrets"
+	"github.com/corral-sandbox/corral/internal/store/sqlite"
 )
 
 // egressTitle is the title of the egress figures.
@@ -37,20 +43,35 @@ var egressPaths = []struct {
 	{"HTTPS inspected (TLS terminated)", "inspect.test", true, true},
 	{"direct HTTP", "pass.test", false, false},
 	{"HTTP via the proxy", "pass.test", false, true},
+	{"HTTPS inspected, a credential injected", "cred.test", true, true},
 }
+
+// benchPlaceholder is what the benchmark's client sends for its
+// credential.
+const benchPlaceholder = "corral_ph_benchbenchbenchbenchbenchbenc"
+
+// inspectedHost says whether the proxy terminates TLS to host.
+func inspectedHost(host string) bool { return host == "inspect.test" || host == "cred.test" }
 
 // benchEgress measures the egress proxy (internal/egress) in this process,
 // with no sandbox and no Docker: an HTTP and an HTTPS server on 127.0.0.1,
 // reached directly and through the proxy (a CONNECT tunnel spliced at TCP
-// level, a tunnel whose TLS the proxy terminates and inspects, and plain
-// HTTP), for keep-alive GET latency, GETs per second from 4 clients, a GET
+// level, a tunnel whose TLS the proxy terminates and inspects, the same
+// with a credential put in each request from the secrets and each use
+// kept in a ledger on a real store, and plain HTTP), for keep-alive GET
+// latency, GETs per second from 4 clients, a GET
 // on a new connection each time, and a 1 GiB download.
 func benchEgress(quick bool) ([]*figure, error) {
 	rounds, gets, run, download, downloads := 10, 300, time.Second, int64(downloadBytes), 5
 	if quick {
 		rounds, gets, run, download, downloads = 3, 100, 300*time.Millisecond, 64<<20, 1
 	}
-	s, err := startEgressWorld()
+	dir, err := os.MkdirTemp("", "corral-bench-egress-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	s, err := startEgressWorld(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +80,7 @@ func benchEgress(quick bool) ([]*figure, error) {
 	add := func(name string, v float64, unit, goal string, met *bool) {
 		figs = append(figs, &figure{Name: name, Value: v, Unit: unit, Goal: goal, Met: met})
 	}
-	const direct, pass, inspected = "direct HTTPS", "HTTPS via CONNECT pass-through", "HTTPS inspected (TLS terminated)"
+	const direct, pass, inspected, injected = "direct HTTPS", "HTTPS via CONNECT pass-through", "HTTPS inspected (TLS terminated)", "HTTPS inspected, a credential injected"
 	// Paths are interleaved, round after round, so that the load of a
 	// shared machine falls on each alike, and ratios are the median of
 	// each round's ratio.
@@ -69,7 +90,7 @@ func benchEgress(quick bool) ([]*figure, error) {
 	rates := map[string][]float64{}
 	for range rounds {
 		for _, path := range egressPaths {
-			c := s.client(path.https, path.proxied, path.host == "inspect.test")
+			c := s.client(path.https, path.proxied, path.host)
 			u := s.url(path.host, path.https, "/")
 			d, err := latencies(c, u, gets)
 			c.CloseIdleConnections()
@@ -78,7 +99,7 @@ func benchEgress(quick bool) ([]*figure, error) {
 			}
 			lat[path.name] = append(lat[path.name], d...)
 			roundP50[path.name] = append(roundP50[path.name], p50(d))
-			r, err := getsPerSecond(func() *http.Client { return s.client(path.https, path.proxied, path.host == "inspect.test") }, u, 4, run/time.Duration(rounds))
+			r, err := getsPerSecond(func() *http.Client { return s.client(path.https, path.proxied, path.host) }, u, 4, run/time.Duration(rounds))
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", path.name, err)
 			}
@@ -88,7 +109,7 @@ func benchEgress(quick bool) ([]*figure, error) {
 			}
 			var fresh []time.Duration
 			for range gets / 10 { // a new connection (and TLS handshake) for every GET
-				c := s.client(true, path.proxied, path.host == "inspect.test")
+				c := s.client(true, path.proxied, path.host)
 				d, err := latencies(c, u, 1)
 				c.CloseIdleConnections()
 				if err != nil {
@@ -112,6 +133,8 @@ func benchEgress(quick bool) ([]*figure, error) {
 	ratio = pairedRatio(roundFresh[pass], roundFresh[direct])
 	add("GET p50 pass-through / direct (new connection each)", ratio, "×", "≤ 1.2", ptr(ratio <= 1.2))
 	add("GET p50 inspected / direct (keep-alive)", pairedRatio(roundP50[inspected], roundP50[direct]), "×", "", nil)
+	ratio = pairedRatio(roundP50[injected], roundP50[inspected])
+	add("GET p50 inspected with a credential injected / inspected without (keep-alive)", ratio, "×", "≤ 1.1", ptr(ratio <= 1.1))
 	add("GET p50 HTTP via the proxy / direct HTTP (keep-alive)", pairedRatio(roundP50["HTTP via the proxy"], roundP50["direct HTTP"]), "×", "", nil)
 	add("GETs/s pass-through / direct", 100*pairedRatio(rates[pass], rates[direct]), "%", "", nil)
 	add("GETs/s inspected / direct", 100*pairedRatio(rates[inspected], rates[direct]), "%", "", nil)
@@ -119,7 +142,7 @@ func benchEgress(quick bool) ([]*figure, error) {
 	mbps := map[string][]float64{}
 	for range downloads {
 		for _, path := range egressPaths {
-			c := s.client(path.https, path.proxied, path.host == "inspect.test")
+			c := s.client(path.https, path.proxied, path.host)
 			took, err := fetch(c, s.url(path.host, path.https, "/big?n="+strconv.FormatInt(download, 10)), download)
 			c.CloseIdleConnections()
 			if err != nil {
@@ -163,12 +186,19 @@ type egressWorld struct {
 	sandboxCA     *egress.CA
 	serverCA      *egress.CA
 	servers       []*http.Server
+	store         *sqlite.Store
+	ledger        *ledger.Ledger
 }
+
+// benchToken is the value of the benchmark's credential.
+const benchToken = "bench-token-value"
 
 // chunk is what /big sends, again and again.
 var chunk = make([]byte, 256<<10)
 
-func startEgressWorld() (*egressWorld, error) {
+// startEgressWorld starts the servers and the proxy; its credential's
+// secret and ledger are kept in a store under dir.
+func startEgressWorld(dir string) (*egressWorld, error) {
 	s := &egressWorld{}
 	var err error
 	if s.sandboxCA, err = egress.NewCA("bench sandbox CA"); err != nil {
@@ -178,6 +208,12 @@ func startEgressWorld() (*egressWorld, error) {
 		return nil, err
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.Host, "cred.test:") {
+			if r.Header.Get("Authorization") != "Bearer "+benchToken {
+				http.Error(w, "no credential", http.StatusUnauthorized)
+				return
+			}
+		}
 		if r.URL.Path != "/big" {
 			_, _ = io.WriteString(w, "hello")
 			return
@@ -209,12 +245,29 @@ func startEgressWorld() (*egressWorld, error) {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(s.serverCA.CertPEM())
 	pin := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	if s.store, err = sqlite.Open(context.Background(), filepath.Join(dir, "corral.db")); err != nil {
+		return nil, err
+	}
+	keys, err := secrets.Load(filepath.Join(dir, "secrets.key"))
+	if err != nil {
+		return nil, err
+	}
+	sec := secrets.New(s.store, keys)
+	if _, err := sec.Create(context.Background(), "bench-token", []byte(benchToken)); err != nil {
+		return nil, err
+	}
+	s.ledger = ledger.New(s.store, nil)
 	s.proxy, err = egress.New(egress.Config{Sandbox: "bench", CA: s.sandboxCA, RootCAs: roots,
-		Hosts: map[string][]netip.Addr{"pass.test": pin, "inspect.test": pin},
+		Hosts: map[string][]netip.Addr{"pass.test": pin, "inspect.test": pin, "cred.test": pin},
 		Rules: []policy.NetworkPolicy{{Name: "bench", Endpoints: []policy.Endpoint{
 			{Host: "pass.test", Ports: ports, Enforcement: policy.Enforce, AllowedIPs: lo},
 			{Host: "inspect.test", Ports: ports, Access: policy.AccessReadOnly, Enforcement: policy.Enforce, AllowedIPs: lo},
-		}}}})
+			{Host: "cred.test", Ports: ports, Access: policy.AccessReadOnly, Enforcement: policy.Enforce, AllowedIPs: lo},
+		}}},
+		Bindings: []egress.Binding{{Placeholder: benchPlaceholder, Credential: policy.Credential{Name: "bench", Secret: "bench-token",
+			Inject:    policy.Injection{Header: "Authorization", Format: "Bearer {value}"},
+			Endpoints: []policy.CredentialEndpoint{{Host: "cred.test", Ports: ports}}}}},
+		Secret: sec.Value, OnUse: s.ledger.Used})
 	if err != nil {
 		return nil, err
 	}
@@ -232,6 +285,8 @@ func (s *egressWorld) close() {
 	for _, srv := range s.servers {
 		_ = srv.Close()
 	}
+	s.ledger.Close()
+	s.store.Close()
 }
 
 func (s *egressWorld) url(host string, https bool, path string) string {
@@ -243,10 +298,10 @@ func (s *egressWorld) url(host string, https bool, path string) string {
 
 // client reaches the servers directly (every name is 127.0.0.1) or
 // through the proxy, trusting the server's CA, or the sandbox's for an
-// inspected host.
-func (s *egressWorld) client(https, proxied, inspected bool) *http.Client {
+// inspected host; to cred.test it sends the credential's placeholder.
+func (s *egressWorld) client(https, proxied bool, host string) *http.Client {
 	roots := x509.NewCertPool()
-	if inspected {
+	if inspectedHost(host) {
 		roots.AppendCertsFromPEM(s.sandboxCA.CertPEM())
 	} else {
 		roots.AppendCertsFromPEM(s.serverCA.CertPEM())
@@ -261,7 +316,21 @@ func (s *egressWorld) client(https, proxied, inspected bool) *http.Client {
 			return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
 		}
 	}
-	return &http.Client{Transport: tr, Timeout: 5 * time.Minute}
+	c := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
+	if host == "cred.test" {
+		c.Transport = withPlaceholder{tr}
+	}
+	return c
+}
+
+// withPlaceholder sends the credential's placeholder, as an SDK in a
+// sandbox sends what its environment holds.
+type withPlaceholder struct{ *http.Transport }
+
+func (t withPlaceholder) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+benchPlaceholder)
+	return t.Transport.RoundTrip(r)
 }
 
 // latencies times n GETs of u in a row.

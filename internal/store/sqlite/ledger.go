@@ -8,7 +8,10 @@ import (
 )
 
 // KeptUses and KeptDenials bound the ledgers: the newest of each secret's
-// uses and of each sandbox's denials are kept, the oldest go first.
+// uses and of each sandbox's denials are kept, the oldest go first. The
+// oldest are let go once a tenth of the bound more came (a count of the
+// newest is a walk of the index that long), so a ledger holds up to 10%
+// more for a while.
 const (
 	KeptUses    = 10000
 	KeptDenials = 1000
@@ -24,7 +27,7 @@ const (
 // while the disk is full, as everything that grows the store is.
 func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, denials []sandbox.EgressDecision) error {
 	return s.w.grow(ctx, func(q *stmts) error {
-		secrets, sandboxes := map[string]bool{}, map[string]bool{}
+		secrets, sandboxes := map[string]int{}, map[string]int{}
 		for i := range uses {
 			u := &uses[i]
 			res, err := q.exec(ctx, `INSERT INTO credential_uses (`+useColumns[len("seq, "):]+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
@@ -35,7 +38,7 @@ func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, 
 			if u.Seq, err = res.LastInsertId(); err != nil {
 				return err
 			}
-			secrets[u.Secret] = true
+			secrets[u.Secret]++
 		}
 		for i := range denials {
 			d := &denials[i]
@@ -51,15 +54,15 @@ func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, 
 			if d.Seq, err = res.LastInsertId(); err != nil {
 				return err
 			}
-			sandboxes[d.SandboxID] = true
+			sandboxes[d.SandboxID]++
 		}
-		for name := range secrets {
-			if err := trim(ctx, q, "credential_uses", "secret", name, KeptUses); err != nil {
+		for name, n := range secrets {
+			if err := s.trim(ctx, q, "credential_uses", "secret", name, n, KeptUses); err != nil {
 				return err
 			}
 		}
-		for id := range sandboxes {
-			if err := trim(ctx, q, "egress_denials", "sandbox_id", id, KeptDenials); err != nil {
+		for id, n := range sandboxes {
+			if err := s.trim(ctx, q, "egress_denials", "sandbox_id", id, n, KeptDenials); err != nil {
 				return err
 			}
 		}
@@ -67,10 +70,20 @@ func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, 
 	})
 }
 
-// trim keeps the newest keep rows of table whose column is key.
-func trim(ctx context.Context, q *stmts, table, column, key string, keep int) error {
+// trim counts added rows of table whose column is key and, once a tenth
+// of keep came since the last trim (or since the store was opened), keeps
+// the newest keep. The writer goroutine runs it: the counts need no lock.
+func (s *Store) trim(ctx context.Context, q *stmts, table, column, key string, added, keep int) error {
+	k := table + "\x00" + key
+	s.appended[k] += added
+	if s.appended[k] < keep/10 {
+		return nil
+	}
 	_, err := q.exec(ctx, `DELETE FROM `+table+` WHERE `+column+` = ?1 AND seq <
 		(SELECT seq FROM `+table+` WHERE `+column+` = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)`, key, keep-1)
+	if err == nil {
+		delete(s.appended, k)
+	}
 	return err
 }
 

@@ -30,6 +30,10 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// appended counts the ledgers' rows added since they were last
+	// trimmed (ledger.go); the writer goroutine alone uses it.
+	appended map[string]int
 }
 
 // readers is the size of the read-only pool.
@@ -57,7 +61,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("store %s: %w", path, err)
 	}
 	wdb.SetMaxOpenConns(1)
-	s := &Store{wdb: wdb, path: path}
+	s := &Store{wdb: wdb, path: path, appended: map[string]int{}}
 	if err := s.init(ctx); err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("store %s: %w", path, err)
