@@ -233,8 +233,9 @@ func (p *Proxy) credentialTrip(f *flow, r result, pl credentialPlan) goproxy.Rou
 			return forbidden(req, err.Error()), nil
 		}
 		var used []*Binding
+		var values [][]byte
 		for _, b := range pl.bound {
-			ok, err := p.inject(req, b, body)
+			ok, value, err := p.inject(req, b, body)
 			if err != nil {
 				reason := fmt.Sprintf("credentials.%s: %v", b.Name, err)
 				p.emit(f, result{m: r.m, verdict: Denied, reason: reason})
@@ -243,12 +244,16 @@ func (p *Proxy) credentialTrip(f *flow, r result, pl credentialPlan) goproxy.Rou
 			}
 			if ok {
 				used = append(used, b)
+				if len(value) >= minRedacted {
+					values = append(values, value)
+				}
 			}
 		}
 		resp, err := p.tr.RoundTrip(req)
 		status := http.StatusBadGateway
 		if err == nil {
 			status = resp.StatusCode
+			redact(resp, values)
 		}
 		for _, b := range used {
 			p.use(f, b, sandbox.UseInjected, "", status)
@@ -288,16 +293,26 @@ func (p *Proxy) scanBody(f *flow, r result, req *http.Request, bindings []Bindin
 
 // inject puts b's value in req, in the place b names; it reports whether
 // it did (a request that sends its own credential in that place keeps
-// it).
-func (p *Proxy) inject(req *http.Request, b *Binding, body []byte) (bool, error) {
+// it), and the value it put in (none for a signature: the key is not
+// sent).
+func (p *Proxy) inject(req *http.Request, b *Binding, body []byte) (bool, []byte, error) {
 	in := b.Inject
 	if in.SigV4 != nil {
-		return p.resign(req, b, body)
+		ok, err := p.resign(req, b, body)
+		return ok, nil, err
 	}
 	value, err := p.secret(req.Context(), b.Secret)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
+	ok, err := injectValue(req, b, value)
+	return ok, value, err
+}
+
+// injectValue puts value in req where b's header, query or Basic
+// injection says.
+func injectValue(req *http.Request, b *Binding, value []byte) (bool, error) {
+	in := b.Inject
 	format := in.Format
 	if format == "" {
 		format = policy.ValueFormat
@@ -474,4 +489,82 @@ func (sb *scanningBody) Read(p []byte) (int, error) {
 		return 0, errPlaceholderInBody
 	}
 	return n, err
+}
+
+// minRedacted is the shortest value redact takes out of responses:
+// shorter ones would mangle what happens to hold the same bytes.
+const minRedacted = 8
+
+// redact masks, in the response to a request the proxy put values in,
+// each of them (with as many '*'), in the headers and in the body as it
+// streams: an endpoint that echoes what it received (a debugging
+// service, an error page) does not hand the value to the sandbox.
+func redact(resp *http.Response, values [][]byte) {
+	if len(values) == 0 {
+		return
+	}
+	for _, vs := range resp.Header {
+		for i, v := range vs {
+			vs[i] = string(mask([]byte(v), values))
+		}
+	}
+	if resp.Body != nil && resp.Body != http.NoBody {
+		keep := 0
+		for _, v := range values {
+			keep = max(keep, len(v)-1)
+		}
+		resp.Body = &redactingBody{ReadCloser: resp.Body, values: values, keep: keep, buf: make([]byte, 32<<10)}
+	}
+}
+
+// mask overwrites each of values in b with '*' and returns b.
+func mask(b []byte, values [][]byte) []byte {
+	for _, v := range values {
+		for from := 0; ; {
+			i := bytes.Index(b[from:], v)
+			if i < 0 {
+				break
+			}
+			for j := range v {
+				b[from+i+j] = '*'
+			}
+			from += i + len(v)
+		}
+	}
+	return b
+}
+
+// redactingBody is a response body with values masked, across the
+// boundaries of its reads: the last keep bytes of what it read wait for
+// the next read before they go out.
+type redactingBody struct {
+	io.ReadCloser
+	values  [][]byte
+	keep    int
+	buf     []byte
+	pending []byte // read, masked, not yet given out
+	ready   []byte // to give out
+	err     error
+}
+
+func (r *redactingBody) Read(p []byte) (int, error) {
+	for len(r.ready) == 0 && r.err == nil {
+		n, err := r.ReadCloser.Read(r.buf)
+		r.pending = mask(append(r.pending, r.buf[:n]...), r.values)
+		r.err = err
+		cut := len(r.pending) - r.keep
+		if err != nil {
+			cut = len(r.pending)
+		}
+		if cut > 0 {
+			r.ready = append(r.ready[:0], r.pending[:cut]...)
+			r.pending = append(r.pending[:0], r.pending[cut:]...)
+		}
+	}
+	n := copy(p, r.ready)
+	r.ready = r.ready[n:]
+	if len(r.ready) == 0 && r.err != nil {
+		return n, r.err
+	}
+	return n, nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -188,6 +189,31 @@ func TestHeaderInjectionAndRotation(t *testing.T) {
 	}
 }
 
+// A bound endpoint that echoes what it received gives the sandbox the
+// value masked, in its headers and its body, wherever the reads cut it.
+func TestEchoedValueIsMasked(t *testing.T) {
+	cw := newCredWorld(t)
+	req := cw.request("GET", "https://api.test:HTTPS/repos/echo", "")
+	req.Header.Set("Authorization", "Bearer "+cw.ph["github"])
+	resp, err := cw.client(cw.sandboxCA).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if got := cw.lastSeen(); got == nil || got.Header.Get("Authorization") != "Bearer ghp_REALTOKEN" {
+		t.Fatalf("the server did not receive the value")
+	}
+	if strings.Contains(string(body), "REALTOKEN") || strings.Contains(resp.Header.Get("X-Echo"), "REALTOKEN") {
+		t.Errorf("the value came back to the sandbox: X-Echo %q, body %q…", resp.Header.Get("X-Echo"), body[:40])
+	}
+	if masked := "Bearer " + strings.Repeat("*", len("ghp_REALTOKEN")); resp.Header.Get("X-Echo") != masked ||
+		!strings.HasPrefix(string(body), "you sent "+masked+";") || !strings.HasSuffix(string(body), masked) || len(body) != int(resp.ContentLength) && resp.ContentLength >= 0 {
+		t.Errorf("the echo is not the masked value: X-Echo %q, body of %d bytes (length %d) from %q to %q", resp.Header.Get("X-Echo"),
+			len(body), resp.ContentLength, body[:30], body[len(body)-30:])
+	}
+}
+
 // The query parameter and Basic auth take the value in place of the
 // placeholder.
 func TestQueryAndBasicInjection(t *testing.T) {
@@ -340,5 +366,17 @@ func TestMissingSecretRefuses(t *testing.T) {
 	}
 	if seen := cw.lastSeen(); seen != nil {
 		t.Errorf("the server received the request")
+	}
+}
+
+// The body is masked wherever its reads cut a value: here, a byte at a
+// time.
+func TestRedactingBodyAcrossReads(t *testing.T) {
+	body := "a SECRETVALUE b SECRETVALUESECRETVALUE c SECRET"
+	r := &redactingBody{ReadCloser: io.NopCloser(iotest.OneByteReader(strings.NewReader(body))), values: [][]byte{[]byte("SECRETVALUE")},
+		keep: len("SECRETVALUE") - 1, buf: make([]byte, 1)}
+	got, err := io.ReadAll(r)
+	if want := "a *********** b ********************** c SECRET"; err != nil || string(got) != want {
+		t.Errorf("masked body %q, %v; want %q", got, err, want)
 	}
 }

@@ -68,6 +68,12 @@ func newWorld(t *testing.T, rulesText string, edit func(*Config)) *world {
 		w.mu.Lock()
 		w.seen = append(w.seen, seen)
 		w.mu.Unlock()
+		if strings.HasSuffix(r.URL.Path, "/echo") { // a server that hands back what it received
+			auth := r.Header.Get("Authorization")
+			rw.Header().Set("X-Echo", auth)
+			fmt.Fprintf(rw, "you sent %s;%s%s", auth, strings.Repeat("-", 40<<10-5), auth)
+			return
+		}
 		fmt.Fprintf(rw, "hello %s %s %s", r.Method, r.URL.Path, body)
 	})
 	plain := httptest.NewServer(handler)
