@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -513,7 +514,7 @@ func redact(resp *http.Response, values [][]byte) {
 		for _, v := range values {
 			keep = max(keep, len(v)-1)
 		}
-		resp.Body = &redactingBody{ReadCloser: resp.Body, values: values, keep: keep, buf: make([]byte, 32<<10)}
+		resp.Body = &redactingBody{ReadCloser: resp.Body, values: values, keep: keep}
 	}
 }
 
@@ -535,36 +536,54 @@ func mask(b []byte, values [][]byte) []byte {
 }
 
 // redactingBody is a response body with values masked, across the
-// boundaries of its reads: the last keep bytes of what it read wait for
-// the next read before they go out.
+// boundaries of its reads: in buf, [start, ready) is masked and goes out,
+// [ready, end) is the last keep bytes read, held back until the next read
+// shows whether a value starts in them.
 type redactingBody struct {
 	io.ReadCloser
-	values  [][]byte
-	keep    int
-	buf     []byte
-	pending []byte // read, masked, not yet given out
-	ready   []byte // to give out
-	err     error
+	values            [][]byte
+	keep              int
+	buf               *[]byte // from redactBuffers, back at Close
+	start, ready, end int
+	err               error
 }
 
+// redactBuffers are redactingBody's buffers: one for each response in
+// flight, not one made per response.
+var redactBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 func (r *redactingBody) Read(p []byte) (int, error) {
-	for len(r.ready) == 0 && r.err == nil {
-		n, err := r.ReadCloser.Read(r.buf)
-		r.pending = mask(append(r.pending, r.buf[:n]...), r.values)
-		r.err = err
-		cut := len(r.pending) - r.keep
-		if err != nil {
-			cut = len(r.pending)
-		}
-		if cut > 0 {
-			r.ready = append(r.ready[:0], r.pending[:cut]...)
-			r.pending = append(r.pending[:0], r.pending[cut:]...)
+	if r.buf == nil {
+		r.buf = redactBuffers.Get().(*[]byte)
+		if len(*r.buf) < 2*r.keep+1 {
+			*r.buf = make([]byte, 2*r.keep+4096)
 		}
 	}
-	n := copy(p, r.ready)
-	r.ready = r.ready[n:]
-	if len(r.ready) == 0 && r.err != nil {
+	buf := *r.buf
+	for r.start == r.ready && r.err == nil {
+		r.end = copy(buf, buf[r.ready:r.end]) // the held-back tail first
+		r.start, r.ready = 0, 0
+		n, err := r.ReadCloser.Read(buf[r.end:])
+		r.end += n
+		mask(buf[:r.end], r.values)
+		r.err, r.ready = err, max(r.end-r.keep, 0)
+		if err != nil {
+			r.ready = r.end
+		}
+	}
+	n := copy(p, buf[r.start:r.ready])
+	r.start += n
+	if r.start == r.ready && r.err != nil {
 		return n, r.err
 	}
 	return n, nil
+}
+
+// Close closes the body and gives its buffer back.
+func (r *redactingBody) Close() error {
+	if r.buf != nil {
+		redactBuffers.Put(r.buf)
+		r.buf = nil
+	}
+	return r.ReadCloser.Close()
 }
