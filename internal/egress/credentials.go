@@ -102,19 +102,21 @@ func placements(bindings []Binding, req *http.Request) []placement {
 	look(req.URL.Host, "the host")
 	look(req.Host, "the Host header")
 	path := req.URL.EscapedPath()
-	if p, err := url.PathUnescape(path); err == nil {
-		path += " " + p
+	if strings.Contains(path, "%") {
+		if p, err := url.PathUnescape(path); err == nil {
+			path += " " + p
+		}
 	}
 	look(path, "the path")
-	if q, err := url.ParseQuery(req.URL.RawQuery); err == nil {
+	if q, err := url.ParseQuery(req.URL.RawQuery); err != nil {
+		look(req.URL.RawQuery, "the query")
+	} else if req.URL.RawQuery != "" {
 		for k, vs := range q {
 			look(k, "a query parameter's name")
 			for _, v := range vs {
 				look(v, "the query parameter "+k)
 			}
 		}
-	} else {
-		look(req.URL.RawQuery, "the query")
 	}
 	for name, vs := range req.Header {
 		look(name, "a header's name")
@@ -162,13 +164,9 @@ func allowedIn(b *Binding, role string) string {
 	return "Basic auth"
 }
 
-// takes says whether one of b's endpoints takes the request f (its method
-// override too).
-func (b *Binding) takes(f *flow) bool {
-	path, err := normalPath(f.path)
-	if err != nil {
-		return false
-	}
+// takes says whether one of b's endpoints takes the request f, whose
+// normal path is path (its method override too).
+func (b *Binding) takes(f *flow, path string) bool {
 	for _, e := range b.Endpoints {
 		if !policy.HostMatches(e.Host, f.host) || !slices.Contains(e.Ports, f.port) || !e.Allows(f.method, path) {
 			continue
@@ -185,9 +183,11 @@ func (b *Binding) takes(f *flow) bool {
 // may not go).
 func planCredentials(bindings []Binding, f *flow, req *http.Request) (credentialPlan, *Binding, string) {
 	var pl credentialPlan
-	for i := range bindings {
-		if bindings[i].takes(f) {
-			pl.bound = append(pl.bound, &bindings[i])
+	if path, err := normalPath(f.path); err == nil { // else no endpoint takes it
+		for i := range bindings {
+			if bindings[i].takes(f, path) {
+				pl.bound = append(pl.bound, &bindings[i])
+			}
 		}
 	}
 	for _, at := range placements(bindings, req) {
