@@ -437,9 +437,10 @@ func (s *Sandboxes) InForce(ctx context.Context, id string) string {
 	s.mu.Lock()
 	b := s.boxes[id]
 	var rules []policy.NetworkPolicy
+	var creds []policy.Credential
 	served := b != nil && b.ln != nil
 	if b != nil {
-		rules = b.rules
+		rules, creds = b.rules, b.creds
 	}
 	s.mu.Unlock()
 	if b == nil {
@@ -447,13 +448,39 @@ func (s *Sandboxes) InForce(ctx context.Context, id string) string {
 		if err != nil {
 			return ""
 		}
-		rules = nw.Rules
+		rules, creds = nw.Rules, nw.Credentials
 	}
-	out := Describe(rules)
+	out := Describe(rules) + describeCredentials(creds)
 	if !served {
 		out += " (not served: the sandbox does not run)"
 	}
 	return out
+}
+
+// describeCredentials sums credentials up: each one's secret, where it
+// goes and to which endpoints ("" for none).
+func describeCredentials(creds []policy.Credential) string {
+	var parts []string
+	for _, c := range creds {
+		where := "basic auth"
+		switch in := c.Inject; {
+		case in.SigV4 != nil:
+			where = "AWS SigV4"
+		case in.Header != "":
+			where = "header " + in.Header
+		case in.Query != "":
+			where = "query " + in.Query
+		}
+		var eps []string
+		for _, e := range c.Endpoints {
+			eps = append(eps, e.Host+":"+portList(e.Ports))
+		}
+		parts = append(parts, fmt.Sprintf("%s (secret %s, %s) to %s", c.Name, c.Secret, where, strings.Join(eps, ", ")))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; credentials: " + strings.Join(parts, "; ")
 }
 
 // Describe sums network rules up on one line: "deny all", or each
@@ -466,10 +493,6 @@ func Describe(rules []policy.NetworkPolicy) string {
 	for _, np := range rules {
 		var eps []string
 		for _, e := range np.Endpoints {
-			ports := make([]string, len(e.Ports))
-			for i, p := range e.Ports {
-				ports[i] = fmt.Sprint(p)
-			}
 			how := "pass-through"
 			switch {
 			case len(e.Rules) > 0 || len(e.DenyRules) > 0:
@@ -480,9 +503,18 @@ func Describe(rules []policy.NetworkPolicy) string {
 			if e.Enforcement == policy.Audit {
 				how += ", audit"
 			}
-			eps = append(eps, fmt.Sprintf("%s:%s (%s)", e.Host, strings.Join(ports, ","), how))
+			eps = append(eps, fmt.Sprintf("%s:%s (%s)", e.Host, portList(e.Ports), how))
 		}
 		parts = append(parts, np.Name+": "+strings.Join(eps, ", "))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// portList writes ports as "80,443".
+func portList(ports []int) string {
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = fmt.Sprint(p)
+	}
+	return strings.Join(out, ",")
 }
