@@ -310,17 +310,11 @@ func sigV4(n *yaml.Node, field string) (*SigV4, error) {
 			return err
 		},
 		"region": func(n *yaml.Node, f string) (err error) {
-			v.Region, err = scalar(n, f, "a region such as us-east-1")
-			if err == nil && !scopeName().MatchString(v.Region) {
-				err = &Error{Line: n.Line, Field: f, Msg: fmt.Sprintf("want a region such as us-east-1, not %q", v.Region)}
-			}
+			v.Region, err = matching(n, f, "a region such as us-east-1", scopeName())
 			return err
 		},
 		"service": func(n *yaml.Node, f string) (err error) {
-			v.Service, err = scalar(n, f, "a service such as s3")
-			if err == nil && !scopeName().MatchString(v.Service) {
-				err = &Error{Line: n.Line, Field: f, Msg: fmt.Sprintf("want a service such as s3, not %q", v.Service)}
-			}
+			v.Service, err = matching(n, f, "a service such as s3", scopeName())
 			return err
 		},
 	})
@@ -358,41 +352,23 @@ func credentialEndpoints(n *yaml.Node, field string) ([]CredentialEndpoint, erro
 				e.Ports, err = ports(n, f)
 				return err
 			},
-			"paths": func(n *yaml.Node, f string) error {
-				if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-					return &Error{Line: n.Line, Field: f, Msg: fmt.Sprintf(`want a list of paths such as ["/repos/**"], not %s`, describeList(n))}
-				}
-				for j, p := range n.Content {
-					pf := fmt.Sprintf("%s[%d]", f, j)
-					s, err := scalar(p, pf, `a path such as "/repos/**"`)
+			"paths": func(n *yaml.Node, f string) (err error) {
+				e.Paths, err = stringList(n, f, `paths such as ["/repos/**"]`, func(n *yaml.Node, f string) (string, error) {
+					s, err := scalar(n, f, `a path such as "/repos/**"`)
 					if err == nil {
 						if perr := checkPathGlob(s); perr != nil {
-							err = &Error{Line: p.Line, Field: pf, Msg: fmt.Sprintf("%q: %v", s, perr)}
+							err = &Error{Line: n.Line, Field: f, Msg: fmt.Sprintf("%q: %v", s, perr)}
 						}
 					}
-					if err != nil {
-						return err
-					}
-					e.Paths = append(e.Paths, s)
-				}
-				return nil
+					return s, err
+				})
+				return err
 			},
-			"methods": func(n *yaml.Node, f string) error {
-				if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-					return &Error{Line: n.Line, Field: f, Msg: fmt.Sprintf("want a list of methods such as [GET, POST], not %s", describeList(n))}
-				}
-				for j, m := range n.Content {
-					mf := fmt.Sprintf("%s[%d]", f, j)
-					s, err := scalar(m, mf, "an HTTP method such as GET")
-					if err == nil && !httpMethod().MatchString(s) {
-						err = &Error{Line: m.Line, Field: mf, Msg: fmt.Sprintf("want an upper-case HTTP method such as GET, not %q", s)}
-					}
-					if err != nil {
-						return err
-					}
-					e.Methods = append(e.Methods, s)
-				}
-				return nil
+			"methods": func(n *yaml.Node, f string) (err error) {
+				e.Methods, err = stringList(n, f, "methods such as [GET, POST]", func(n *yaml.Node, f string) (string, error) {
+					return matching(n, f, "an upper-case HTTP method such as GET", httpMethod())
+				})
+				return err
 			},
 		})
 		switch {
@@ -450,4 +426,29 @@ func sigV4Env(c Credential) string {
 		return ""
 	}
 	return c.Inject.SigV4.Env
+}
+
+// matching reads a scalar that re matches; want says what it is.
+func matching(n *yaml.Node, field, want string, re *regexp.Regexp) (string, error) {
+	s, err := scalar(n, field, want)
+	if err == nil && !re.MatchString(s) {
+		err = &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want %s, not %q", want, s)}
+	}
+	return s, err
+}
+
+// stringList reads a list of one item or more, each read by item.
+func stringList(n *yaml.Node, field, want string, item func(n *yaml.Node, field string) (string, error)) ([]string, error) {
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		return nil, &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want a list of %s, not %s", want, describeList(n))}
+	}
+	out := make([]string, 0, len(n.Content))
+	for i, c := range n.Content {
+		s, err := item(c, fmt.Sprintf("%s[%d]", field, i))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
