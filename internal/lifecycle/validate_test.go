@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -184,3 +186,63 @@ func TestQuoteCutsLongValues(t *testing.T) {
 		t.Fatalf("quote = %s", got)
 	}
 }
+
+// credentialsPolicy binds secret gh-token to an inspected endpoint.
+const credentialsPolicy = `version: 1
+network_policies:
+  gh:
+    endpoints: [{host: api.github.com, port: 443, access: read-only}]
+credentials:
+  github:
+    secret: gh-token
+    env: GITHUB_TOKEN
+    inject: {header: Authorization}
+    endpoints: [{host: api.github.com, port: 443}]
+`
+
+// Credentials are refused by a gateway without an egress proxy, saying
+// why, and a binding of a secret that does not exist is refused at
+// create; Binders names who binds a secret, and whether it runs.
+func TestCredentialsNeedEgressAndTheirSecrets(t *testing.T) {
+	bubble(t, func(t *testing.T) {
+		h := newHarness(t, func(c *Config) { c.NoEgress = "the test's driver has none" })
+		spec := sandbox.Spec{Command: []string{"sleep", "1d"}, Policy: credentialsPolicy}
+		_, _, err := h.m.Create(context.Background(), "creds", "", spec)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "need an egress proxy") || !strings.Contains(err.Error(), "the test's driver has none") {
+			t.Errorf("credentials without egress: %v", err)
+		}
+
+		exists := map[string]bool{}
+		m := New(Config{Store: h.st, Driver: h.drv, Instance: "secrets", Gateway: gatewayID, Egress: nopEgress{},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			SecretExists: func(_ context.Context, name string) error {
+				if !exists[name] {
+					return errdefs.NotFound("secret %q not found", name)
+				}
+				return nil
+			}})
+		_, _, err = m.Create(context.Background(), "creds", "", spec)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), `binds secret "gh-token", which does not exist`) {
+			t.Errorf("a binding of a missing secret: %v", err)
+		}
+		exists["gh-token"] = true
+		if _, _, err := m.Create(context.Background(), "creds", "", spec); err != nil {
+			t.Fatal(err)
+		}
+		binders, err := m.Binders(context.Background(), "gh-token")
+		if err != nil || len(binders) != 1 || binders[0].Name != "creds" || !binders[0].Running {
+			t.Errorf("Binders = %+v, %v; want creds, running", binders, err)
+		}
+		if none, _ := m.Binders(context.Background(), "other"); len(none) != 0 {
+			t.Errorf("Binders of an unbound secret = %+v", none)
+		}
+	})
+}
+
+// nopEgress is an egress proxy that serves nothing.
+type nopEgress struct{}
+
+func (nopEgress) Attached(driver.Ref) bool               { return true }
+func (nopEgress) Refresh(string)                         {}
+func (nopEgress) Forget(string)                          {}
+func (nopEgress) InForce(context.Context, string) string { return "" }
