@@ -317,19 +317,25 @@ func (s *egressWorld) client(https, proxied bool, host string) *http.Client {
 		}
 	}
 	c := &http.Client{Transport: tr, Timeout: 5 * time.Minute}
-	if host == "cred.test" {
-		c.Transport = withPlaceholder{tr}
+	switch host {
+	case "cred.test":
+		c.Transport = withAuthorization{tr, "Bearer " + benchPlaceholder}
+	case "inspect.test": // a token of its own, the same size: the requests differ only in the placeholder
+		c.Transport = withAuthorization{tr, "Bearer " + strings.Repeat("t", len(benchPlaceholder))}
 	}
 	return c
 }
 
-// withPlaceholder sends the credential's placeholder, as an SDK in a
-// sandbox sends what its environment holds.
-type withPlaceholder struct{ *http.Transport }
+// withAuthorization sends an Authorization header: the credential's
+// placeholder, as an SDK in a sandbox sends what its environment holds.
+type withAuthorization struct {
+	*http.Transport
+	value string
+}
 
-func (t withPlaceholder) RoundTrip(r *http.Request) (*http.Response, error) {
+func (t withAuthorization) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+benchPlaceholder)
+	r.Header.Set("Authorization", t.value)
 	return t.Transport.RoundTrip(r)
 }
 

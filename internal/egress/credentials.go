@@ -506,7 +506,9 @@ func redact(resp *http.Response, values [][]byte) {
 	}
 	for _, vs := range resp.Header {
 		for i, v := range vs {
-			vs[i] = string(mask([]byte(v), values))
+			if holdsAny(v, values) {
+				vs[i] = string(mask([]byte(v), values))
+			}
 		}
 	}
 	if resp.Body != nil && resp.Body != http.NoBody {
@@ -516,6 +518,16 @@ func redact(resp *http.Response, values [][]byte) {
 		}
 		resp.Body = &redactingBody{ReadCloser: resp.Body, values: values, keep: keep}
 	}
+}
+
+// holdsAny says whether s holds one of values.
+func holdsAny(s string, values [][]byte) bool {
+	for _, v := range values {
+		if strings.Contains(s, string(v)) {
+			return true
+		}
+	}
+	return false
 }
 
 // mask overwrites each of values in b with '*' and returns b.

@@ -27,8 +27,9 @@ type Store interface {
 	EgressDenials(ctx context.Context, id string, after int64, limit int) ([]sandbox.EgressDecision, error)
 }
 
-// queued bounds the entries waiting for a write; maxBatch those of one;
-// flushEvery how long the first of them waits for others.
+// queued bounds the entries waiting for a write; maxBatch those that
+// make the writer write at once; flushEvery how long the first of them
+// waits for others.
 const (
 	queued     = 8192
 	maxBatch   = 1024
@@ -48,11 +49,12 @@ type entry struct {
 type Ledger struct {
 	store   Store
 	log     *slog.Logger
-	in      chan entry
+	wake    chan struct{}      // the writer's: a batch began, filled, or the ledger closes
 	flushes chan chan struct{} // a reader's: write what is queued, then close it
 	done    chan struct{}
 
 	mu       sync.Mutex
+	pending  []entry                                // queued, not yet written
 	useSubs  map[chan sandbox.CredentialUse]string  // to the secret followed
 	denySubs map[chan sandbox.EgressDecision]string // to the sandbox id followed
 	lost     int                                    // entries dropped since the last report
@@ -61,7 +63,7 @@ type Ledger struct {
 
 // New starts a ledger on st; Close flushes and stops it.
 func New(st Store, log *slog.Logger) *Ledger {
-	l := &Ledger{store: st, log: log, in: make(chan entry, queued), flushes: make(chan chan struct{}), done: make(chan struct{}),
+	l := &Ledger{store: st, log: log, wake: make(chan struct{}, 1), flushes: make(chan chan struct{}), done: make(chan struct{}),
 		useSubs: map[chan sandbox.CredentialUse]string{}, denySubs: map[chan sandbox.EgressDecision]string{}}
 	go l.run()
 	return l
@@ -73,17 +75,28 @@ func (l *Ledger) Used(u sandbox.CredentialUse) { l.queue(entry{use: &u}) }
 // Denied queues an egress denial (or audit); it never blocks.
 func (l *Ledger) Denied(d sandbox.EgressDecision) { l.queue(entry{denial: &d}) }
 
+// queue adds e to the pending entries, waking the writer only for the
+// first of a batch and a full one: a busy proxy does not wake it for
+// each request.
 func (l *Ledger) queue(e entry) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	if l.closed || len(l.pending) >= queued {
 		l.lost++
+		l.mu.Unlock()
 		return
 	}
+	l.pending = append(l.pending, e)
+	n := len(l.pending)
+	l.mu.Unlock()
+	if n == 1 || n == maxBatch {
+		l.signal()
+	}
+}
+
+func (l *Ledger) signal() {
 	select {
-	case l.in <- e:
+	case l.wake <- struct{}{}:
 	default:
-		l.lost++
 	}
 }
 
@@ -92,57 +105,53 @@ func (l *Ledger) queue(e entry) {
 func (l *Ledger) Close() {
 	l.mu.Lock()
 	l.closed = true
-	close(l.in)
 	l.mu.Unlock()
+	l.signal()
 	<-l.done
 }
 
-// run writes the queue, a batch per transaction: flushEvery after the
-// first entry of a batch, when it is full, when a reader asks, and when
-// the ledger closes.
+// take returns the pending entries, and whether the ledger is closed.
+func (l *Ledger) take() ([]entry, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	batch := l.pending
+	l.pending = nil
+	return batch, l.closed
+}
+
+// run writes the pending entries, a batch per transaction: flushEvery
+// after the first of a batch, at once when it is full, when a reader
+// asks, and when the ledger closes.
 func (l *Ledger) run() {
 	defer close(l.done)
-	var batch []entry
 	timer := time.NewTimer(flushEvery)
 	timer.Stop()
 	for {
+		var reply chan struct{}
 		select {
-		case e, ok := <-l.in:
-			if !ok {
-				l.write(batch)
-				return
-			}
-			if len(batch) == 0 {
+		case <-l.wake:
+			l.mu.Lock()
+			wait := !l.closed && len(l.pending) < maxBatch
+			l.mu.Unlock()
+			if wait {
 				timer.Reset(flushEvery)
+				select {
+				case <-timer.C:
+				case <-l.wake:
+					timer.Stop()
+				case reply = <-l.flushes:
+					timer.Stop()
+				}
 			}
-			if batch = append(batch, e); len(batch) >= maxBatch {
-				timer.Stop()
-				l.write(batch)
-				batch = nil
-			}
-		case <-timer.C:
-			l.write(batch)
-			batch = nil
-		case reply := <-l.flushes:
-			timer.Stop()
-			l.write(l.drain(batch))
-			batch = nil
+		case reply = <-l.flushes:
+		}
+		batch, closed := l.take()
+		l.write(batch)
+		if reply != nil {
 			close(reply)
 		}
-	}
-}
-
-// drain adds to batch what is queued.
-func (l *Ledger) drain(batch []entry) []entry {
-	for {
-		select {
-		case e, ok := <-l.in:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, e)
-		default:
-			return batch
+		if closed {
+			return
 		}
 	}
 }
