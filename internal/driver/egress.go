@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"strings"
+
+	"github.com/corral-sandbox/corral/internal/policy"
 )
 
 // ProxyAddr is where a sandbox reaches its egress proxy: on its own
@@ -67,8 +69,9 @@ type Egress interface {
 	// TrustDir.
 	Prepare(id string) (string, error)
 	// Env is the environment incarnation ref has for its egress (EgressEnv,
-	// and its credentials' placeholders), over the image's own.
-	Env(ctx context.Context, ref Ref) ([]string, error)
+	// and a placeholder for each of creds, its policy's credentials), over
+	// the image's own.
+	Env(ref Ref, creds []policy.Credential) ([]string, error)
 	// Attach serves the proxy of incarnation ref inside the network
 	// namespace at netns (/proc/PID/ns/net). A driver calls it in Start
 	// once that namespace exists, before waiting for the main process.

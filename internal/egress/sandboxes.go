@@ -242,16 +242,12 @@ func (s *Sandboxes) Attach(ctx context.Context, ref driver.Ref, path string) err
 
 // Env implements driver.Egress: EgressEnv, and a placeholder in each
 // variable the sandbox's credentials name.
-func (s *Sandboxes) Env(ctx context.Context, ref driver.Ref) ([]string, error) {
-	nw, err := s.Lookup(ctx, ref.ID)
-	if err != nil {
-		return nil, fmt.Errorf("egress: the credentials of sandbox %s: %w", ref.ID, err)
-	}
+func (s *Sandboxes) Env(ref driver.Ref, creds []policy.Credential) ([]string, error) {
 	env := driver.EgressEnv()
-	if len(nw.Credentials) > 0 && s.Placeholder == nil {
+	if len(creds) > 0 && s.Placeholder == nil {
 		return nil, fmt.Errorf("egress: this gateway cannot give credentials placeholders")
 	}
-	for _, b := range s.bindings(ref, nw.Credentials) {
+	for _, b := range s.bindings(ref, creds) {
 		if b.Env != "" {
 			env = append(env, b.Env+"="+b.Placeholder)
 		}

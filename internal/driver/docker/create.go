@@ -94,7 +94,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		if err != nil {
 			return fmt.Errorf("docker create: egress: %w", err)
 		}
-		egressEnv, err := d.cfg.Egress.Env(ctx, driver.Ref{ID: spec.ID, Generation: spec.Generation})
+		egressEnv, err := d.cfg.Egress.Env(driver.Ref{ID: spec.ID, Generation: spec.Generation}, pol.Credentials)
 		if err != nil {
 			return fmt.Errorf("docker create: egress: %w", err)
 		}

@@ -113,7 +113,7 @@ func (d *Driver) spawn(ctx context.Context, o *object, b shim.Bundle) error {
 			lock.Close()
 		}
 	}()
-	cfg, err := d.supervisorConfig(ctx, o)
+	cfg, err := d.supervisorConfig(o)
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func (d *Driver) claimBundle(ctx context.Context, o *object, b shim.Bundle) (*os
 // supervisorConfig is what incarnation o's supervisor runs: the policy as
 // its tier enforces it, the environment, root, workdir (made ready for
 // its user), limits and egress.
-func (d *Driver) supervisorConfig(ctx context.Context, o *object) (shim.SandboxConfig, error) {
+func (d *Driver) supervisorConfig(o *object) (shim.SandboxConfig, error) {
 	pol, ids := o.Policy, o.ids()
 	if ids != nil { // root inside is for those who ask for it
 		pol = pol.WithDefaultUser()
@@ -222,7 +222,7 @@ func (d *Driver) supervisorConfig(ctx context.Context, o *object) (shim.SandboxC
 		if err != nil {
 			return shim.SandboxConfig{}, fmt.Errorf("native start: egress: %w", err)
 		}
-		env, err := d.cfg.Egress.Env(ctx, driver.Ref{ID: o.ID, Generation: o.Generation})
+		env, err := d.cfg.Egress.Env(driver.Ref{ID: o.ID, Generation: o.Generation}, pol.Credentials)
 		if err != nil {
 			return shim.SandboxConfig{}, fmt.Errorf("native start: egress: %w", err)
 		}
