@@ -237,6 +237,16 @@ func (l *Ledger) Uses(ctx context.Context, secret string, follow bool) ([]sandbo
 	}, func(u sandbox.CredentialUse) int64 { return u.Seq })
 }
 
+// LastUse returns the newest use of secret, nil when none.
+func (l *Ledger) LastUse(ctx context.Context, secret string) (*sandbox.CredentialUse, error) {
+	l.flush(ctx)
+	last, err := l.store.CredentialUses(ctx, secret, 0, 1)
+	if err != nil || len(last) == 0 {
+		return nil, err
+	}
+	return &last[0], nil
+}
+
 // Denials returns the newest Listed denials of sandbox id, oldest first,
 // and with follow a channel of those to come and the function that stops
 // it.

@@ -54,6 +54,12 @@ func TestFollowAndKeep(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the use that came after was not followed")
 	}
+	if last, err := l.LastUse(ctx, "s"); err != nil || last == nil || last.Path != "/after" {
+		t.Errorf("LastUse = %+v, %v; want /after", last, err)
+	}
+	if none, err := l.LastUse(ctx, "never-used"); err != nil || none != nil {
+		t.Errorf("LastUse of an unused secret = %+v, %v; want none", none, err)
+	}
 	l.SandboxGone("id1")
 	select {
 	case d, ok := <-denials:

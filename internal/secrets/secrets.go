@@ -48,6 +48,8 @@ type Binder struct {
 // Ledger keeps the uses of secrets (internal/ledger).
 type Ledger interface {
 	Uses(ctx context.Context, secret string, follow bool) ([]sandbox.CredentialUse, <-chan sandbox.CredentialUse, func(), error)
+	// LastUse returns the newest use of secret, nil when none.
+	LastUse(ctx context.Context, secret string) (*sandbox.CredentialUse, error)
 	// SecretGone ends the following of a deleted secret's uses.
 	SecretGone(name string)
 }
@@ -116,31 +118,35 @@ func (s *Secrets) Update(ctx context.Context, name string, value []byte) (*Info,
 
 // Get describes a secret: which sandboxes bind it, and its last use.
 func (s *Secrets) Get(ctx context.Context, name string) (*Info, error) {
+	sec, binders, err := s.withBinders(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return s.describe(ctx, sec, binders), nil
+}
+
+// withBinders returns secret name and the sandboxes that bind it.
+func (s *Secrets) withBinders(ctx context.Context, name string) (*sandbox.Secret, []Binder, error) {
 	sec, err := s.store.GetSecret(ctx, name)
-	if err != nil {
-		return nil, err
+	if err != nil || s.Binders == nil {
+		return sec, nil, err
 	}
+	binders, err := s.Binders(ctx, name)
+	return sec, binders, err
+}
+
+// describe is Get's description of sec, which binders bind.
+func (s *Secrets) describe(ctx context.Context, sec *sandbox.Secret, binders []Binder) *Info {
 	i := info(sec)
-	binders, err := s.binders(ctx, name)
-	if err != nil {
-		return nil, err
-	}
 	for _, b := range binders {
 		i.BoundBy = append(i.BoundBy, b.Name)
 	}
 	if s.Ledger != nil {
-		if uses, _, _, err := s.Ledger.Uses(ctx, name, false); err == nil && len(uses) > 0 {
-			i.LastUse = &uses[len(uses)-1]
+		if last, err := s.Ledger.LastUse(ctx, sec.Name); err == nil {
+			i.LastUse = last
 		}
 	}
-	return i, nil
-}
-
-func (s *Secrets) binders(ctx context.Context, name string) ([]Binder, error) {
-	if s.Binders == nil {
-		return nil, nil
-	}
-	return s.Binders(ctx, name)
+	return i
 }
 
 // List describes every secret, by name.
@@ -160,11 +166,7 @@ func (s *Secrets) List(ctx context.Context) ([]*Info, error) {
 // sandbox binds it, only force does: the requests that would carry it
 // are refused from then on.
 func (s *Secrets) Delete(ctx context.Context, name string, force bool) (*Info, error) {
-	got, err := s.Get(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	binders, err := s.binders(ctx, name)
+	sec, binders, err := s.withBinders(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +180,7 @@ func (s *Secrets) Delete(ctx context.Context, name string, force bool) (*Info, e
 		return nil, errdefs.FailedPrecondition("secret %q is bound by running sandboxes (%s): stop them or take it out of their policies first, or delete --force, which cuts those bindings at once",
 			name, strings.Join(running, ", "))
 	}
+	got := s.describe(ctx, sec, binders) // its last use goes with it
 	if err := s.store.DeleteSecret(ctx, name); err != nil {
 		return nil, err
 	}
