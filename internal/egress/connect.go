@@ -394,7 +394,7 @@ func (p *Proxy) onRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Reque
 		f.upgrade = cmp.Or(req.Header.Get("Upgrade"), "an unnamed protocol")
 	}
 	bindings := p.Bindings()
-	var pl credentialPlan
+	pl := credentialPlan{bindings: bindings}
 	if len(bindings) > 0 {
 		var b *Binding
 		var why string

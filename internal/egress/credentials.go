@@ -67,10 +67,12 @@ type placement struct {
 
 const roleKeyID = "access_key_id"
 
-// credentialPlan is what a request does with the credentials: those of
-// its endpoint (bound), to inject.
+// credentialPlan is what a request does with the credentials: the
+// bindings in force when it came, and those of its endpoint (bound), to
+// inject.
 type credentialPlan struct {
-	bound []*Binding
+	bindings []Binding
+	bound    []*Binding
 }
 
 // find returns the binding and role of the first placeholder in s.
@@ -182,7 +184,7 @@ func (b *Binding) takes(f *flow, path string) bool {
 // endpoints take it, or why it is refused (a placeholder where the value
 // may not go).
 func planCredentials(bindings []Binding, f *flow, req *http.Request) (credentialPlan, *Binding, string) {
-	var pl credentialPlan
+	pl := credentialPlan{bindings: bindings}
 	if path, err := normalPath(f.path); err == nil { // else no endpoint takes it
 		for i := range bindings {
 			if bindings[i].takes(f, path) {
@@ -191,16 +193,18 @@ func planCredentials(bindings []Binding, f *flow, req *http.Request) (credential
 		}
 	}
 	for _, at := range placements(bindings, req) {
-		where := fmt.Sprintf("%s port %d (%s %s)", f.host, f.port, f.method, f.path)
-		switch want := allowedIn(at.b, at.role); {
-		case !slices.Contains(pl.bound, at.b):
-			return pl, at.b, fmt.Sprintf("%s: credentials.%s's placeholder in %s of a request to %s, which is not one of its endpoints", ReasonMismatch, at.b.Name, at.in, where)
-		case want != at.in:
-			if want == "" {
-				want = "no request: it signs in the sandbox"
-			}
-			return pl, at.b, fmt.Sprintf("%s: credentials.%s's placeholder in %s of a request to %s: its value goes in %s only", ReasonMismatch, at.b.Name, at.in, where, want)
+		bound, want := slices.Contains(pl.bound, at.b), allowedIn(at.b, at.role)
+		if bound && want == at.in {
+			continue
 		}
+		where := fmt.Sprintf("%s port %d (%s %s)", f.host, f.port, f.method, f.path)
+		if !bound {
+			return pl, at.b, fmt.Sprintf("%s: credentials.%s's placeholder in %s of a request to %s, which is not one of its endpoints", ReasonMismatch, at.b.Name, at.in, where)
+		}
+		if want == "" {
+			want = "no request: it signs in the sandbox"
+		}
+		return pl, at.b, fmt.Sprintf("%s: credentials.%s's placeholder in %s of a request to %s: its value goes in %s only", ReasonMismatch, at.b.Name, at.in, where, want)
 	}
 	return pl, nil, ""
 }
@@ -228,8 +232,7 @@ func (p *Proxy) use(f *flow, b *Binding, verdict, reason string, status int) {
 // the upstream's status.
 func (p *Proxy) credentialTrip(f *flow, r result, pl credentialPlan) goproxy.RoundTripperFunc {
 	return func(req *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
-		bindings := p.Bindings()
-		body, err := p.scanBody(f, r, req, bindings)
+		body, err := p.scanBody(f, r, req, pl.bindings)
 		if err != nil {
 			return forbidden(req, err.Error()), nil
 		}
@@ -458,14 +461,30 @@ func newScanner(bindings []Binding) *scanner {
 	return &scanner{bindings: bindings, keep: keep}
 }
 
-// scan looks at the next bytes of the stream.
+// placeholderPrefix is secrets.PlaceholderPrefix, for streams.
+var placeholderPrefix = []byte(secrets.PlaceholderPrefix)
+
+// scan looks at the next bytes of the stream: p, and where it meets what
+// came before (a placeholder cut by a read). It copies no more than a
+// placeholder's length of them, and makes a string only of what holds
+// the placeholders' prefix.
 func (s *scanner) scan(p []byte) (*Binding, bool) {
-	buf := append(s.tail, p...)
-	b, _, found := find(s.bindings, string(buf))
-	if n := s.keep - 1; len(buf) > n {
-		buf = buf[len(buf)-n:]
+	n := s.keep - 1
+	edge := append(s.tail, p[:min(len(p), n)]...)
+	var b *Binding
+	var found bool
+	for _, part := range [][]byte{edge, p} {
+		if bytes.Contains(part, placeholderPrefix) {
+			if b, _, found = find(s.bindings, string(part)); found {
+				break
+			}
+		}
 	}
-	s.tail = append(s.tail[:0], buf...)
+	if len(p) >= n {
+		s.tail = append(s.tail[:0], p[len(p)-n:]...)
+	} else {
+		s.tail = append(s.tail[:0], edge[max(len(edge)-n, 0):]...)
+	}
 	return b, found
 }
 

@@ -380,3 +380,33 @@ func TestRedactingBodyAcrossReads(t *testing.T) {
 		t.Errorf("masked body %q, %v; want %q", got, err, want)
 	}
 }
+
+// The scanner finds a placeholder wherever the reads cut it: a byte at a
+// time, and across a long read.
+func TestScannerAcrossReads(t *testing.T) {
+	ph := secrets.PlaceholderPrefix + strings.Repeat("a", 32)
+	bindings := []Binding{{Credential: policy.Credential{Name: "gh"}, Placeholder: ph}}
+	for _, reads := range [][]string{
+		strings.Split("xx"+ph+"yy", ""),
+		{strings.Repeat("x", 40000) + ph[:5], ph[5:] + strings.Repeat("y", 40000)},
+		{"x", ph[:20], ph[20:21], ph[21:]},
+		{strings.Repeat("z", 100), ph, "z"},
+	} {
+		s := newScanner(bindings)
+		found := false
+		for _, r := range reads {
+			if b, ok := s.scan([]byte(r)); ok && b.Name == "gh" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("reads of %d pieces: the placeholder was not found", len(reads))
+		}
+	}
+	s := newScanner(bindings)
+	for _, r := range []string{ph[:31], strings.Repeat("q", 10), ph[31:]} {
+		if _, ok := s.scan([]byte(r)); ok {
+			t.Errorf("a placeholder broken by other bytes was found")
+		}
+	}
+}
