@@ -75,30 +75,37 @@ type credentialPlan struct {
 	bound    []*Binding
 }
 
-// find returns the binding and role of the first placeholder in s.
-func find(bindings []Binding, s string) (*Binding, string, bool) {
+// find returns the binding of a placeholder in s (its value's or its
+// access key id's): enough to refuse what holds one anywhere.
+func find(bindings []Binding, s string) (*Binding, bool) {
 	if !strings.Contains(s, secrets.PlaceholderPrefix) {
-		return nil, "", false
+		return nil, false
 	}
 	for i := range bindings {
 		b := &bindings[i]
-		if strings.Contains(s, b.Placeholder) {
-			return b, "", true
-		}
-		if b.KeyIDPlaceholder != "" && strings.Contains(s, b.KeyIDPlaceholder) {
-			return b, roleKeyID, true
+		if strings.Contains(s, b.Placeholder) || b.KeyIDPlaceholder != "" && strings.Contains(s, b.KeyIDPlaceholder) {
+			return b, true
 		}
 	}
-	return nil, "", false
+	return nil, false
 }
 
 // placements lists where req carries placeholders: its host, path, query,
 // headers (Basic credentials decoded).
 func placements(bindings []Binding, req *http.Request) []placement {
 	var out []placement
-	look := func(s, in string) {
-		if b, role, ok := find(bindings, s); ok {
-			out = append(out, placement{b: b, role: role, in: in})
+	look := func(s, in string) { // every placeholder in s, not only the first
+		if !strings.Contains(s, secrets.PlaceholderPrefix) {
+			return
+		}
+		for i := range bindings {
+			b := &bindings[i]
+			if strings.Contains(s, b.Placeholder) {
+				out = append(out, placement{b: b, in: in})
+			}
+			if b.KeyIDPlaceholder != "" && strings.Contains(s, b.KeyIDPlaceholder) {
+				out = append(out, placement{b: b, role: roleKeyID, in: in})
+			}
 		}
 	}
 	look(req.URL.Host, "the host")
@@ -284,7 +291,7 @@ func (p *Proxy) scanBody(f *flow, r result, req *http.Request, bindings []Bindin
 	if err != nil {
 		return nil, fmt.Errorf("reading the request body: %v", err)
 	}
-	if b, _, ok := find(bindings, string(body)); ok {
+	if b, ok := find(bindings, string(body)); ok {
 		reason := fmt.Sprintf("%s: credentials.%s's placeholder in the body of a request to %s port %d (%s %s)", ReasonMismatch, b.Name, f.host, f.port, f.method, f.path)
 		p.refuseCredential(f, r, b, reason)
 		return nil, errors.New(reason)
@@ -475,7 +482,7 @@ func (s *scanner) scan(p []byte) (*Binding, bool) {
 	var found bool
 	for _, part := range [][]byte{edge, p} {
 		if bytes.Contains(part, placeholderPrefix) {
-			if b, _, found = find(s.bindings, string(part)); found {
+			if b, found = find(s.bindings, string(part)); found {
 				break
 			}
 		}

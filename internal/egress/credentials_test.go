@@ -256,6 +256,7 @@ func TestPlaceholderElsewhereIsRefused(t *testing.T) {
 		{"a request body to another host", cw.request("POST", "https://other.test:HTTPS/upload", "token="+ph)},
 		{"a host no policy allows", withHeader(cw.request("GET", "http://denied.test:HTTP/", ""), "Authorization", ph)},
 		{"the AWS secret key itself", withHeader(cw.request("GET", "https://s3.test:HTTPS/bucket", ""), "X-Leak", cw.ph["s3"])},
+		{"another credential's beside its own, in its header", withHeader(cw.request("GET", "https://api.test:HTTPS/repos/a", ""), "Authorization", "Bearer "+ph+" "+cw.ph["maps"])},
 	} {
 		status, body := cw.send(tc.req)
 		if status != http.StatusForbidden || !strings.Contains(body, ReasonMismatch) || !strings.Contains(body, "credentials.") {
