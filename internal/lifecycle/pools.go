@@ -100,10 +100,11 @@ func (ps *Pools) CreatePool(ctx context.Context, name string, size int, spec san
 	if err := validateInput(name, "", spec); err != nil {
 		return nil, err
 	}
-	if err := m.validate(name, spec.Image, spec.Command, spec.Policy); err != nil {
+	pol, err := m.validate(name, spec.Image, spec.Command, spec.Policy)
+	if err != nil {
 		return nil, err
 	}
-	if err := m.checkSecrets(ctx, name, spec.Policy); err != nil {
+	if err := m.checkSecrets(ctx, name, pol); err != nil {
 		return nil, err
 	}
 	p.Spec = spec

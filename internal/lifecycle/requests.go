@@ -66,10 +66,11 @@ func (m *Manager) create(ctx context.Context, name, requestID string, spec sandb
 	if err := validateInput(name, requestID, spec); err != nil {
 		return nil, false, err
 	}
-	if err := m.validate(name, spec.Image, spec.Command, spec.Policy); err != nil {
+	pol, err := m.validate(name, spec.Image, spec.Command, spec.Policy)
+	if err != nil {
 		return nil, false, err
 	}
-	if err := m.checkSecrets(ctx, name, spec.Policy); err != nil {
+	if err := m.checkSecrets(ctx, name, pol); err != nil {
 		return nil, false, err
 	}
 	spec.Labels = maps.Clone(spec.Labels)
@@ -191,12 +192,16 @@ func (m *Manager) UpdatePolicy(ctx context.Context, nameOrID, text string) (*san
 	if err := validatePolicySize(nameOrID, text); err != nil {
 		return nil, err
 	}
-	if err := m.checkSecrets(ctx, nameOrID, text); err != nil {
-		return nil, err
+	// Checked here, before the change, which runs inside the store's
+	// write; a policy that does not parse is refused there, by name.
+	if pol, err := policy.Parse(text); err == nil {
+		if err := m.checkSecrets(ctx, nameOrID, pol); err != nil {
+			return nil, err
+		}
 	}
 	live := false
 	sb, err := m.changeIntent(ctx, nameOrID, sandbox.OpUpdate, "", func(sb *sandbox.Sandbox) error {
-		if err := m.validate(sb.Name, sb.Spec.Image, sb.Spec.Command, text); err != nil {
+		if _, err := m.validate(sb.Name, sb.Spec.Image, sb.Spec.Command, text); err != nil {
 			return err
 		}
 		if live = sb.Desired != sandbox.DesiredStopped || sb.Phase != sandbox.PhaseStopped; live {
@@ -217,30 +222,29 @@ func (m *Manager) UpdatePolicy(ctx context.Context, nameOrID, text string) (*san
 }
 
 // validate checks a spec's policy, and lets the driver refuse what it
-// will never run.
-func (m *Manager) validate(name, image string, command []string, policyText string) error {
+// will never run. It returns the policy parsed.
+func (m *Manager) validate(name, image string, command []string, policyText string) (policy.Policy, error) {
 	pol, err := policy.Parse(policyText)
 	if err != nil {
-		return errdefs.InvalidArgument("sandbox %q: %v", name, err)
+		return pol, errdefs.InvalidArgument("sandbox %q: %v", name, err)
 	}
 	if len(pol.Network) > 0 && m.cfg.Egress == nil {
-		return errdefs.InvalidArgument("sandbox %q: network_policies need an egress proxy, and this gateway has none: %s", name, m.cfg.NoEgress)
+		return pol, errdefs.InvalidArgument("sandbox %q: network_policies need an egress proxy, and this gateway has none: %s", name, m.cfg.NoEgress)
 	}
 	if len(pol.Credentials) > 0 && m.cfg.Egress == nil {
-		return errdefs.InvalidArgument("sandbox %q: credentials need an egress proxy, and this gateway has none: %s", name, m.cfg.NoEgress)
+		return pol, errdefs.InvalidArgument("sandbox %q: credentials need an egress proxy, and this gateway has none: %s", name, m.cfg.NoEgress)
 	}
 	if v, ok := m.cfg.Driver.(driver.Validator); ok {
-		return v.Validate(driver.Spec{Name: name, Image: image, Command: command, Policy: pol})
+		return pol, v.Validate(driver.Spec{Name: name, Image: image, Command: command, Policy: pol})
 	}
-	return nil
+	return pol, nil
 }
 
 // checkSecrets refuses a policy that binds a secret the gateway does not
 // have.
-func (m *Manager) checkSecrets(ctx context.Context, name, policyText string) error {
-	pol, err := policy.Parse(policyText)
-	if err != nil || m.cfg.SecretExists == nil {
-		return nil // validate says what is wrong with it
+func (m *Manager) checkSecrets(ctx context.Context, name string, pol policy.Policy) error {
+	if m.cfg.SecretExists == nil {
+		return nil
 	}
 	for _, secret := range pol.Secrets() {
 		if err := m.cfg.SecretExists(ctx, secret); errors.Is(err, errdefs.ErrNotFound) {
