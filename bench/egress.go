@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/ledger"
 	"github.com/corral-sandbox/corral/internal/policy"
@@ -267,7 +268,10 @@ func startEgressWorld(dir string) (*egressWorld, error) {
 		Bindings: []egress.Binding{{Placeholder: benchPlaceholder, Credential: policy.Credential{Name: "bench", Secret: "bench-token",
 			Inject:    policy.Injection{Header: "Authorization", Format: "Bearer {value}"},
 			Endpoints: []policy.CredentialEndpoint{{Host: "cred.test", Ports: ports}}}}},
-		Secret: sec.Value, OnUse: s.ledger.Used})
+		Secret: func(ctx context.Context, name string) ([]byte, error) {
+			return sec.Value(ctx, caller.DefaultTenant, name)
+		},
+		OnUse: s.ledger.Used})
 	if err != nil {
 		return nil, err
 	}

@@ -498,7 +498,7 @@ func (r *run) pending(instance string) (own, others int) {
 		r.t.Fatal(err)
 	}
 	defer st.Close()
-	list, err := st.ListSandboxes(context.Background())
+	list, err := st.ListSandboxes(context.Background(), "")
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -141,7 +141,7 @@ type Sandbox struct {
 	// id is the sandbox's unique id, 32 hex digits, fixed at create.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// name is the sandbox's name, a DNS label (1 to 63 lower-case letters,
-	// digits and '-'), unique on the gateway.
+	// digits and '-'), unique in its tenant.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// spec is what the sandbox was created with (and its current policy).
 	Spec *SandboxSpec `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -180,7 +180,9 @@ type Sandbox struct {
 	Protections string `protobuf:"bytes,15,opt,name=protections,proto3" json:"protections,omitempty"`
 	// network is the egress rules in force, as the proxy holds them
 	// (GetSandbox only), e.g. "deny all" or "pypi: pypi.org:443 (pass-through)".
-	Network       string `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
+	Network string `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
+	// tenant owns the sandbox: the tenant of the caller that created it.
+	Tenant        string `protobuf:"bytes,17,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -327,6 +329,13 @@ func (x *Sandbox) GetNetwork() string {
 	return ""
 }
 
+func (x *Sandbox) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
 // Operation is one journal entry: a request (kind create, start, stop,
 // delete, update, or claim from a pool) or one driver call attempt (kind
 // driver.create, driver.start, driver.stop, driver.delete).
@@ -360,7 +369,11 @@ type Operation struct {
 	Error string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
 	// detail says more about the entry, e.g. "force: no graceful stop",
 	// "superseded by stop" or the pool a claim came from; often empty.
-	Detail        string `protobuf:"bytes,12,opt,name=detail,proto3" json:"detail,omitempty"`
+	Detail string `protobuf:"bytes,12,opt,name=detail,proto3" json:"detail,omitempty"`
+	// actor is who asked for a request (create, start, stop, delete, update,
+	// claim): the caller's name, tenant and role, e.g. "token ci (tenant
+	// acme, member)"; empty for the gateway's own entries.
+	Actor         string `protobuf:"bytes,13,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -475,6 +488,13 @@ func (x *Operation) GetError() string {
 func (x *Operation) GetDetail() string {
 	if x != nil {
 		return x.Detail
+	}
+	return ""
+}
+
+func (x *Operation) GetActor() string {
+	if x != nil {
+		return x.Actor
 	}
 	return ""
 }
@@ -3128,7 +3148,9 @@ type Pool struct {
 	// members is how many unclaimed members exist, ready or not.
 	Members int32 `protobuf:"varint,5,opt,name=members,proto3" json:"members,omitempty"`
 	// created_at is when the pool was created (UTC).
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// tenant owns the pool and its members.
+	Tenant        string `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3203,6 +3225,13 @@ func (x *Pool) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Pool) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 // CreatePoolRequest: name is a DNS label of at most 54 characters (members
@@ -3415,7 +3444,7 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\tadd_hosts\x18\a \x03(\tR\baddHosts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x04\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12*\n" +
@@ -3437,9 +3466,10 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\texit_code\x18\r \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x1a\n" +
 	"\brestarts\x18\x0e \x01(\x05R\brestarts\x12 \n" +
 	"\vprotections\x18\x0f \x01(\tR\vprotections\x12\x18\n" +
-	"\anetwork\x18\x10 \x01(\tR\anetworkB\f\n" +
+	"\anetwork\x18\x10 \x01(\tR\anetwork\x12\x16\n" +
+	"\x06tenant\x18\x11 \x01(\tR\x06tenantB\f\n" +
 	"\n" +
-	"_exit_code\"\x92\x03\n" +
+	"_exit_code\"\xa8\x03\n" +
 	"\tOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1d\n" +
 	"\n" +
@@ -3458,7 +3488,8 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x12\x14\n" +
 	"\x05error\x18\v \x01(\tR\x05error\x12\x16\n" +
-	"\x06detail\x18\f \x01(\tR\x06detail\"\x89\x01\n" +
+	"\x06detail\x18\f \x01(\tR\x06detail\x12\x14\n" +
+	"\x05actor\x18\r \x01(\tR\x05actor\"\x89\x01\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04spec\x18\x02 \x01(\v2\x16.corral.v1.SandboxSpecR\x04spec\x12\x1d\n" +
@@ -3620,7 +3651,7 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\bPoolSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12\x16\n" +
-	"\x06policy\x18\x03 \x01(\tR\x06policy\"\xc2\x01\n" +
+	"\x06policy\x18\x03 \x01(\tR\x06policy\"\xda\x01\n" +
 	"\x04Pool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x05R\x04size\x12'\n" +
@@ -3628,7 +3659,8 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x05ready\x18\x04 \x01(\x05R\x05ready\x12\x18\n" +
 	"\amembers\x18\x05 \x01(\x05R\amembers\x129\n" +
 	"\n" +
-	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"d\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
+	"\x06tenant\x18\a \x01(\tR\x06tenant\"d\n" +
 	"\x11CreatePoolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x05R\x04size\x12'\n" +

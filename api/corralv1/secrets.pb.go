@@ -39,7 +39,9 @@ type Secret struct {
 	// bound_by names the sandboxes whose policies bind the secret.
 	BoundBy []string `protobuf:"bytes,5,rep,name=bound_by,json=boundBy,proto3" json:"bound_by,omitempty"`
 	// last_use is the newest entry of its ledger, if any.
-	LastUse       *CredentialUse `protobuf:"bytes,6,opt,name=last_use,json=lastUse,proto3" json:"last_use,omitempty"`
+	LastUse *CredentialUse `protobuf:"bytes,6,opt,name=last_use,json=lastUse,proto3" json:"last_use,omitempty"`
+	// tenant owns the secret; only its sandboxes may bind it.
+	Tenant        string `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -114,6 +116,13 @@ func (x *Secret) GetLastUse() *CredentialUse {
 		return x.LastUse
 	}
 	return nil
+}
+
+func (x *Secret) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 // CredentialUse is one entry of a secret's ledger; it never holds the
@@ -628,7 +637,7 @@ var File_corral_v1_secrets_proto protoreflect.FileDescriptor
 
 const file_corral_v1_secrets_proto_rawDesc = "" +
 	"\n" +
-	"\x17corral/v1/secrets.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x02\n" +
+	"\x17corral/v1/secrets.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x02\n" +
 	"\x06Secret\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vfingerprint\x18\x02 \x01(\tR\vfingerprint\x129\n" +
@@ -637,7 +646,8 @@ const file_corral_v1_secrets_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x19\n" +
 	"\bbound_by\x18\x05 \x03(\tR\aboundBy\x123\n" +
-	"\blast_use\x18\x06 \x01(\v2\x18.corral.v1.CredentialUseR\alastUse\"\xe0\x02\n" +
+	"\blast_use\x18\x06 \x01(\v2\x18.corral.v1.CredentialUseR\alastUse\x12\x16\n" +
+	"\x06tenant\x18\a \x01(\tR\x06tenant\"\xe0\x02\n" +
 	"\rCredentialUse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +

@@ -314,7 +314,7 @@ func getStoreID(t *testing.T, home, name string) string {
 	t.Helper()
 	st := openStore(t, home)
 	defer st.Close()
-	sb, err := st.GetSandboxByName(context.Background(), name)
+	sb, err := st.GetSandboxByName(context.Background(), "", name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -272,7 +272,7 @@ func journal(t *testing.T, home string) []*sandbox.Operation {
 	if err := st.IntegrityCheck(context.Background()); err != nil {
 		t.Fatalf("integrity check: %v", err)
 	}
-	list, err := st.ListSandboxes(context.Background())
+	list, err := st.ListSandboxes(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 // Network is what a sandbox's proxy enforces, as its record has it.
 type Network struct {
 	Name        string
+	Tenant      string
 	Rules       []policy.NetworkPolicy
 	Credentials []policy.Credential
 	Hosts       []string // add_hosts: "NAME:IP"
@@ -43,7 +44,7 @@ func FromRecords(get func(ctx context.Context, id string) (*sandbox.Sandbox, err
 		if err != nil {
 			return Network{}, fmt.Errorf("sandbox %q: %w", sb.Name, err)
 		}
-		return Network{Name: sb.Name, Rules: pol.Network, Credentials: pol.Credentials, Hosts: sb.Spec.Hosts}, nil
+		return Network{Name: sb.Name, Tenant: sb.Tenant, Rules: pol.Network, Credentials: pol.Credentials, Hosts: sb.Spec.Hosts}, nil
 	}
 }
 
@@ -73,12 +74,12 @@ type Sandboxes struct {
 	Budget *Budget
 	// Placeholder returns the placeholder of a credential (role: "" for
 	// its value, or its access key id's) in an incarnation
-	// (secrets.Keyring.Placeholder); Secret a secret's value, read for
+	// (secrets.Keyring.Placeholder); Secret a tenant's secret's value, read for
 	// each request that injects it; OnUse is told of each injection and
 	// each refusal of a placeholder (it must not block). Without
 	// Placeholder, a sandbox with credentials does not start.
 	Placeholder func(id string, generation int64, credential, role string) string
-	Secret      func(ctx context.Context, name string) ([]byte, error)
+	Secret      func(ctx context.Context, tenant, name string) ([]byte, error)
 	OnUse       func(Use)
 	// OnDenied is told of each refused or audited decision, with the
 	// sandbox's id and current name (it must not block): the ledger.
@@ -90,10 +91,11 @@ type Sandboxes struct {
 
 // box is one sandbox's proxy and what it decided.
 type box struct {
-	name  string
-	proxy *Proxy
-	rules []policy.NetworkPolicy
-	creds []policy.Credential
+	name   string
+	tenant string // fixed: a sandbox never changes tenant
+	proxy  *Proxy
+	rules  []policy.NetworkPolicy
+	creds  []policy.Credential
 
 	gen int64        // the incarnation served
 	ns  [2]uint64    // the device and inode of its network namespace
@@ -282,6 +284,7 @@ func (s *Sandboxes) used(id string, b *box, u Use) {
 	s.mu.Lock()
 	u.SandboxID, u.Sandbox = id, b.name
 	s.mu.Unlock()
+	u.Tenant = b.tenant
 	metrics.CredentialUse(u.Secret, u.Verdict)
 	s.OnUse(u)
 }
@@ -306,10 +309,14 @@ func (s *Sandboxes) box(ctx context.Context, id string) (*box, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: the CA of sandbox %s: %w", id, err)
 	}
-	b = &box{name: nw.Name, rules: nw.Rules, creds: nw.Credentials}
+	b = &box{name: nw.Name, tenant: nw.Tenant, rules: nw.Rules, creds: nw.Credentials}
+	var secret func(context.Context, string) ([]byte, error)
+	if s.Secret != nil {
+		secret = func(ctx context.Context, name string) ([]byte, error) { return s.Secret(ctx, nw.Tenant, name) }
+	}
 	b.proxy, err = New(Config{Sandbox: nw.Name, Rules: nw.Rules, Hosts: hosts, CA: ca, Deny: s.Deny,
 		OnDecision: func(d Decision) { s.record(id, b, d) }, LogAllowed: true, Limits: s.Limits, Budget: s.Budget,
-		Secret: s.Secret, OnUse: func(u Use) { s.used(id, b, u) }})
+		Secret: secret, OnUse: func(u Use) { s.used(id, b, u) }})
 	if err != nil {
 		return nil, err
 	}

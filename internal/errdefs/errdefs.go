@@ -18,6 +18,7 @@ var (
 	ErrNotImplemented     = errors.New("not implemented")
 	ErrPermissionDenied   = errors.New("permission denied")
 	ErrResourceExhausted  = errors.New("resource exhausted")
+	ErrUnauthenticated    = errors.New("unauthenticated")
 )
 
 // classed is an error with a message of its own and a class for errors.Is;
@@ -70,4 +71,10 @@ func PermissionDenied(format string, args ...any) error {
 // ResourceExhausted is an ErrResourceExhausted error: a quota is full.
 func ResourceExhausted(format string, args ...any) error {
 	return newf(ErrResourceExhausted, format, args...)
+}
+
+// Unauthenticated is an ErrUnauthenticated error: no valid certificate or
+// token came with the request.
+func Unauthenticated(format string, args ...any) error {
+	return newf(ErrUnauthenticated, format, args...)
 }

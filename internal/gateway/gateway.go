@@ -20,11 +20,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/registry"
@@ -38,6 +40,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/secrets"
 	"github.com/corral-sandbox/corral/internal/service"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
+	"github.com/corral-sandbox/corral/internal/tenants"
 	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
 
@@ -121,8 +124,8 @@ func Run(opts Options) error {
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
 		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace,
 		Failures: reintroduced(),
-		SecretExists: func(ctx context.Context, name string) error {
-			_, err := st.GetSecret(ctx, name)
+		SecretExists: func(ctx context.Context, tenant, name string) error {
+			_, err := st.GetSecret(ctx, tenant, name)
 			return err
 		},
 	}
@@ -135,7 +138,7 @@ func Run(opts Options) error {
 	secretsPart.Binders = mgr.Binders
 	ports.Core = mgr
 	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: driverimages.New(drv, cfg.ImagePullPolicy), Ports: ports,
-		Pools: mgr.Pools(), Secrets: secretsPart}
+		Pools: mgr.Pools(), Secrets: secretsPart, Tenants: tenants.New(st, mgr.Delete)}
 	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: mgr, ports: ports, core: core, startCtx: startCtx}
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
 	cause := g.run(sig)
@@ -349,15 +352,23 @@ func background(log *slog.Logger, what string, serve func() error, stopped error
 	}()
 }
 
-// serveTLS serves cfg.Listen with mutual TLS 1.3, making the gateway's CA
-// and server certificate on first use: the gRPC API to connections that
-// negotiate HTTP/2, MCP at /mcp to those that speak HTTP/1.1 (through fe,
-// as the caller their certificate names). No connection is served before
-// its client certificate is verified.
+// serveTLS serves cfg.Listen with TLS 1.3, making the gateway's CA and
+// server certificate on first use: the gRPC API to connections that
+// negotiate HTTP/2, MCP at /mcp (and /metrics, to admins) to those that
+// speak HTTP/1.1 (through fe, as the caller their certificate or token
+// names). A client certificate, when given, is verified at the handshake;
+// a request with neither a valid certificate nor a valid token is refused
+// before anything else (Unauthenticated, 401).
 func serveTLS(cfg config.Config, home string, core service.Core, fe *frontEnds, log *slog.Logger) ([]server, error) {
 	ca, err := tlsauth.LoadOrCreateCA(filepath.Join(home, "tls"))
 	if err != nil {
 		return nil, fmt.Errorf("TLS: %w", err)
+	}
+	if older, err := ca.Without(caller.CertificateScheme); err != nil {
+		log.Warn("TLS: read the issued client certificates", "err", err)
+	} else if len(older) > 0 {
+		log.Warn("client certificates issued before tenants act as admins of tenant default until reissued with --tenant and --role, or revoked",
+			"certificates", strings.Join(older, ", "))
 	}
 	var tlsCfg *tls.Config
 	if cfg.TLS.CertFile != "" {
@@ -382,7 +393,7 @@ func serveTLS(cfg config.Config, home string, core service.Core, fe *frontEnds, 
 	split := newTLSSplit(lis, tlsCfg, log)
 	srv := service.NewServer(core, grpc.Creds(handshaken{}))
 	background(log, "API server (TCP)", func() error { return srv.Serve(split.h2) }, grpc.ErrServerStopped)
-	web := &http.Server{Handler: newMCPEndpoint(fe, cfg.MCP.MaxSandboxes), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	web := &http.Server{Handler: newMCPEndpoint(fe, service.Gate{Tenants: core.Tenants}, cfg.MCP.MaxSandboxes), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	background(log, "MCP server (TCP)", func() error {
 		if err := web.Serve(split.http1); !errors.Is(err, net.ErrClosed) { // closed with the gRPC server's listener
 			return err

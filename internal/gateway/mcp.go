@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"container/list"
+	"fmt"
 	"net/http"
 	"sync"
 
@@ -10,6 +11,8 @@ import (
 	"github.com/corral-sandbox/corral/client"
 	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/mcptools"
+	"github.com/corral-sandbox/corral/internal/metrics"
+	"github.com/corral-sandbox/corral/internal/service"
 )
 
 // mcpPath is where the gateway serves MCP on its TLS listener.
@@ -21,12 +24,14 @@ const mcpPath = "/mcp"
 const maxMCPCallers = 64
 
 // mcpEndpoint serves the MCP tool set over streamable HTTP, stateless:
-// each request runs for the caller its client certificate names (the TLS
-// handshake verified it), through an in-process connection to the API
-// core. The sandboxes one caller creates through it carry the label of
-// its session, "https CALLER", and are bounded by maxSandboxes.
+// each request runs for the caller its bearer token or client certificate
+// names (checked on every request: a revoked token is refused at once),
+// through an in-process connection to the API core. The sandboxes one
+// caller creates through it carry the label of its session, "https
+// CALLER", and are bounded by maxSandboxes.
 type mcpEndpoint struct {
 	fe           *frontEnds
+	gate         service.Gate
 	maxSandboxes int
 
 	mu      sync.Mutex
@@ -36,7 +41,7 @@ type mcpEndpoint struct {
 
 // mcpCaller is what the endpoint keeps of one caller.
 type mcpCaller struct {
-	name    string
+	key     string // the caller's name, tenant and role
 	client  *client.Client
 	handler http.Handler
 }
@@ -46,17 +51,38 @@ type mcpCaller struct {
 // state-changing request from another origin is refused
 // (http.CrossOriginProtection, by Sec-Fetch-Site and Origin), so that no
 // web page drives a sandbox through its visitor's certificate.
-func newMCPEndpoint(fe *frontEnds, maxSandboxes int) http.Handler {
-	e := &mcpEndpoint{fe: fe, maxSandboxes: maxSandboxes, callers: map[string]*list.Element{}}
+//
+// It also serves /metrics, to admins only: the labels name every tenant's
+// secrets.
+func newMCPEndpoint(fe *frontEnds, gate service.Gate, maxSandboxes int) http.Handler {
+	e := &mcpEndpoint{fe: fe, gate: gate, maxSandboxes: maxSandboxes, callers: map[string]*list.Element{}}
 	mux := http.NewServeMux()
 	mux.Handle(mcpPath, e)
+	mux.Handle("/metrics", adminOnly(gate, metrics.Handler()))
 	return http.NewCrossOriginProtection().Handler(mux)
 }
 
+// adminOnly serves h to admins; others get 401 or 403 with the reason.
+func adminOnly(gate service.Gate, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		who, err := gate.HTTPCaller(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		if who.Role != caller.Admin {
+			http.Error(w, fmt.Sprintf("%s is not an admin; /metrics needs the admin role", who.Name), http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	who, ok := caller.FromTLS(r.TLS)
-	if !ok {
-		http.Error(w, "a client certificate of the gateway's CA is needed", http.StatusUnauthorized)
+	who, err := e.gate.HTTPCaller(r)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="corral"`)
+		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
 	h, err := e.handler(who)
@@ -71,7 +97,8 @@ func (e *mcpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (e *mcpEndpoint) handler(who caller.Caller) (http.Handler, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if el, ok := e.callers[who.Name]; ok {
+	key := who.String()
+	if el, ok := e.callers[key]; ok {
 		e.order.MoveToFront(el)
 		return el.Value.(*mcpCaller).handler, nil
 	}
@@ -80,14 +107,14 @@ func (e *mcpEndpoint) handler(who caller.Caller) (http.Handler, error) {
 		return nil, err
 	}
 	server := mcptools.NewServer(c, mcptools.Options{Session: "https " + who.Name, MaxSandboxes: e.maxSandboxes})
-	mc := &mcpCaller{name: who.Name, client: c, handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+	mc := &mcpCaller{key: key, client: c, handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
 		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})}
-	e.callers[who.Name] = e.order.PushFront(mc)
+	e.callers[key] = e.order.PushFront(mc)
 	if e.order.Len() > maxMCPCallers {
 		oldest := e.order.Back()
 		e.order.Remove(oldest)
 		old := oldest.Value.(*mcpCaller)
-		delete(e.callers, old.name)
+		delete(e.callers, old.key)
 		go old.client.Close() // its requests in flight end with it
 	}
 	return mc.handler, nil

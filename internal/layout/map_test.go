@@ -161,12 +161,13 @@ func TestCommandLineIsAClientOfTheClientPackage(t *testing.T) {
 
 // The gRPC edge only translates: of corral it imports the API, the core's
 // packages for their types and calls, the caller it derives from the
-// transport, and the tunnel of a forwarded port. A package of rules or of
+// transport, the access decision it asks for each call (the rules are
+// access's), and the tunnel of a forwarded port. A package of rules or of
 // compute here would be a rule a second front end (MCP, a console) would
 // have to repeat.
 func TestServiceIsTranslationOnly(t *testing.T) {
 	allowed := []string{
-		"api/corralv1", "internal/caller", "internal/driver", "internal/errdefs", "internal/exposed",
+		"api/corralv1", "internal/access", "internal/caller", "internal/driver", "internal/errdefs", "internal/exposed",
 		"internal/files", "internal/lifecycle", "internal/sandbox", "internal/secrets", "internal/tunnel",
 	}
 	cmd := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, "./internal/service")

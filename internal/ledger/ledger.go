@@ -23,7 +23,7 @@ import (
 // Store keeps the ledgers (store.Store does).
 type Store interface {
 	AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, denials []sandbox.EgressDecision) error
-	CredentialUses(ctx context.Context, secret string, after int64, limit int) ([]sandbox.CredentialUse, error)
+	CredentialUses(ctx context.Context, tenant, secret string, after int64, limit int) ([]sandbox.CredentialUse, error)
 	EgressDenials(ctx context.Context, id string, after int64, limit int) ([]sandbox.EgressDecision, error)
 }
 
@@ -55,7 +55,7 @@ type Ledger struct {
 
 	mu       sync.Mutex
 	pending  []entry                                // queued, not yet written
-	useSubs  map[chan sandbox.CredentialUse]string  // to the secret followed
+	useSubs  map[chan sandbox.CredentialUse]string  // to the secret followed (secretKey)
 	denySubs map[chan sandbox.EgressDecision]string // to the sandbox id followed
 	lost     int                                    // entries dropped since the last report
 	closed   bool
@@ -204,8 +204,8 @@ func (l *Ledger) write(batch []entry) {
 		return
 	}
 	for _, u := range uses {
-		for ch, secret := range l.useSubs {
-			if secret == u.Secret {
+		for ch, key := range l.useSubs {
+			if key == secretKey(u.Tenant, u.Secret) {
 				send(ch, u)
 			}
 		}
@@ -228,19 +228,23 @@ func send[T any](ch chan T, v T) {
 	}
 }
 
-// Uses returns the newest Listed uses of secret, oldest first, and with
-// follow a channel of those to come and the function that stops it.
-func (l *Ledger) Uses(ctx context.Context, secret string, follow bool) ([]sandbox.CredentialUse, <-chan sandbox.CredentialUse, func(), error) {
+// secretKey names a secret among every tenant's.
+func secretKey(tenant, secret string) string { return tenant + "/" + secret }
+
+// Uses returns the newest Listed uses of a tenant's secret, oldest first,
+// and with follow a channel of those to come and the function that stops
+// it.
+func (l *Ledger) Uses(ctx context.Context, tenant, secret string, follow bool) ([]sandbox.CredentialUse, <-chan sandbox.CredentialUse, func(), error) {
 	l.flush(ctx)
-	return read(l, l.useSubs, secret, follow, func(after int64) ([]sandbox.CredentialUse, error) {
-		return l.store.CredentialUses(ctx, secret, after, Listed)
+	return read(l, l.useSubs, secretKey(tenant, secret), follow, func(after int64) ([]sandbox.CredentialUse, error) {
+		return l.store.CredentialUses(ctx, tenant, secret, after, Listed)
 	}, func(u sandbox.CredentialUse) int64 { return u.Seq })
 }
 
-// LastUse returns the newest use of secret, nil when none.
-func (l *Ledger) LastUse(ctx context.Context, secret string) (*sandbox.CredentialUse, error) {
+// LastUse returns the newest use of a tenant's secret, nil when none.
+func (l *Ledger) LastUse(ctx context.Context, tenant, secret string) (*sandbox.CredentialUse, error) {
 	l.flush(ctx)
-	last, err := l.store.CredentialUses(ctx, secret, 0, 1)
+	last, err := l.store.CredentialUses(ctx, tenant, secret, 0, 1)
 	if err != nil || len(last) == 0 {
 		return nil, err
 	}
@@ -261,7 +265,7 @@ func (l *Ledger) Denials(ctx context.Context, id string, follow bool) ([]sandbox
 func (l *Ledger) SandboxGone(id string) { end(l, l.denySubs, id) }
 
 // SecretGone ends the following of a deleted secret's uses.
-func (l *Ledger) SecretGone(name string) { end(l, l.useSubs, name) }
+func (l *Ledger) SecretGone(tenant, name string) { end(l, l.useSubs, secretKey(tenant, name)) }
 
 // end closes the followers of key: their channels end.
 func end[T any](l *Ledger, subs map[chan T]string, key string) {

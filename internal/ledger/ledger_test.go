@@ -23,16 +23,16 @@ func TestFollowAndKeep(t *testing.T) {
 	defer st.Close()
 	l := ledger.New(st, nil)
 	defer l.Close()
-	l.Used(sandbox.CredentialUse{Secret: "s", Path: "/before", Verdict: sandbox.UseInjected})
+	l.Used(sandbox.CredentialUse{Tenant: "default", Secret: "s", Path: "/before", Verdict: sandbox.UseInjected})
 	l.Denied(sandbox.EgressDecision{SandboxID: "id1", Path: "/before", Verdict: "denied"})
 	var past []sandbox.CredentialUse
 	for deadline := time.Now().Add(10 * time.Second); len(past) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		past, _, _, _ = l.Uses(ctx, "s", false)
+		past, _, _, _ = l.Uses(ctx, "default", "s", false)
 	}
 	if len(past) != 1 || past[0].Path != "/before" || past[0].Seq == 0 {
 		t.Fatalf("past uses %+v", past)
 	}
-	past, next, stop, err := l.Uses(ctx, "s", true)
+	past, next, stop, err := l.Uses(ctx, "default", "s", true)
 	if err != nil || len(past) != 1 {
 		t.Fatalf("Uses(follow) = %+v, %v", past, err)
 	}
@@ -41,23 +41,23 @@ func TestFollowAndKeep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Used(sandbox.CredentialUse{Secret: "other", Path: "/other"})
-	l.Used(sandbox.CredentialUse{Secret: "s", Path: "/after"})
+	l.Used(sandbox.CredentialUse{Tenant: "default", Secret: "other", Path: "/other"})
+	l.Used(sandbox.CredentialUse{Tenant: "default", Secret: "s", Path: "/after"})
 	select {
 	case u := <-next:
 		if u.Path != "/after" || u.Seq <= past[0].Seq {
 			t.Errorf("followed %+v; want /after, past the first", u)
 		}
-		if kept, _ := st.CredentialUses(ctx, "s", past[0].Seq, 10); len(kept) != 1 {
+		if kept, _ := st.CredentialUses(ctx, "default", "s", past[0].Seq, 10); len(kept) != 1 {
 			t.Errorf("a use followed is not in the store yet: %+v", kept)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the use that came after was not followed")
 	}
-	if last, err := l.LastUse(ctx, "s"); err != nil || last == nil || last.Path != "/after" {
+	if last, err := l.LastUse(ctx, "default", "s"); err != nil || last == nil || last.Path != "/after" {
 		t.Errorf("LastUse = %+v, %v; want /after", last, err)
 	}
-	if none, err := l.LastUse(ctx, "never-used"); err != nil || none != nil {
+	if none, err := l.LastUse(ctx, "default", "never-used"); err != nil || none != nil {
 		t.Errorf("LastUse of an unused secret = %+v, %v; want none", none, err)
 	}
 	l.SandboxGone("id1")

@@ -38,7 +38,7 @@ func (m *Manager) Doctor(ctx context.Context) ([]Finding, error) {
 				"such storage is checked again at the next orphan collection"})
 		}
 	}
-	records, err := m.cfg.Store.ListSandboxes(ctx)
+	records, err := m.cfg.Store.ListSandboxes(ctx, "")
 	if err != nil {
 		return nil, err
 	}

@@ -27,9 +27,9 @@ func (c *countingStore) Mutate(ctx context.Context, id string, fn func(sb *sandb
 	return c.Store.Mutate(ctx, id, fn)
 }
 
-func (c *countingStore) MutateNamed(ctx context.Context, nameOrID string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+func (c *countingStore) MutateNamed(ctx context.Context, tenant, nameOrID string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
 	c.writes.Add(1)
-	return c.Store.MutateNamed(ctx, nameOrID, fn)
+	return c.Store.MutateNamed(ctx, tenant, nameOrID, fn)
 }
 
 func (c *countingStore) PutOperation(ctx context.Context, ops ...*sandbox.Operation) error {

@@ -52,7 +52,7 @@ func (m *Manager) ListPage(ctx context.Context, opts ListOptions) (*Page, error)
 			return nil, err
 		}
 	}
-	all, err := m.cfg.Store.ListSandboxes(ctx) // oldest first: by created_at, then id
+	all, err := m.cfg.Store.ListSandboxes(ctx, scope(ctx)) // oldest first: by created_at, then id
 	if err != nil {
 		return nil, err
 	}

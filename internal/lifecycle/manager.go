@@ -60,9 +60,9 @@ type Config struct {
 	NoEgress string
 	// Ledger keeps the egress proxy's denials (with Egress).
 	Ledger Ledger
-	// SecretExists, when set, says whether a secret a policy binds exists
-	// (errdefs.ErrNotFound when not).
-	SecretExists func(ctx context.Context, name string) error
+	// SecretExists, when set, says whether a tenant's secret that a
+	// policy binds exists (errdefs.ErrNotFound when not).
+	SecretExists func(ctx context.Context, tenant, name string) error
 	// Exposed, when set, serves the sandboxes' exposed ports: it is told
 	// when a sandbox's record goes, and closed at the shutdown.
 	Exposed Exposer
@@ -181,7 +181,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		metrics.Interrupted(n)
 		m.log.Info("settled operations of earlier gateway instances as interrupted", "count", n)
 	}
-	list, err := m.cfg.Store.ListSandboxes(ctx)
+	list, err := m.cfg.Store.ListSandboxes(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -266,7 +266,7 @@ func (m *Manager) WatchDriver() {
 
 // Resync wakes every sandbox's actor, so drift in the driver is noticed.
 func (m *Manager) Resync(ctx context.Context) error {
-	list, err := m.cfg.Store.ListSandboxes(ctx)
+	list, err := m.cfg.Store.ListSandboxes(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -345,7 +345,8 @@ func (m *Manager) Watch(ctx context.Context) (<-chan Event, func(), error) {
 }
 
 // WatchSandboxes is what a front end streams to a client: every sandbox
-// that name selects (its name or id; "" selects all) as EventAdded, then
+// of the caller's tenant that name selects (its name or id; "" selects
+// all) as EventAdded, then
 // EventSynced, then each change of those, until ctx ends (the channel
 // closes) or the watch does (the channel closes first: the caller fell
 // behind, or the gateway is shutting down). No change between the list
@@ -360,7 +361,10 @@ func (m *Manager) WatchSandboxes(ctx context.Context, name string) (<-chan Event
 		cancel()
 		return nil, err
 	}
-	selects := func(sb *sandbox.Sandbox) bool { return name == "" || name == sb.Name || name == sb.ID }
+	who := caller.From(ctx)
+	selects := func(sb *sandbox.Sandbox) bool {
+		return who.Sees(sb.Tenant) && (name == "" || name == sb.Name || name == sb.ID)
+	}
 	out := make(chan Event)
 	go func() {
 		defer close(out)

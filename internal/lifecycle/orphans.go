@@ -28,7 +28,7 @@ func (m *Manager) CollectOrphans(ctx context.Context) error {
 		return fmt.Errorf("list storage left without compute: %w", err)
 	}
 	objs = append(objs, left...)
-	records, err := m.cfg.Store.ListSandboxes(ctx)
+	records, err := m.cfg.Store.ListSandboxes(ctx, "")
 	if err != nil {
 		return err
 	}

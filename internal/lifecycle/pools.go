@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
@@ -81,7 +82,7 @@ func (ps *Pools) CreatePool(ctx context.Context, name string, size int, spec san
 		return nil, err
 	}
 	defer done()
-	p := &sandbox.Pool{Name: name, Size: size, CreatedAt: m.now()}
+	p := &sandbox.Pool{Name: name, Tenant: caller.From(ctx).Tenant, Size: size, CreatedAt: m.now()}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -104,37 +105,38 @@ func (ps *Pools) CreatePool(ctx context.Context, name string, size int, spec san
 	if err != nil {
 		return nil, err
 	}
-	if err := m.checkSecrets(ctx, name, pol); err != nil {
+	if err := m.checkSecrets(ctx, p.Tenant, name, pol); err != nil {
 		return nil, err
 	}
 	p.Spec = spec
 	if err := m.cfg.Store.CreatePool(ctx, p); err != nil {
 		return nil, err
 	}
-	m.log.Info("pool created", "pool", name, "size", size)
+	m.log.Info("pool created", "pool", name, "tenant", p.Tenant, "size", size)
 	ps.kick()
 	return &PoolStatus{Pool: p}, nil
 }
 
-// ListPools returns every pool with its members' counts.
+// ListPools returns the pools the caller of ctx sees with their members'
+// counts.
 func (ps *Pools) ListPools(ctx context.Context) ([]*PoolStatus, error) {
 	m := ps.m
-	pools, err := m.cfg.Store.ListPools(ctx)
+	pools, err := m.cfg.Store.ListPools(ctx, scope(ctx))
 	if err != nil {
 		return nil, err
 	}
-	list, err := m.cfg.Store.ListSandboxes(ctx)
+	list, err := m.cfg.Store.ListSandboxes(ctx, scope(ctx))
 	if err != nil {
 		return nil, err
 	}
-	byName := map[string]*PoolStatus{}
+	byName := map[poolKey]*PoolStatus{}
 	out := make([]*PoolStatus, len(pools))
 	for i, p := range pools {
 		out[i] = &PoolStatus{Pool: p}
-		byName[p.Name] = out[i]
+		byName[poolKey{p.Tenant, p.Name}] = out[i]
 	}
 	for _, sb := range list {
-		ps := byName[sb.PoolOf()]
+		ps := byName[poolOf(sb)]
 		if ps == nil || sb.Desired == sandbox.DesiredDeleted {
 			continue
 		}
@@ -146,10 +148,10 @@ func (ps *Pools) ListPools(ctx context.Context) ([]*PoolStatus, error) {
 	return out, nil
 }
 
-// DeletePool removes a pool and deletes its unclaimed members; sandboxes
-// claimed from it are the users' and stay. A member the deletes miss (the
-// gateway stops in between) belongs to no pool and the pool loop deletes
-// it later.
+// DeletePool removes a pool of the caller's tenant and deletes its
+// unclaimed members; sandboxes claimed from it are the users' and stay. A
+// member the deletes miss (the gateway stops in between) belongs to no
+// pool and the pool loop deletes it later.
 func (ps *Pools) DeletePool(ctx context.Context, name string) (*PoolStatus, error) {
 	m := ps.m
 	done, err := m.admit()
@@ -157,16 +159,17 @@ func (ps *Pools) DeletePool(ctx context.Context, name string) (*PoolStatus, erro
 		return nil, err
 	}
 	defer done()
-	p, err := m.cfg.Store.GetPool(ctx, name)
+	tenant := caller.From(ctx).Tenant
+	p, err := m.cfg.Store.GetPool(ctx, tenant, name)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.cfg.Store.DeletePool(ctx, name); err != nil {
+	if err := m.cfg.Store.DeletePool(ctx, tenant, name); err != nil {
 		return nil, err
 	}
-	m.log.Info("pool deleted", "pool", name)
+	m.log.Info("pool deleted", "pool", name, "tenant", tenant)
 	status := &PoolStatus{Pool: p}
-	list, err := m.cfg.Store.ListSandboxes(ctx)
+	list, err := m.cfg.Store.ListSandboxes(ctx, tenant)
 	if err != nil {
 		return status, err
 	}
@@ -213,9 +216,10 @@ func (ps *Pools) Claim(ctx context.Context, name, requestID, pool string, spec s
 		return nil, err
 	}
 	now := m.now()
+	tenant := caller.From(ctx).Tenant
 	op := &sandbox.Operation{Kind: sandbox.OpClaim, State: sandbox.OpSucceeded, Owner: m.cfg.Instance,
-		StartedAt: now, FinishedAt: now, Deadline: now, Detail: fmt.Sprintf("claimed from pool %q as %q", pool, name)}
-	sb, claimed, err := m.cfg.Store.ClaimSandbox(ctx, pool, store.Claim{Name: name, RequestID: requestID, Labels: labels, At: now, Op: op})
+		StartedAt: now, FinishedAt: now, Deadline: now, Detail: fmt.Sprintf("claimed from pool %q as %q", pool, name), Actor: askedBy(ctx)}
+	sb, claimed, err := m.cfg.Store.ClaimSandbox(ctx, tenant, pool, store.Claim{Name: name, RequestID: requestID, Labels: labels, At: now, Op: op})
 	switch {
 	case err == nil:
 		if claimed {
@@ -231,13 +235,13 @@ func (ps *Pools) Claim(ctx context.Context, name, requestID, pool string, spec s
 	case !errors.Is(err, store.ErrNoneReady):
 		return nil, err
 	}
-	p, err := m.cfg.Store.GetPool(ctx, pool)
+	p, err := m.cfg.Store.GetPool(ctx, tenant, pool)
 	if err != nil {
 		return nil, err
 	}
 	cold := p.Spec
 	cold.Labels = maps.Clone(labels)
-	sb, created, err := m.create(ctx, name, requestID, cold, "")
+	sb, created, err := m.create(ctx, tenant, name, requestID, cold, "")
 	if err != nil {
 		return nil, err
 	}
@@ -325,43 +329,50 @@ func (ps *Pools) refill() {
 		return // shutting down
 	}
 	defer done()
-	pools, err := m.cfg.Store.ListPools(ctx)
+	pools, err := m.cfg.Store.ListPools(ctx, "")
 	if err != nil {
 		m.log.Error("list pools", "err", err)
 		return
 	}
-	list, err := m.cfg.Store.ListSandboxes(ctx)
+	list, err := m.cfg.Store.ListSandboxes(ctx, "")
 	if err != nil {
 		m.log.Error("list sandboxes for pools", "err", err)
 		return
 	}
-	have, making := map[string]int{}, 0
+	have, making := map[poolKey]int{}, 0
 	for _, p := range pools {
-		have[p.Name] = 0
+		have[poolKey{p.Tenant, p.Name}] = 0
 	}
 	for _, sb := range list {
-		name := sb.PoolOf()
-		if name == "" || sb.Desired == sandbox.DesiredDeleted {
+		key := poolOf(sb)
+		if key.name == "" || sb.Desired == sandbox.DesiredDeleted {
 			continue
 		}
-		if _, ok := have[name]; !ok || sb.Phase == sandbox.PhaseExited {
+		if _, ok := have[key]; !ok || sb.Phase == sandbox.PhaseExited {
 			if _, err := ps.deleteMember(ctx, sb.ID); err != nil {
-				m.log.Error("delete pool member", "pool", name, "sandbox", sb.Name, "err", err)
+				m.log.Error("delete pool member", "pool", key.name, "tenant", key.tenant, "sandbox", sb.Name, "err", err)
 			}
 			continue
 		}
-		have[name]++
+		have[key]++
 		if sb.Phase == sandbox.PhaseProvisioning || sb.Phase == sandbox.PhaseStarting {
 			making++
 		}
 	}
 	for _, p := range pools {
-		for n := have[p.Name]; n < p.Size && making < refillAtOnce; n++ {
+		for n := have[poolKey{p.Tenant, p.Name}]; n < p.Size && making < refillAtOnce; n++ {
 			making++
-			if _, _, err := m.create(ctx, p.MemberName(), "", p.Spec, p.Name); err != nil {
-				m.log.Error("create pool member", "pool", p.Name, "err", err)
+			if _, _, err := m.create(ctx, p.Tenant, p.MemberName(), "", p.Spec, p.Name); err != nil {
+				m.log.Error("create pool member", "pool", p.Name, "tenant", p.Tenant, "err", err)
 				break
 			}
 		}
 	}
 }
+
+// poolKey names a pool: names are unique within a tenant.
+type poolKey struct{ tenant, name string }
+
+// poolOf is the pool a record is an unclaimed member of; its name is ""
+// when none.
+func poolOf(sb *sandbox.Sandbox) poolKey { return poolKey{sb.Tenant, sb.PoolOf()} }

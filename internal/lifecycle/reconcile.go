@@ -23,6 +23,7 @@ type action struct {
 	ref    driver.Ref         // start and stop: the incarnation; delete: the id
 	spec   driver.Spec        // create, but its policy:
 	policy string             // create: the policy's text, parsed by call
+	held   sandbox.Resources  // create: what its tenant's quota counts it at
 	stop   driver.StopOptions // stop
 }
 
@@ -38,7 +39,7 @@ func (m *Manager) call(ctx context.Context, act action) error {
 			return errdefs.InvalidArgument("sandbox %s: %v", act.spec.Name, err)
 		}
 		spec := act.spec
-		spec.Policy = pol
+		spec.Policy = withHeld(pol, act.held)
 		return d.Create(ctx, spec)
 	case sandbox.OpDriverStart:
 		return d.Start(ctx, act.ref)
@@ -172,7 +173,7 @@ func decide(s situation) (action, bool) {
 	create := func(phase sandbox.Phase) action {
 		return action{kind: sandbox.OpDriverCreate, phase: phase, gen: sb.Generation,
 			spec: driver.Spec{ID: sb.ID, Name: sb.Name, Generation: sb.Generation, Image: sb.Spec.Image,
-				Command: sb.Spec.Command, Labels: sb.Spec.Labels}, policy: sb.Spec.Policy}
+				Command: sb.Spec.Command, Labels: sb.Spec.Labels}, policy: sb.Spec.Policy, held: sb.Resources}
 	}
 	switch {
 	case !s.found:

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/policy"
@@ -31,29 +32,30 @@ func (m *Manager) admit() (done func(), err error) {
 	return m.requests.Done, nil
 }
 
-// request is a new pending request entry of the journal.
-func (m *Manager) request(sb *sandbox.Sandbox, kind sandbox.OpKind) *sandbox.Operation {
+// request is a new pending request entry of the journal, by the caller
+// of ctx.
+func (m *Manager) request(ctx context.Context, sb *sandbox.Sandbox, kind sandbox.OpKind) *sandbox.Operation {
 	return &sandbox.Operation{
 		SandboxID: sb.ID, Kind: kind, State: sandbox.OpPending, Owner: m.cfg.Instance,
-		Generation: sb.Generation, StartedAt: sb.UpdatedAt, Deadline: sb.Deadline,
+		Generation: sb.Generation, StartedAt: sb.UpdatedAt, Deadline: sb.Deadline, Actor: askedBy(ctx),
 	}
 }
 
-// Create records a new sandbox that should run and wakes its actor. A
-// create with the requestID of an earlier one returns that sandbox with
-// created=false.
+// Create records a new sandbox that should run, in the tenant of the
+// caller of ctx, and wakes its actor. A create with the requestID of an
+// earlier one in the tenant returns that sandbox with created=false.
 func (m *Manager) Create(ctx context.Context, name, requestID string, spec sandbox.Spec) (*sandbox.Sandbox, bool, error) {
 	done, err := m.admit()
 	if err != nil {
 		return nil, false, err
 	}
 	defer done()
-	return m.create(ctx, name, requestID, spec, "")
+	return m.create(ctx, caller.From(ctx).Tenant, name, requestID, spec, "")
 }
 
-// create is Create once the request is admitted; a pool's name makes the
-// sandbox an unclaimed member of it (a label callers cannot set).
-func (m *Manager) create(ctx context.Context, name, requestID string, spec sandbox.Spec, pool string) (*sandbox.Sandbox, bool, error) {
+// create is Create in tenant once the request is admitted; a pool's name
+// makes the sandbox an unclaimed member of it (a label callers cannot set).
+func (m *Manager) create(ctx context.Context, tenant, name, requestID string, spec sandbox.Spec, pool string) (*sandbox.Sandbox, bool, error) {
 	if err := sandbox.ValidateName(name); err != nil {
 		return nil, false, err
 	}
@@ -70,7 +72,11 @@ func (m *Manager) create(ctx context.Context, name, requestID string, spec sandb
 	if err != nil {
 		return nil, false, err
 	}
-	if err := m.checkSecrets(ctx, name, pol); err != nil {
+	if err := m.checkSecrets(ctx, tenant, name, pol); err != nil {
+		return nil, false, err
+	}
+	held, err := m.resources(ctx, tenant, pol)
+	if err != nil {
 		return nil, false, err
 	}
 	spec.Labels = maps.Clone(spec.Labels)
@@ -79,27 +85,31 @@ func (m *Manager) create(ctx context.Context, name, requestID string, spec sandb
 	}
 	now := m.now()
 	sb := &sandbox.Sandbox{
-		ID: sandbox.NewID(), Name: name, RequestID: requestID, Spec: spec,
+		ID: sandbox.NewID(), Name: name, Tenant: tenant, RequestID: requestID, Spec: spec,
 		Desired: sandbox.DesiredRunning, Phase: sandbox.PhaseProvisioning, Generation: 1,
-		CreatedAt: now, UpdatedAt: now, Deadline: now.Add(m.cfg.ProvisioningTimeout),
+		CreatedAt: now, UpdatedAt: now, Deadline: now.Add(m.cfg.ProvisioningTimeout), Resources: held,
 	}
-	got, created, err := m.cfg.Store.CreateSandbox(ctx, sb, m.request(sb, sandbox.OpCreate))
+	got, created, err := m.cfg.Store.CreateSandbox(ctx, sb, m.request(ctx, sb, sandbox.OpCreate))
 	if err != nil {
 		return nil, false, err
 	}
 	if created {
-		m.log.Info("sandbox created", "sandbox", name, "id", sb.ID)
+		m.log.Info("sandbox created", "sandbox", name, "id", sb.ID, "tenant", tenant)
 		m.events.publish(Event{Type: EventAdded, Sandbox: got})
 	}
 	m.kick(got.ID)
 	return got, created, nil
 }
 
-// Get returns a sandbox by name or id.
+// Get returns a sandbox by name or id, of a tenant the caller of ctx
+// sees: another tenant's is not found, as if it did not exist.
 func (m *Manager) Get(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
-	sb, err := m.cfg.Store.GetSandboxByName(ctx, nameOrID)
+	sb, err := m.cfg.Store.GetSandboxByName(ctx, scope(ctx), nameOrID)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		sb, err = m.cfg.Store.GetSandbox(ctx, nameOrID)
+		if err == nil && !caller.From(ctx).Sees(sb.Tenant) {
+			err = errdefs.ErrNotFound
+		}
 	}
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, errdefs.NotFound("sandbox %q not found", nameOrID)
@@ -107,9 +117,9 @@ func (m *Manager) Get(ctx context.Context, nameOrID string) (*sandbox.Sandbox, e
 	return sb, err
 }
 
-// List returns every sandbox, oldest first.
+// List returns the sandboxes the caller of ctx sees, oldest first.
 func (m *Manager) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
-	return m.cfg.Store.ListSandboxes(ctx)
+	return m.cfg.Store.ListSandboxes(ctx, scope(ctx))
 }
 
 // Operations returns the journal of a sandbox, oldest first.
@@ -194,8 +204,16 @@ func (m *Manager) UpdatePolicy(ctx context.Context, nameOrID, text string) (*san
 	}
 	// Checked here, before the change, which runs inside the store's
 	// write; a policy that does not parse is refused there, by name.
+	var held sandbox.Resources
 	if pol, err := policy.Parse(text); err == nil {
-		if err := m.checkSecrets(ctx, nameOrID, pol); err != nil {
+		was, err := m.Get(ctx, nameOrID)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.checkSecrets(ctx, was.Tenant, nameOrID, pol); err != nil {
+			return nil, err
+		}
+		if held, err = m.resources(ctx, was.Tenant, pol); err != nil {
 			return nil, err
 		}
 	}
@@ -212,7 +230,7 @@ func (m *Manager) UpdatePolicy(ctx context.Context, nameOrID, text string) (*san
 		if sb.Spec.Policy == text {
 			return errNoChange
 		}
-		sb.Spec.Policy = text
+		sb.Spec.Policy, sb.Resources = text, held
 		return nil
 	})
 	if err == nil && live {
@@ -240,14 +258,14 @@ func (m *Manager) validate(name, image string, command []string, policyText stri
 	return pol, nil
 }
 
-// checkSecrets refuses a policy that binds a secret the gateway does not
+// checkSecrets refuses a policy that binds a secret its tenant does not
 // have.
-func (m *Manager) checkSecrets(ctx context.Context, name string, pol policy.Policy) error {
+func (m *Manager) checkSecrets(ctx context.Context, tenant, name string, pol policy.Policy) error {
 	if m.cfg.SecretExists == nil {
 		return nil
 	}
 	for _, secret := range pol.Secrets() {
-		if err := m.cfg.SecretExists(ctx, secret); errors.Is(err, errdefs.ErrNotFound) {
+		if err := m.cfg.SecretExists(ctx, tenant, secret); errors.Is(err, errdefs.ErrNotFound) {
 			return errdefs.InvalidArgument("sandbox %q: its policy binds secret %q, which does not exist: corral secret create %s", name, secret, secret)
 		} else if err != nil {
 			return err
@@ -256,10 +274,10 @@ func (m *Manager) checkSecrets(ctx context.Context, name string, pol policy.Poli
 	return nil
 }
 
-// Binders lists the sandboxes whose policies bind secret, and whether
-// each runs (or is to run).
-func (m *Manager) Binders(ctx context.Context, secret string) ([]secrets.Binder, error) {
-	list, err := m.cfg.Store.ListSandboxes(ctx)
+// Binders lists the sandboxes of tenant whose policies bind its secret,
+// and whether each runs (or is to run).
+func (m *Manager) Binders(ctx context.Context, tenant, secret string) ([]secrets.Binder, error) {
+	list, err := m.cfg.Store.ListSandboxes(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -291,14 +309,18 @@ func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbo
 		}
 	}
 	id := ""
-	sb, err := m.mutateWith(m.cfg.Store.MutateNamed, nameOrID, func(sb *sandbox.Sandbox) (store.Mutation, error) {
+	tenant := scope(ctx)
+	named := func(ctx context.Context, key string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+		return m.cfg.Store.MutateNamed(ctx, tenant, key, fn)
+	}
+	sb, err := m.mutateWith(named, nameOrID, func(sb *sandbox.Sandbox) (store.Mutation, error) {
 		id = sb.ID
 		if err := change(sb); err != nil {
 			return store.Mutation{}, err
 		}
 		sb.Deadline = m.now().Add(m.deadlineFor(sb.Desired))
 		sb.UpdatedAt = m.now()
-		req := m.request(sb, kind)
+		req := m.request(ctx, sb, kind)
 		req.Detail = detail
 		return store.Mutation{Request: req}, nil
 	})

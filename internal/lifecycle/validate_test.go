@@ -215,7 +215,7 @@ func TestCredentialsNeedEgressAndTheirSecrets(t *testing.T) {
 		exists := map[string]bool{}
 		m := New(Config{Store: h.st, Driver: h.drv, Instance: "secrets", Gateway: gatewayID, Egress: nopEgress{},
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			SecretExists: func(_ context.Context, name string) error {
+			SecretExists: func(_ context.Context, _, name string) error {
 				if !exists[name] {
 					return errdefs.NotFound("secret %q not found", name)
 				}
@@ -229,11 +229,11 @@ func TestCredentialsNeedEgressAndTheirSecrets(t *testing.T) {
 		if _, _, err := m.Create(context.Background(), "creds", "", spec); err != nil {
 			t.Fatal(err)
 		}
-		binders, err := m.Binders(context.Background(), "gh-token")
+		binders, err := m.Binders(context.Background(), "default", "gh-token")
 		if err != nil || len(binders) != 1 || binders[0].Name != "creds" || !binders[0].Running {
 			t.Errorf("Binders = %+v, %v; want creds, running", binders, err)
 		}
-		if none, _ := m.Binders(context.Background(), "other"); len(none) != 0 {
+		if none, _ := m.Binders(context.Background(), "default", "other"); len(none) != 0 {
 			t.Errorf("Binders of an unbound secret = %+v", none)
 		}
 	})

@@ -26,6 +26,7 @@ type EgressDecision struct {
 type CredentialUse struct {
 	Seq        int64 // the ledger's, once kept
 	Time       time.Time
+	Tenant     string // the secret's and the sandbox's
 	Secret     string // the secret's name
 	Credential string // the binding's name in the sandbox's policy
 	SandboxID  string

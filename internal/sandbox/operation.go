@@ -59,4 +59,7 @@ type Operation struct {
 	FinishedAt time.Time // zero while pending
 	Error      string
 	Detail     string
+	// Actor is who asked for a request: a caller's name, tenant and role.
+	// Empty on the gateway's own entries.
+	Actor string
 }

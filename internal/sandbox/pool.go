@@ -21,6 +21,7 @@ const maxPoolName = 63 - 9
 // claimed.
 type Pool struct {
 	Name      string
+	Tenant    string
 	Size      int
 	Spec      Spec // image, command and policy; fixed at create
 	CreatedAt time.Time

@@ -97,8 +97,10 @@ func (s *Spec) ShouldRestart(code int) bool {
 
 // Sandbox is one sandbox record.
 type Sandbox struct {
-	ID        string
-	Name      string
+	ID   string
+	Name string
+	// Tenant owns it; its name is unique within the tenant.
+	Tenant    string
 	RequestID string
 	Spec      Spec
 	Desired   DesiredState
@@ -119,6 +121,8 @@ type Sandbox struct {
 	Revision int64
 	// LastRequest is the newest request entry of the journal, when loaded.
 	LastRequest *Operation
+	// Resources are what it counts at against its tenant's quota.
+	Resources Resources
 }
 
 // Converged reports whether the observed phase matches the intent.

@@ -9,7 +9,8 @@ import (
 // Secret is a secret as the store keeps it: its value sealed (package
 // secrets), never in the clear.
 type Secret struct {
-	Name string
+	Name   string
+	Tenant string
 	// Sealed is the value as the gateway's keyring sealed it.
 	Sealed []byte
 	// Fingerprint names the value without revealing it (keyed hash).

@@ -29,19 +29,19 @@ func TestValueFollowsChangesAndDeleteRespectsBindings(t *testing.T) {
 	}
 	s := secrets.New(st, keys)
 	running := true
-	s.Binders = func(_ context.Context, name string) ([]secrets.Binder, error) {
+	s.Binders = func(_ context.Context, _, name string) ([]secrets.Binder, error) {
 		return []secrets.Binder{{Name: "agent", Running: running}, {Name: "idle"}}, nil
 	}
 	if _, err := s.Create(ctx, "tok", []byte("one")); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := s.Value(ctx, "tok"); err != nil || string(v) != "one" {
+	if v, err := s.Value(ctx, "default", "tok"); err != nil || string(v) != "one" {
 		t.Fatalf("Value = %q, %v", v, err)
 	}
 	if _, err := s.Update(ctx, "tok", []byte("two")); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := s.Value(ctx, "tok"); string(v) != "two" {
+	if v, _ := s.Value(ctx, "default", "tok"); string(v) != "two" {
 		t.Errorf("Value after the update = %q; want the new value", v)
 	}
 	if info, _ := s.Get(ctx, "tok"); strings.Join(info.BoundBy, ",") != "agent,idle" {
@@ -50,13 +50,13 @@ func TestValueFollowsChangesAndDeleteRespectsBindings(t *testing.T) {
 	if _, err := s.Delete(ctx, "tok", false); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "running sandboxes (agent)") {
 		t.Errorf("delete while agent runs: %v", err)
 	}
-	if v, _ := s.Value(ctx, "tok"); string(v) != "two" {
+	if v, _ := s.Value(ctx, "default", "tok"); string(v) != "two" {
 		t.Errorf("a refused delete changed the value: %q", v)
 	}
 	if _, err := s.Delete(ctx, "tok", true); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := s.Value(ctx, "tok"); !errors.Is(err, errdefs.ErrNotFound) || strings.Contains(err.Error(), "two") {
+	if v, err := s.Value(ctx, "default", "tok"); !errors.Is(err, errdefs.ErrNotFound) || strings.Contains(err.Error(), "two") {
 		t.Errorf("Value after delete --force = %q, %v; want not found", v, err)
 	}
 	running = false

@@ -2,45 +2,148 @@ package service
 
 import (
 	"context"
+	"net/http"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
+	"github.com/corral-sandbox/corral/internal/access"
 	"github.com/corral-sandbox/corral/internal/caller"
+	"github.com/corral-sandbox/corral/internal/errdefs"
 )
 
-// callerOf puts in ctx who a gRPC request comes from, by the caller
-// package's rules: the client certificate verified over mutual TLS, the
-// local user of the Unix socket, or the caller a front end inside the
-// gateway connected for (caller.AuthInfo). Anything else stays
-// unidentified.
-func callerOf(ctx context.Context) context.Context {
+// Metadata keys a client sets: its bearer token ("Bearer TOKEN"), and the
+// tenant it acts in.
+const (
+	AuthorizationKey = "authorization"
+	TenantKey        = "corral-tenant"
+)
+
+// Gate is the one step every request takes before its handler: who calls
+// (identify), in which tenant, and whether access allows the call. A
+// request it refuses reaches nothing of the core. The gRPC server runs it
+// on every call; the gateway's HTTP front ends identify their callers
+// with HTTPCaller.
+type Gate struct{ Tenants Tenants }
+
+// admit returns ctx carrying the caller of method, or the error that
+// refuses it.
+func (g Gate) admit(ctx context.Context, method string) (context.Context, error) {
+	if need, _ := access.Needs(method); need == access.Public {
+		return ctx, nil
+	}
+	c, err := g.identify(ctx)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(TenantKey); len(v) > 0 {
+			if c, err = c.InTenant(v[0]); err != nil {
+				return nil, toGRPC(errdefs.PermissionDenied("%v", err))
+			}
+		}
+	}
+	if err := access.Check(c, method); err != nil {
+		return nil, toGRPC(err)
+	}
+	return caller.With(ctx, c), nil
+}
+
+// identify is who a gRPC request comes from: a bearer token when it
+// carries one, else the caller a front end inside the gateway connected
+// for (caller.AuthInfo), the client certificate verified over mutual TLS,
+// or the local user of the Unix socket. Anything else is
+// errdefs.ErrUnauthenticated.
+func (g Gate) identify(ctx context.Context) (caller.Caller, error) {
+	if token, ok := bearer(ctx); ok {
+		return g.token(ctx, token)
+	}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return ctx
+		return caller.Caller{}, errdefs.Unauthenticated("a client certificate or a bearer token is needed")
 	}
 	if ai, ok := p.AuthInfo.(caller.AuthInfo); ok {
-		return caller.With(ctx, ai.Caller)
+		return ai.Caller, nil
 	}
 	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-		if c, ok := caller.FromTLS(&ti.State); ok {
-			return caller.With(ctx, c)
+		c, ok, err := caller.FromTLS(&ti.State)
+		switch {
+		case err != nil:
+			return caller.Caller{}, errdefs.Unauthenticated("%v", err)
+		case ok:
+			return c, nil
 		}
-		return ctx
+	} else if p.Addr != nil && p.Addr.Network() == "unix" {
+		return caller.Local, nil
 	}
-	if p.Addr != nil && p.Addr.Network() == "unix" {
-		return caller.With(ctx, caller.Local)
-	}
-	return ctx
+	return caller.Caller{}, errdefs.Unauthenticated("a client certificate or a bearer token is needed")
 }
 
-func unaryCaller(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	return handler(callerOf(ctx), req)
+// token is the caller a bearer token names.
+func (g Gate) token(ctx context.Context, token string) (caller.Caller, error) {
+	if g.Tenants == nil {
+		return caller.Caller{}, errdefs.Unauthenticated("this gateway takes no tokens")
+	}
+	return g.Tenants.Authenticate(ctx, token)
 }
 
-func streamCaller(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return handler(srv, callerStream{ss, callerOf(ss.Context())})
+// HTTPCaller is who an HTTP request on the TLS listener comes from: its
+// bearer token (Authorization), else its verified client certificate.
+// Anything else is errdefs.ErrUnauthenticated.
+func (g Gate) HTTPCaller(r *http.Request) (caller.Caller, error) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		return g.token(r.Context(), bearerToken(h))
+	}
+	c, ok, err := caller.FromTLS(r.TLS)
+	switch {
+	case err != nil:
+		return caller.Caller{}, errdefs.Unauthenticated("%v", err)
+	case !ok:
+		return caller.Caller{}, errdefs.Unauthenticated("a client certificate of the gateway's CA or a bearer token is needed")
+	}
+	return c, nil
+}
+
+// bearer is the token of a request's authorization metadata.
+func bearer(ctx context.Context) (string, bool) {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return "", false
+	}
+	v := md.Get(AuthorizationKey)
+	if len(v) == 0 {
+		return "", false
+	}
+	return bearerToken(v[0]), true
+}
+
+// bearerToken is the token of an authorization "Bearer TOKEN"; an
+// authorization of another kind gives "", which no token matches.
+func bearerToken(authorization string) string {
+	scheme, token, _ := strings.Cut(authorization, " ")
+	if !strings.EqualFold(scheme, "bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
+func (g Gate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, err := g.admit(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (g Gate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, err := g.admit(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return handler(srv, callerStream{ss, ctx})
 }
 
 // callerStream is a stream whose context carries its caller.

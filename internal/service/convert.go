@@ -26,8 +26,9 @@ func toProto(sb *sandbox.Sandbox) *corralv1.Sandbox {
 		exit = &code
 	}
 	return &corralv1.Sandbox{
-		Id:   sb.ID,
-		Name: sb.Name,
+		Id:     sb.ID,
+		Name:   sb.Name,
+		Tenant: sb.Tenant,
 		Spec: &corralv1.SandboxSpec{
 			Image: sb.Spec.Image, Command: sb.Spec.Command, Labels: sb.Spec.Labels, Policy: sb.Spec.Policy,
 			RestartPolicy: sb.Spec.RestartPolicy, MaxRestarts: int32(sb.Spec.MaxRestarts), AddHosts: sb.Spec.Hosts,
@@ -54,6 +55,7 @@ func opToProto(op *sandbox.Operation) *corralv1.Operation {
 		Id: op.ID, SandboxId: op.SandboxID, Kind: string(op.Kind), State: string(op.State), Owner: op.Owner,
 		Attempt: int32(op.Attempt), Generation: op.Generation, StartedAt: ts(op.StartedAt),
 		Deadline: ts(op.Deadline), FinishedAt: ts(op.FinishedAt), Error: op.Error, Detail: op.Detail,
+		Actor: op.Actor,
 	}
 }
 

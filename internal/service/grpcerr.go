@@ -42,6 +42,8 @@ func code(err error) codes.Code {
 		return codes.PermissionDenied
 	case errors.Is(err, errdefs.ErrResourceExhausted):
 		return codes.ResourceExhausted
+	case errors.Is(err, errdefs.ErrUnauthenticated):
+		return codes.Unauthenticated
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

@@ -17,7 +17,7 @@ type Pools interface {
 }
 
 func poolToProto(p *lifecycle.PoolStatus) *corralv1.Pool {
-	return &corralv1.Pool{Name: p.Name, Size: int32(p.Size), Ready: int32(p.Ready), Members: int32(p.Members),
+	return &corralv1.Pool{Name: p.Name, Tenant: p.Tenant, Size: int32(p.Size), Ready: int32(p.Ready), Members: int32(p.Members),
 		CreatedAt: ts(p.CreatedAt),
 		Spec:      &corralv1.PoolSpec{Image: p.Spec.Image, Command: p.Spec.Command, Policy: p.Spec.Policy}}
 }

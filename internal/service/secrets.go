@@ -26,7 +26,7 @@ type secretService struct {
 }
 
 func secretToProto(i *secrets.Info) *corralv1.Secret {
-	out := &corralv1.Secret{Name: i.Name, Fingerprint: i.Fingerprint, CreatedAt: ts(i.CreatedAt), UpdatedAt: ts(i.UpdatedAt), BoundBy: i.BoundBy}
+	out := &corralv1.Secret{Name: i.Name, Tenant: i.Tenant, Fingerprint: i.Fingerprint, CreatedAt: ts(i.CreatedAt), UpdatedAt: ts(i.UpdatedAt), BoundBy: i.BoundBy}
 	if i.LastUse != nil {
 		out.LastUse = useToProto(*i.LastUse)
 	}

@@ -60,6 +60,8 @@ type Core struct {
 	Ports     Porter
 	Pools     Pools
 	Secrets   Secrets
+	// Tenants, when set, serves the tenant API and checks bearer tokens.
+	Tenants Tenants
 }
 
 // service implements corral.v1.SandboxService on the core.
@@ -80,17 +82,22 @@ func New(c Core) corralv1.SandboxServiceServer {
 // reflection; the caller gives it its listeners.
 func NewServer(c Core, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append(StreamOptions(), opts...)
-	srv := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(unaryCaller), grpc.ChainStreamInterceptor(streamCaller))...)
+	g := Gate{Tenants: c.Tenants}
+	srv := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream))...)
 	corralv1.RegisterSandboxServiceServer(srv, New(c))
 	corralv1.RegisterFileServiceServer(srv, NewFiles(c.Files))
 	if c.Secrets != nil {
 		corralv1.RegisterSecretServiceServer(srv, &secretService{s: c.Secrets})
+	}
+	if c.Tenants != nil {
+		corralv1.RegisterTenantServiceServer(srv, &tenantService{t: c.Tenants})
 	}
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(corralv1.SandboxService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(corralv1.FileService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(corralv1.SecretService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(corralv1.TenantService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
 	return srv

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -142,8 +143,9 @@ func covers(c *x509.Certificate, dns []string, ips []net.IP) bool {
 
 // IssueClient issues a client certificate for name into dir as NAME.crt
 // and NAME.key (mode 0600), with a copy of the CA certificate as ca.crt,
-// and records it so that it can be revoked by name.
-func (ca *CA) IssueClient(name, dir string, validFor time.Duration) (*x509.Certificate, error) {
+// and records it so that it can be revoked by name. uris go in it as
+// subject alternative names (the caller it names: its tenant and role).
+func (ca *CA) IssueClient(name, dir string, validFor time.Duration, uris ...*url.URL) (*x509.Certificate, error) {
 	if name == "" {
 		return nil, errors.New("a client certificate needs a name")
 	}
@@ -158,6 +160,7 @@ func (ca *CA) IssueClient(name, dir string, validFor time.Duration) (*x509.Certi
 		NotAfter:     now.Add(validFor),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs:         uris,
 	}, filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"))
 	if err != nil {
 		return nil, err

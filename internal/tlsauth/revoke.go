@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -17,6 +20,9 @@ type issued struct {
 	Name     string    `json:"name"`
 	Serial   string    `json:"serial"`
 	NotAfter time.Time `json:"not_after"`
+	// URIs are its subject alternative names that are URIs (the caller
+	// it names, such as corral:TENANT/ROLE).
+	URIs []string `json:"uris,omitempty"`
 }
 
 // revoked is one revoked client certificate.
@@ -55,8 +61,36 @@ func (ca *CA) recordIssued(c *x509.Certificate) error {
 	if err != nil {
 		return err
 	}
-	list = append(list, issued{Name: c.Subject.CommonName, Serial: c.SerialNumber.Text(16), NotAfter: c.NotAfter})
+	e := issued{Name: c.Subject.CommonName, Serial: c.SerialNumber.Text(16), NotAfter: c.NotAfter}
+	for _, u := range c.URIs {
+		e.URIs = append(e.URIs, u.String())
+	}
+	list = append(list, e)
 	return writeJSON(path, list)
+}
+
+// Without returns the names of the unexpired, unrevoked client
+// certificates the CA issued with no URI of scheme: older ones, from
+// before the gateway named callers' tenants in them.
+func (ca *CA) Without(scheme string) ([]string, error) {
+	list, err := readJSON[issued](filepath.Join(ca.Dir, issuedFile))
+	if err != nil {
+		return nil, err
+	}
+	gone, err := readJSON[revoked](filepath.Join(ca.Dir, revokedFile))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	now := time.Now()
+	for _, e := range list {
+		if !now.Before(e.NotAfter) || slices.ContainsFunc(gone, func(r revoked) bool { return r.Serial == e.Serial }) ||
+			slices.ContainsFunc(e.URIs, func(u string) bool { return strings.HasPrefix(u, scheme+":") }) {
+			continue
+		}
+		out[e.Name] = true
+	}
+	return slices.Sorted(maps.Keys(out)), nil
 }
 
 // Revoke revokes every certificate issued to name; a gateway refuses them
@@ -123,8 +157,10 @@ func (r *revocations) check(serial string) error {
 	return nil
 }
 
-// ServerConfig is the gateway's TLS: TLS 1.3 only, a client certificate
-// signed by the CA required, revoked ones refused at the handshake.
+// ServerConfig is the gateway's TLS: TLS 1.3 only, a client certificate,
+// when one is given, signed by the CA, revoked ones refused at the
+// handshake. A connection without one must bring a bearer token with each
+// request, which the gateway checks before anything else.
 func (ca *CA) ServerConfig(certPath, keyPath string) (*tls.Config, error) {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
@@ -155,11 +191,11 @@ func (ca *CA) serverConfig(certPath, keyPath string, pool *x509.CertPool) (*tls.
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{pair},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    pool,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
-				return errors.New("no client certificate")
+				return nil // a token's connection
 			}
 			return rev.check(cs.PeerCertificates[0].SerialNumber.Text(16))
 		},

@@ -125,7 +125,6 @@ func TestOnlyValidClientCertificatesReachAHandler(t *testing.T) {
 		cfg  *tls.Config
 		want string // in the diagnosis a client shows
 	}{
-		{"no client certificate", noCert, "requires a client certificate"},
 		{"certificate from another CA", foreign, "refused this client certificate"},
 		{"expired certificate", expired, "refused this client certificate"},
 		{"revoked certificate", revokedTLS, "refused this client certificate"},
@@ -138,6 +137,12 @@ func TestOnlyValidClientCertificatesReachAHandler(t *testing.T) {
 		if err := Diagnose(s.addr, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: diagnosis %v, want %q", tc.name, err, tc.want)
 		}
+	}
+	// A connection without a certificate is a token's: the handshake takes
+	// it, and the gateway's gate refuses each request that brings no valid
+	// token (internal/service).
+	if err := Diagnose(s.addr, noCert); err != nil {
+		t.Errorf("diagnosis of a client without a certificate: %v", err)
 	}
 	if err := Diagnose(s.addr, clientTLS(t, ca, dir, "fine", ClientValidity, nil)); err != nil {
 		t.Errorf("diagnosis of a valid client: %v", err)

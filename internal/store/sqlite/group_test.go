@@ -130,7 +130,7 @@ func TestGroupCommitSavepoints(t *testing.T) {
 	if _, err := s.GetSandbox(testCtx(t), half.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the half-done create left its record behind: %v", err)
 	}
-	list, err := s.ListSandboxes(testCtx(t))
+	list, err := s.ListSandboxes(testCtx(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}

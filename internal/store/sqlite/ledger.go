@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -18,7 +20,7 @@ const (
 )
 
 const (
-	useColumns    = `seq, secret, credential, sandbox_id, sandbox, time, host, port, method, path, verdict, reason, status`
+	useColumns    = `seq, tenant, secret, credential, sandbox_id, sandbox, time, host, port, method, path, verdict, reason, status`
 	denialColumns = `seq, sandbox_id, sandbox, time, host, port, addr, method, path, verdict, policy, reason`
 )
 
@@ -27,18 +29,19 @@ const (
 // while the disk is full, as everything that grows the store is.
 func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, denials []sandbox.EgressDecision) error {
 	return s.w.grow(ctx, func(q *stmts) error {
-		secrets, sandboxes := map[string]int{}, map[string]int{}
+		type secretKey struct{ tenant, name string }
+		secrets, sandboxes := map[secretKey]int{}, map[string]int{}
 		for i := range uses {
 			u := &uses[i]
-			res, err := q.exec(ctx, `INSERT INTO credential_uses (`+useColumns[len("seq, "):]+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
-				u.Secret, u.Credential, u.SandboxID, u.Sandbox, nanos(u.Time), u.Host, u.Port, u.Method, u.Path, u.Verdict, u.Reason, u.Status)
+			res, err := q.exec(ctx, `INSERT INTO credential_uses (`+useColumns[len("seq, "):]+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+				u.Tenant, u.Secret, u.Credential, u.SandboxID, u.Sandbox, nanos(u.Time), u.Host, u.Port, u.Method, u.Path, u.Verdict, u.Reason, u.Status)
 			if err != nil {
 				return err
 			}
 			if u.Seq, err = res.LastInsertId(); err != nil {
 				return err
 			}
-			secrets[u.Secret]++
+			secrets[secretKey{u.Tenant, u.Secret}]++
 		}
 		for i := range denials {
 			d := &denials[i]
@@ -56,13 +59,13 @@ func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, 
 			}
 			sandboxes[d.SandboxID]++
 		}
-		for name, n := range secrets {
-			if err := s.trim(ctx, q, "credential_uses", "secret", name, n, KeptUses); err != nil {
+		for k, n := range secrets {
+			if err := s.trim(ctx, q, "credential_uses", "tenant = ?1 AND secret = ?2", n, KeptUses, k.tenant, k.name); err != nil {
 				return err
 			}
 		}
 		for id, n := range sandboxes {
-			if err := s.trim(ctx, q, "egress_denials", "sandbox_id", id, n, KeptDenials); err != nil {
+			if err := s.trim(ctx, q, "egress_denials", "sandbox_id = ?1", n, KeptDenials, id); err != nil {
 				return err
 			}
 		}
@@ -70,17 +73,23 @@ func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, 
 	})
 }
 
-// trim counts added rows of table whose column is key and, once a tenth
-// of keep came since the last trim (or since the store was opened), keeps
-// the newest keep. The writer goroutine runs it: the counts need no lock.
-func (s *Store) trim(ctx context.Context, q *stmts, table, column, key string, added, keep int) error {
-	k := table + "\x00" + key
+// trim counts added rows of table that where selects with keys (as ?1,
+// ?2) and, once a tenth of keep came since the last trim (or since the
+// store was opened), keeps the newest keep. The writer goroutine runs it:
+// the counts need no lock.
+func (s *Store) trim(ctx context.Context, q *stmts, table, where string, added, keep int, keys ...string) error {
+	k := table + "\x00" + strings.Join(keys, "\x00")
 	s.appended[k] += added
 	if s.appended[k] < keep/10 {
 		return nil
 	}
-	_, err := q.exec(ctx, `DELETE FROM `+table+` WHERE `+column+` = ?1 AND seq <
-		(SELECT seq FROM `+table+` WHERE `+column+` = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)`, key, keep-1)
+	args := []any{keep - 1}
+	for _, key := range keys {
+		args = append(args, key)
+	}
+	_, err := q.exec(ctx, `DELETE FROM `+table+` WHERE `+where+` AND seq <
+		(SELECT seq FROM `+table+` WHERE `+where+` ORDER BY seq DESC LIMIT 1 OFFSET ?`+fmt.Sprint(len(args))+`)`,
+		append(args[1:], args[0])...)
 	if err == nil {
 		delete(s.appended, k)
 	}
@@ -89,9 +98,9 @@ func (s *Store) trim(ctx context.Context, q *stmts, table, column, key string, a
 
 // CredentialUses implements store.Store: the newest limit uses of secret
 // after seq after, oldest first.
-func (s *Store) CredentialUses(ctx context.Context, secret string, after int64, limit int) ([]sandbox.CredentialUse, error) {
-	rows, err := s.r.query(ctx, `SELECT * FROM (SELECT `+useColumns+` FROM credential_uses WHERE secret = ? AND seq > ?
-		ORDER BY seq DESC LIMIT ?) ORDER BY seq`, secret, after, limit)
+func (s *Store) CredentialUses(ctx context.Context, tenant, secret string, after int64, limit int) ([]sandbox.CredentialUse, error) {
+	rows, err := s.r.query(ctx, `SELECT * FROM (SELECT `+useColumns+` FROM credential_uses WHERE tenant = ? AND secret = ? AND seq > ?
+		ORDER BY seq DESC LIMIT ?) ORDER BY seq`, tenant, secret, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +109,7 @@ func (s *Store) CredentialUses(ctx context.Context, secret string, after int64, 
 	for rows.Next() {
 		var u sandbox.CredentialUse
 		var at int64
-		if err := rows.Scan(&u.Seq, &u.Secret, &u.Credential, &u.SandboxID, &u.Sandbox, &at, &u.Host, &u.Port, &u.Method, &u.Path,
+		if err := rows.Scan(&u.Seq, &u.Tenant, &u.Secret, &u.Credential, &u.SandboxID, &u.Sandbox, &at, &u.Host, &u.Port, &u.Method, &u.Path,
 			&u.Verdict, &u.Reason, &u.Status); err != nil {
 			return nil, err
 		}

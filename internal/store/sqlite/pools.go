@@ -13,7 +13,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/store"
 )
 
-const poolColumns = `name, size, spec, created_at`
+const poolColumns = `tenant, name, size, spec, created_at`
 
 func scanPool(row scanner) (*sandbox.Pool, error) {
 	var (
@@ -21,7 +21,7 @@ func scanPool(row scanner) (*sandbox.Pool, error) {
 		spec    string
 		created int64
 	)
-	if err := row.Scan(&p.Name, &p.Size, &spec, &created); err != nil {
+	if err := row.Scan(&p.Tenant, &p.Name, &p.Size, &spec, &created); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(spec), &p.Spec); err != nil {
@@ -38,19 +38,22 @@ func (s *Store) CreatePool(ctx context.Context, p *sandbox.Pool) error {
 		return err
 	}
 	return s.w.grow(ctx, func(q *stmts) error {
-		if _, err := getPool(ctx, q, p.Name); err == nil {
+		if _, err := getTenant(ctx, q, p.Tenant); err != nil {
+			return err
+		}
+		if _, err := getPool(ctx, q, p.Tenant, p.Name); err == nil {
 			return errdefs.AlreadyExists("pool %q already exists", p.Name)
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
-		_, err := q.exec(ctx, `INSERT INTO pools (`+poolColumns+`) VALUES (?,?,?,?)`,
-			p.Name, p.Size, string(spec), nanos(p.CreatedAt))
+		_, err := q.exec(ctx, `INSERT INTO pools (`+poolColumns+`) VALUES (?,?,?,?,?)`,
+			p.Tenant, p.Name, p.Size, string(spec), nanos(p.CreatedAt))
 		return err
 	})
 }
 
-func getPool(ctx context.Context, q *stmts, name string) (*sandbox.Pool, error) {
-	p, err := scanPool(q.queryRow(ctx, `SELECT `+poolColumns+` FROM pools WHERE name = ?`, name))
+func getPool(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Pool, error) {
+	p, err := scanPool(q.queryRow(ctx, `SELECT `+poolColumns+` FROM pools WHERE tenant = ? AND name = ?`, tenant, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("pool %q not found", name)
 	}
@@ -58,13 +61,13 @@ func getPool(ctx context.Context, q *stmts, name string) (*sandbox.Pool, error) 
 }
 
 // GetPool implements store.Store.
-func (s *Store) GetPool(ctx context.Context, name string) (*sandbox.Pool, error) {
-	return getPool(ctx, s.r, name)
+func (s *Store) GetPool(ctx context.Context, tenant, name string) (*sandbox.Pool, error) {
+	return getPool(ctx, s.r, tenant, name)
 }
 
 // ListPools implements store.Store.
-func (s *Store) ListPools(ctx context.Context) ([]*sandbox.Pool, error) {
-	rows, err := s.r.query(ctx, `SELECT `+poolColumns+` FROM pools ORDER BY name`)
+func (s *Store) ListPools(ctx context.Context, tenant string) ([]*sandbox.Pool, error) {
+	rows, err := s.r.query(ctx, `SELECT `+poolColumns+` FROM pools WHERE ? IN ('', tenant) ORDER BY tenant, name`, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -81,9 +84,9 @@ func (s *Store) ListPools(ctx context.Context) ([]*sandbox.Pool, error) {
 }
 
 // DeletePool implements store.Store.
-func (s *Store) DeletePool(ctx context.Context, name string) error {
+func (s *Store) DeletePool(ctx context.Context, tenant, name string) error {
 	return s.w.write(ctx, func(q *stmts) error {
-		res, err := q.exec(ctx, `DELETE FROM pools WHERE name = ?`, name)
+		res, err := q.exec(ctx, `DELETE FROM pools WHERE tenant = ? AND name = ?`, tenant, name)
 		if err != nil {
 			return err
 		}
@@ -93,24 +96,24 @@ func (s *Store) DeletePool(ctx context.Context, name string) error {
 
 // ClaimSandbox implements store.Store. The one writer runs writes one
 // after another, so two claims never pick the same member.
-func (s *Store) ClaimSandbox(ctx context.Context, pool string, c store.Claim) (*sandbox.Sandbox, bool, error) {
+func (s *Store) ClaimSandbox(ctx context.Context, tenant, pool string, c store.Claim) (*sandbox.Sandbox, bool, error) {
 	var (
 		got     *sandbox.Sandbox
 		claimed bool
 	)
 	err := s.w.write(ctx, func(q *stmts) error {
-		existing, err := newSandboxName(ctx, q, c.RequestID, c.Name)
+		existing, err := newSandboxName(ctx, q, tenant, c.RequestID, c.Name)
 		if err != nil || existing != nil {
 			got = existing
 			return err
 		}
-		if _, err := getPool(ctx, q, pool); err != nil {
+		if _, err := getPool(ctx, q, tenant, pool); err != nil {
 			return err
 		}
 		var id string
 		err = q.queryRow(ctx, `SELECT id FROM sandboxes
-			WHERE json_extract(spec, '$.labels."`+sandbox.LabelPool+`"') = ? AND desired_state = ? AND phase = ?
-			ORDER BY created_at, id LIMIT 1`, pool, sandbox.DesiredRunning, sandbox.PhaseReady).Scan(&id)
+			WHERE tenant = ? AND json_extract(spec, '$.labels."`+sandbox.LabelPool+`"') = ? AND desired_state = ? AND phase = ?
+			ORDER BY created_at, id LIMIT 1`, tenant, pool, sandbox.DesiredRunning, sandbox.PhaseReady).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNoneReady
 		}

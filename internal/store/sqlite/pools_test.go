@@ -28,7 +28,7 @@ func TestPoolsSurviveReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "corral.db")
 	s := openStore(t, path)
 	ctx := testCtx(t)
-	p := &sandbox.Pool{Name: "warm", Size: 2, Spec: sandbox.Spec{Image: "busybox", Command: []string{"sleep", "1"}}, CreatedAt: t0}
+	p := &sandbox.Pool{Tenant: "default", Name: "warm", Size: 2, Spec: sandbox.Spec{Image: "busybox", Command: []string{"sleep", "1"}}, CreatedAt: t0}
 	if err := s.CreatePool(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -37,23 +37,23 @@ func TestPoolsSurviveReopen(t *testing.T) {
 	}
 	s.Close()
 	s = openStore(t, path)
-	got, err := s.GetPool(ctx, "warm")
+	got, err := s.GetPool(ctx, "default", "warm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Size != 2 || got.Spec.Image != "busybox" || len(got.Spec.Command) != 2 || !got.CreatedAt.Equal(t0) {
 		t.Errorf("reopened pool = %+v", got)
 	}
-	if list, err := s.ListPools(ctx); err != nil || len(list) != 1 {
+	if list, err := s.ListPools(ctx, ""); err != nil || len(list) != 1 {
 		t.Fatalf("ListPools = %v, %v", list, err)
 	}
-	if err := s.DeletePool(ctx, "warm"); err != nil {
+	if err := s.DeletePool(ctx, "default", "warm"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetPool(ctx, "warm"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.GetPool(ctx, "default", "warm"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("GetPool after delete: %v, want not found", err)
 	}
-	if err := s.DeletePool(ctx, "warm"); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.DeletePool(ctx, "default", "warm"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("second DeletePool: %v, want not found", err)
 	}
 }
@@ -61,32 +61,32 @@ func TestPoolsSurviveReopen(t *testing.T) {
 func TestClaimSandbox(t *testing.T) {
 	s := newStore(t)
 	ctx := testCtx(t)
-	if _, _, err := s.ClaimSandbox(ctx, "warm", claim("x", "", t0)); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "", t0)); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("claim from a missing pool: %v, want not found", err)
 	}
-	if err := s.CreatePool(ctx, &sandbox.Pool{Name: "warm", Size: 3, CreatedAt: t0}); err != nil {
+	if err := s.CreatePool(ctx, &sandbox.Pool{Tenant: "default", Name: "warm", Size: 3, CreatedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	create(t, s, member("warm", "warm-provisioning", sandbox.PhaseProvisioning, t0))
 	create(t, s, member("other", "other-ready", sandbox.PhaseReady, t0))
-	if _, _, err := s.ClaimSandbox(ctx, "warm", claim("x", "", t0)); !errors.Is(err, store.ErrNoneReady) {
+	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "", t0)); !errors.Is(err, store.ErrNoneReady) {
 		t.Fatalf("claim with none ready: %v, want ErrNoneReady", err)
 	}
 	ready := member("warm", "warm-ready", sandbox.PhaseReady, t0.Add(time.Second))
 	create(t, s, ready)
 	create(t, s, newSandbox("taken", t0))
-	if _, _, err := s.ClaimSandbox(ctx, "warm", claim("taken", "", t0)); !errors.Is(err, errdefs.ErrAlreadyExists) {
+	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("taken", "", t0)); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Fatalf("claim to a taken name: %v, want already exists", err)
 	}
 
-	sb, claimed, err := s.ClaimSandbox(ctx, "warm", claim("x", "req-1", t0.Add(time.Minute)))
+	sb, claimed, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "req-1", t0.Add(time.Minute)))
 	if err != nil || !claimed {
 		t.Fatalf("claim: %v, %v", claimed, err)
 	}
 	if sb.ID != ready.ID || sb.Name != "x" || sb.PoolOf() != "" || sb.Spec.Labels["k"] != "v" || sb.Spec.Image != "alpine:3" {
 		t.Errorf("claimed %+v, want member %s renamed x with the claim's labels", sb, ready.ID)
 	}
-	if _, err := s.GetSandboxByName(ctx, "warm-ready"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.GetSandboxByName(ctx, "", "warm-ready"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("old name still found: %v", err)
 	}
 	ops, err := s.ListOperations(ctx, sb.ID)
@@ -96,11 +96,11 @@ func TestClaimSandbox(t *testing.T) {
 	if last := ops[len(ops)-1]; last.Kind != sandbox.OpClaim || last.State != sandbox.OpSucceeded {
 		t.Errorf("last journal entry %+v, want a settled claim", last)
 	}
-	again, claimed, err := s.ClaimSandbox(ctx, "warm", claim("x", "req-1", t0))
+	again, claimed, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "req-1", t0))
 	if err != nil || claimed || again.ID != sb.ID {
 		t.Errorf("retried claim = %v, %v, %v; want the same sandbox, not claimed again", again, claimed, err)
 	}
-	if _, _, err := s.ClaimSandbox(ctx, "warm", claim("y", "", t0)); !errors.Is(err, store.ErrNoneReady) {
+	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("y", "", t0)); !errors.Is(err, store.ErrNoneReady) {
 		t.Errorf("claim after the only ready member went: %v, want ErrNoneReady", err)
 	}
 }

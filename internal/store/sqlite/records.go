@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -13,9 +14,9 @@ import (
 	"github.com/corral-sandbox/corral/internal/store"
 )
 
-const sandboxColumns = `id, name, request_id, spec, desired_state, phase, generation, reason, exit_code, restarts, created_at, updated_at, deadline, revision`
+const sandboxColumns = `id, tenant, name, request_id, spec, desired_state, phase, generation, reason, exit_code, restarts, created_at, updated_at, deadline, revision, memory, cpu_millis, disk`
 
-const operationColumns = `id, sandbox_id, kind, state, owner, attempt, generation, started_at, deadline, finished_at, error, detail`
+const operationColumns = `id, sandbox_id, kind, state, owner, attempt, generation, started_at, deadline, finished_at, error, detail, actor`
 
 // requestKinds is the SQL list of the request kinds of the journal.
 const requestKinds = `('create','start','stop','delete','update')`
@@ -32,8 +33,9 @@ type sandboxRow struct {
 }
 
 func (r *sandboxRow) dest() []any {
-	return []any{&r.sb.ID, &r.sb.Name, &r.requestID, &r.spec, &r.sb.Desired, &r.sb.Phase, &r.sb.Generation,
-		&r.sb.Reason, &r.exitCode, &r.sb.Restarts, &r.created, &r.updated, &r.deadline, &r.sb.Revision}
+	return []any{&r.sb.ID, &r.sb.Tenant, &r.sb.Name, &r.requestID, &r.spec, &r.sb.Desired, &r.sb.Phase, &r.sb.Generation,
+		&r.sb.Reason, &r.exitCode, &r.sb.Restarts, &r.created, &r.updated, &r.deadline, &r.sb.Revision,
+		&r.sb.Resources.MemoryBytes, &r.sb.Resources.CPUMillis, &r.sb.Resources.DiskBytes}
 }
 
 func (r *sandboxRow) decode() (*sandbox.Sandbox, error) {
@@ -61,7 +63,7 @@ type operationRow struct {
 
 func (r *operationRow) dest() []any {
 	return []any{&r.id, &r.o.SandboxID, &r.o.Kind, &r.o.State, &r.o.Owner, &r.o.Attempt, &r.o.Generation,
-		&r.started, &r.deadline, &r.finished, &r.o.Error, &r.o.Detail}
+		&r.started, &r.deadline, &r.finished, &r.o.Error, &r.o.Detail, &r.o.Actor}
 }
 
 func (r *operationRow) decode() *sandbox.Operation {
@@ -95,11 +97,11 @@ func scanOperation(row scanner) (*sandbox.Operation, error) {
 
 // sandboxWithRequest selects a sandbox's columns and then its last
 // request's (NULL when it has none), in one statement.
-const sandboxWithRequest = `SELECT s.id, s.name, s.request_id, s.spec, s.desired_state, s.phase, s.generation, s.reason,
-	s.exit_code, s.restarts, s.created_at, s.updated_at, s.deadline, s.revision,
+const sandboxWithRequest = `SELECT s.id, s.tenant, s.name, s.request_id, s.spec, s.desired_state, s.phase, s.generation, s.reason,
+	s.exit_code, s.restarts, s.created_at, s.updated_at, s.deadline, s.revision, s.memory, s.cpu_millis, s.disk,
 	o.id, coalesce(o.sandbox_id, ''), coalesce(o.kind, ''), coalesce(o.state, ''), coalesce(o.owner, ''),
 	coalesce(o.attempt, 0), coalesce(o.generation, 0), coalesce(o.started_at, 0), coalesce(o.deadline, 0),
-	o.finished_at, coalesce(o.error, ''), coalesce(o.detail, '')
+	o.finished_at, coalesce(o.error, ''), coalesce(o.detail, ''), coalesce(o.actor, '')
 	FROM sandboxes s LEFT JOIN operations o ON o.id = (SELECT id FROM operations
 		WHERE sandbox_id = s.id AND kind IN ` + requestKinds + ` ORDER BY id DESC LIMIT 1)
 	WHERE s.`
@@ -146,9 +148,12 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 		created bool
 	)
 	err := s.w.grow(ctx, func(q *stmts) error {
-		existing, err := newSandboxName(ctx, q, sb.RequestID, sb.Name)
+		existing, err := newSandboxName(ctx, q, sb.Tenant, sb.RequestID, sb.Name)
 		if err != nil || existing != nil {
 			got = existing
+			return err
+		}
+		if err := withinQuota(ctx, q, sb.Tenant, "", sb.Resources); err != nil {
 			return err
 		}
 		spec, err := json.Marshal(sb.Spec)
@@ -156,9 +161,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 			return err
 		}
 		sb.Revision = 1
-		_, err = q.exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-			sb.ID, sb.Name, nullString(sb.RequestID), string(spec), sb.Desired, sb.Phase, sb.Generation,
-			sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision)
+		_, err = q.exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+			sb.ID, sb.Tenant, sb.Name, nullString(sb.RequestID), string(spec), sb.Desired, sb.Phase, sb.Generation,
+			sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision,
+			sb.Resources.MemoryBytes, sb.Resources.CPUMillis, sb.Resources.DiskBytes)
 		if err != nil {
 			return err
 		}
@@ -176,12 +182,13 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 	return got, created, nil
 }
 
-// newSandboxName checks, in a write, that a sandbox may be made with name
-// for requestID: it returns the sandbox that requestID made before, if one
-// did, or errdefs.ErrAlreadyExists when another has the name.
-func newSandboxName(ctx context.Context, q *stmts, requestID, name string) (*sandbox.Sandbox, error) {
+// newSandboxName checks, in a write, that a sandbox may be made in tenant
+// with name for requestID: it returns the sandbox that requestID made
+// there before, if one did, or errdefs.ErrAlreadyExists when another has
+// the name.
+func newSandboxName(ctx context.Context, q *stmts, tenant, requestID, name string) (*sandbox.Sandbox, error) {
 	if requestID != "" {
-		existing, err := getSandbox(ctx, q, "request_id = ?", requestID)
+		existing, err := getSandbox(ctx, q, "tenant = ? AND s.request_id = ?", tenant, requestID)
 		if err == nil {
 			if existing.Name != name {
 				return nil, errdefs.FailedPrecondition("request id %q was already used to create sandbox %q, not %q", requestID, existing.Name, name)
@@ -193,7 +200,7 @@ func newSandboxName(ctx context.Context, q *stmts, requestID, name string) (*san
 		}
 	}
 	var taken int
-	if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE name = ?`, name).Scan(&taken); err != nil {
+	if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE tenant = ? AND name = ?`, tenant, name).Scan(&taken); err != nil {
 		return nil, err
 	} else if taken > 0 {
 		return nil, errdefs.AlreadyExists("sandbox %q already exists", name)
@@ -203,12 +210,12 @@ func newSandboxName(ctx context.Context, q *stmts, requestID, name string) (*san
 
 // getSandbox returns the sandbox that where selects, with its last
 // request.
-func getSandbox(ctx context.Context, q *stmts, where string, arg any) (*sandbox.Sandbox, error) {
+func getSandbox(ctx context.Context, q *stmts, where string, args ...any) (*sandbox.Sandbox, error) {
 	var (
 		sr sandboxRow
 		or operationRow
 	)
-	err := q.queryRow(ctx, sandboxWithRequest+where, arg).Scan(append(sr.dest(), or.dest()...)...)
+	err := q.queryRow(ctx, sandboxWithRequest+where, args...).Scan(append(sr.dest(), or.dest()...)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.ErrNotFound
 	}
@@ -225,25 +232,57 @@ func getSandbox(ctx context.Context, q *stmts, where string, arg any) (*sandbox.
 
 // GetSandbox implements store.Store.
 func (s *Store) GetSandbox(ctx context.Context, id string) (*sandbox.Sandbox, error) {
-	return s.getWithRequest(ctx, "id = ?", id)
-}
-
-// GetSandboxByName implements store.Store.
-func (s *Store) GetSandboxByName(ctx context.Context, name string) (*sandbox.Sandbox, error) {
-	return s.getWithRequest(ctx, "name = ?", name)
-}
-
-func (s *Store) getWithRequest(ctx context.Context, where, arg string) (*sandbox.Sandbox, error) {
-	sb, err := getSandbox(ctx, s.r, where, arg)
+	sb, err := getSandbox(ctx, s.r, "id = ?", id)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil, errdefs.NotFound("sandbox %q not found", arg)
+		return nil, errdefs.NotFound("sandbox %q not found", id)
 	}
 	return sb, err
 }
 
+// GetSandboxByName implements store.Store.
+func (s *Store) GetSandboxByName(ctx context.Context, tenant, name string) (*sandbox.Sandbox, error) {
+	sb, err := getNamed(ctx, s.r, tenant, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.NotFound("sandbox %q not found", name)
+	}
+	return sb, err
+}
+
+// getNamed reads the sandbox of tenant named name; tenant "" looks in
+// every tenant, and a name found in several is refused.
+func getNamed(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Sandbox, error) {
+	if tenant != "" {
+		return getSandbox(ctx, q, "tenant = ? AND s.name = ?", tenant, name)
+	}
+	rows, err := q.query(ctx, `SELECT tenant FROM sandboxes WHERE name = ? ORDER BY tenant LIMIT 3`, name)
+	if err != nil {
+		return nil, err
+	}
+	var tenants []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		tenants = append(tenants, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	switch len(tenants) {
+	case 0:
+		return nil, errdefs.ErrNotFound
+	case 1:
+		return getSandbox(ctx, q, "tenant = ? AND s.name = ?", tenants[0], name)
+	}
+	return nil, errdefs.FailedPrecondition("sandbox name %q is taken in more than one tenant (%s, …): name the tenant (--tenant) or give the id", name, strings.Join(tenants[:2], ", "))
+}
+
 // ListSandboxes implements store.Store.
-func (s *Store) ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error) {
-	rows, err := s.r.query(ctx, `SELECT `+sandboxColumns+` FROM sandboxes ORDER BY created_at, id`)
+func (s *Store) ListSandboxes(ctx context.Context, tenant string) ([]*sandbox.Sandbox, error) {
+	rows, err := s.r.query(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE ? IN ('', tenant) ORDER BY created_at, id`, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +302,8 @@ func (s *Store) ListSandboxes(ctx context.Context) ([]*sandbox.Sandbox, error) {
 		return nil, err
 	}
 	ops, err := s.r.query(ctx, `SELECT `+operationColumns+` FROM operations WHERE id IN
-		(SELECT max(id) FROM operations WHERE kind IN `+requestKinds+` GROUP BY sandbox_id)`)
+		(SELECT max(id) FROM operations WHERE kind IN `+requestKinds+` AND (? = '' OR sandbox_id IN
+			(SELECT id FROM sandboxes WHERE tenant = ?)) GROUP BY sandbox_id)`, tenant, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -288,11 +328,11 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandb
 }
 
 // MutateNamed implements store.Store.
-func (s *Store) MutateNamed(ctx context.Context, nameOrID string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+func (s *Store) MutateNamed(ctx context.Context, tenant, nameOrID string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
 	return s.mutate(ctx, nameOrID, func(q *stmts) (*sandbox.Sandbox, error) {
-		sb, err := getSandbox(ctx, q, "name = ?", nameOrID)
+		sb, err := getNamed(ctx, q, tenant, nameOrID)
 		if errors.Is(err, errdefs.ErrNotFound) {
-			sb, err = getSandbox(ctx, q, "id = ?", nameOrID)
+			sb, err = getSandbox(ctx, q, "id = ? AND ? IN ('', tenant)", nameOrID, tenant)
 		}
 		return sb, err
 	}, fn)
@@ -314,9 +354,15 @@ func (s *Store) mutate(ctx context.Context, key string, find func(q *stmts) (*sa
 		if err != nil {
 			return err
 		}
+		held := sb.Resources
 		m, err := fn(sb)
 		if err != nil {
 			return err
+		}
+		if sb.Resources != held {
+			if err := withinQuota(ctx, q, sb.Tenant, sb.ID, sb.Resources); err != nil {
+				return err
+			}
 		}
 		for _, o := range m.Put {
 			if o.Kind.IsRequest() {
@@ -333,8 +379,9 @@ func (s *Store) mutate(ctx context.Context, key string, find func(q *stmts) (*sa
 			return err
 		}
 		_, err = q.exec(ctx, `UPDATE sandboxes SET spec=?, desired_state=?, phase=?, generation=?, reason=?,
-			exit_code=?, restarts=?, updated_at=?, deadline=?, revision=? WHERE id=?`,
-			string(spec), sb.Desired, sb.Phase, sb.Generation, sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision, sb.ID)
+			exit_code=?, restarts=?, updated_at=?, deadline=?, revision=?, memory=?, cpu_millis=?, disk=? WHERE id=?`,
+			string(spec), sb.Desired, sb.Phase, sb.Generation, sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision,
+			sb.Resources.MemoryBytes, sb.Resources.CPUMillis, sb.Resources.DiskBytes, sb.ID)
 		if err != nil {
 			return err
 		}
@@ -437,15 +484,15 @@ func putOperation(ctx context.Context, q *stmts, o *sandbox.Operation) error {
 	}
 	if o.ID != 0 {
 		_, err := q.exec(ctx, `UPDATE operations SET state=?, owner=?, attempt=?, generation=?, started_at=?,
-			deadline=?, finished_at=?, error=?, detail=? WHERE id=?`,
+			deadline=?, finished_at=?, error=?, detail=?, actor=? WHERE id=?`,
 			o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline), nullNanos(o.FinishedAt),
-			o.Error, o.Detail, o.ID)
+			o.Error, o.Detail, o.Actor, o.ID)
 		return err
 	}
 	res, err := q.exec(ctx, `INSERT INTO operations (sandbox_id, kind, state, owner, attempt, generation,
-		started_at, deadline, finished_at, error, detail) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+		started_at, deadline, finished_at, error, detail, actor) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
 		o.SandboxID, o.Kind, o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline),
-		nullNanos(o.FinishedAt), o.Error, o.Detail)
+		nullNanos(o.FinishedAt), o.Error, o.Detail, o.Actor)
 	if err != nil {
 		return err
 	}

@@ -108,6 +108,94 @@ var migrations = []string{
 		reason     TEXT NOT NULL
 	);
 	CREATE INDEX egress_denials_by_sandbox ON egress_denials (sandbox_id, seq);`,
+
+	// Tenants: every sandbox, pool, secret (and so its ledger) belongs to
+	// one, and names are unique within a tenant. What existed moves into
+	// "default". Tables whose keys change are rebuilt (the migration runs
+	// with foreign keys off, checked before it commits).
+	`CREATE TABLE tenants (
+		name           TEXT PRIMARY KEY,
+		max_sandboxes  INTEGER NOT NULL DEFAULT 0,
+		max_memory     INTEGER NOT NULL DEFAULT 0,
+		max_cpu_millis INTEGER NOT NULL DEFAULT 0,
+		max_disk       INTEGER NOT NULL DEFAULT 0,
+		created_at     INTEGER NOT NULL,
+		updated_at     INTEGER NOT NULL
+	);
+	INSERT INTO tenants (name, created_at, updated_at)
+		VALUES ('default', unixepoch() * 1000000000, unixepoch() * 1000000000);
+
+	CREATE TABLE sandboxes_new (
+		id            TEXT PRIMARY KEY,
+		tenant        TEXT NOT NULL,
+		name          TEXT NOT NULL,
+		request_id    TEXT,
+		spec          TEXT NOT NULL,
+		desired_state TEXT NOT NULL,
+		phase         TEXT NOT NULL,
+		generation    INTEGER NOT NULL,
+		reason        TEXT NOT NULL DEFAULT '',
+		exit_code     INTEGER,
+		restarts      INTEGER NOT NULL DEFAULT 0,
+		created_at    INTEGER NOT NULL,
+		updated_at    INTEGER NOT NULL,
+		deadline      INTEGER NOT NULL,
+		revision      INTEGER NOT NULL,
+		memory        INTEGER NOT NULL DEFAULT 0,
+		cpu_millis    INTEGER NOT NULL DEFAULT 0,
+		disk          INTEGER NOT NULL DEFAULT 0,
+		UNIQUE (tenant, name),
+		UNIQUE (tenant, request_id)
+	);
+	INSERT INTO sandboxes_new (id, tenant, name, request_id, spec, desired_state, phase, generation, reason,
+		exit_code, restarts, created_at, updated_at, deadline, revision)
+		SELECT id, 'default', name, request_id, spec, desired_state, phase, generation, reason,
+		exit_code, restarts, created_at, updated_at, deadline, revision FROM sandboxes;
+	DROP TABLE sandboxes;
+	ALTER TABLE sandboxes_new RENAME TO sandboxes;
+	CREATE INDEX sandboxes_by_name ON sandboxes (name);
+
+	ALTER TABLE operations ADD COLUMN actor TEXT NOT NULL DEFAULT '';
+
+	CREATE TABLE pools_new (
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		size       INTEGER NOT NULL CHECK (size > 0),
+		spec       TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (tenant, name)
+	);
+	INSERT INTO pools_new SELECT 'default', name, size, spec, created_at FROM pools;
+	DROP TABLE pools;
+	ALTER TABLE pools_new RENAME TO pools;
+
+	CREATE TABLE secrets_new (
+		tenant      TEXT NOT NULL,
+		name        TEXT NOT NULL,
+		sealed      BLOB NOT NULL,
+		fingerprint TEXT NOT NULL,
+		created_at  INTEGER NOT NULL,
+		updated_at  INTEGER NOT NULL,
+		PRIMARY KEY (tenant, name)
+	);
+	INSERT INTO secrets_new SELECT 'default', name, sealed, fingerprint, created_at, updated_at FROM secrets;
+	DROP TABLE secrets;
+	ALTER TABLE secrets_new RENAME TO secrets;
+
+	ALTER TABLE credential_uses ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	DROP INDEX credential_uses_by_secret;
+	CREATE INDEX credential_uses_by_secret ON credential_uses (tenant, secret, seq);
+
+	CREATE TABLE tokens (
+		id         TEXT PRIMARY KEY,
+		name       TEXT NOT NULL UNIQUE,
+		tenant     TEXT NOT NULL,
+		role       TEXT NOT NULL,
+		hash       BLOB NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL,
+		expires_at INTEGER NOT NULL,
+		revoked_at INTEGER
+	);`,
 }
 
 // SchemaVersion is the schema version this build writes.

@@ -9,14 +9,14 @@ import (
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
-const secretColumns = `name, sealed, fingerprint, created_at, updated_at`
+const secretColumns = `tenant, name, sealed, fingerprint, created_at, updated_at`
 
 func scanSecret(row scanner) (*sandbox.Secret, error) {
 	var (
 		s                sandbox.Secret
 		created, updated int64
 	)
-	if err := row.Scan(&s.Name, &s.Sealed, &s.Fingerprint, &created, &updated); err != nil {
+	if err := row.Scan(&s.Tenant, &s.Name, &s.Sealed, &s.Fingerprint, &created, &updated); err != nil {
 		return nil, err
 	}
 	s.CreatedAt, s.UpdatedAt = fromNanos(created), fromNanos(updated)
@@ -26,13 +26,16 @@ func scanSecret(row scanner) (*sandbox.Secret, error) {
 // CreateSecret implements store.Store.
 func (s *Store) CreateSecret(ctx context.Context, sec *sandbox.Secret) error {
 	return s.w.grow(ctx, func(q *stmts) error {
-		if _, err := getSecret(ctx, q, sec.Name); err == nil {
+		if _, err := getTenant(ctx, q, sec.Tenant); err != nil {
+			return err
+		}
+		if _, err := getSecret(ctx, q, sec.Tenant, sec.Name); err == nil {
 			return errdefs.AlreadyExists("secret %q already exists", sec.Name)
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
-		_, err := q.exec(ctx, `INSERT INTO secrets (`+secretColumns+`) VALUES (?,?,?,?,?)`,
-			sec.Name, sec.Sealed, sec.Fingerprint, nanos(sec.CreatedAt), nanos(sec.UpdatedAt))
+		_, err := q.exec(ctx, `INSERT INTO secrets (`+secretColumns+`) VALUES (?,?,?,?,?,?)`,
+			sec.Tenant, sec.Name, sec.Sealed, sec.Fingerprint, nanos(sec.CreatedAt), nanos(sec.UpdatedAt))
 		return err
 	})
 }
@@ -40,8 +43,8 @@ func (s *Store) CreateSecret(ctx context.Context, sec *sandbox.Secret) error {
 // UpdateSecret implements store.Store.
 func (s *Store) UpdateSecret(ctx context.Context, sec *sandbox.Secret) error {
 	return s.w.write(ctx, func(q *stmts) error {
-		res, err := q.exec(ctx, `UPDATE secrets SET sealed = ?, fingerprint = ?, updated_at = ? WHERE name = ?`,
-			sec.Sealed, sec.Fingerprint, nanos(sec.UpdatedAt), sec.Name)
+		res, err := q.exec(ctx, `UPDATE secrets SET sealed = ?, fingerprint = ?, updated_at = ? WHERE tenant = ? AND name = ?`,
+			sec.Sealed, sec.Fingerprint, nanos(sec.UpdatedAt), sec.Tenant, sec.Name)
 		if err != nil {
 			return err
 		}
@@ -49,8 +52,8 @@ func (s *Store) UpdateSecret(ctx context.Context, sec *sandbox.Secret) error {
 	})
 }
 
-func getSecret(ctx context.Context, q *stmts, name string) (*sandbox.Secret, error) {
-	sec, err := scanSecret(q.queryRow(ctx, `SELECT `+secretColumns+` FROM secrets WHERE name = ?`, name))
+func getSecret(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Secret, error) {
+	sec, err := scanSecret(q.queryRow(ctx, `SELECT `+secretColumns+` FROM secrets WHERE tenant = ? AND name = ?`, tenant, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("secret %q not found", name)
 	}
@@ -58,13 +61,13 @@ func getSecret(ctx context.Context, q *stmts, name string) (*sandbox.Secret, err
 }
 
 // GetSecret implements store.Store.
-func (s *Store) GetSecret(ctx context.Context, name string) (*sandbox.Secret, error) {
-	return getSecret(ctx, s.r, name)
+func (s *Store) GetSecret(ctx context.Context, tenant, name string) (*sandbox.Secret, error) {
+	return getSecret(ctx, s.r, tenant, name)
 }
 
 // ListSecrets implements store.Store.
-func (s *Store) ListSecrets(ctx context.Context) ([]*sandbox.Secret, error) {
-	rows, err := s.r.query(ctx, `SELECT `+secretColumns+` FROM secrets ORDER BY name`)
+func (s *Store) ListSecrets(ctx context.Context, tenant string) ([]*sandbox.Secret, error) {
+	rows, err := s.r.query(ctx, `SELECT `+secretColumns+` FROM secrets WHERE ? IN ('', tenant) ORDER BY tenant, name`, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -81,13 +84,13 @@ func (s *Store) ListSecrets(ctx context.Context) ([]*sandbox.Secret, error) {
 }
 
 // DeleteSecret implements store.Store.
-func (s *Store) DeleteSecret(ctx context.Context, name string) error {
+func (s *Store) DeleteSecret(ctx context.Context, tenant, name string) error {
 	return s.w.write(ctx, func(q *stmts) error {
-		res, err := q.exec(ctx, `DELETE FROM secrets WHERE name = ?`, name)
+		res, err := q.exec(ctx, `DELETE FROM secrets WHERE tenant = ? AND name = ?`, tenant, name)
 		if err != nil {
 			return err
 		}
-		if _, err := q.exec(ctx, `DELETE FROM credential_uses WHERE secret = ?`, name); err != nil {
+		if _, err := q.exec(ctx, `DELETE FROM credential_uses WHERE tenant = ? AND secret = ?`, tenant, name); err != nil {
 			return err
 		}
 		return affected(res, "secret %q not found", name)

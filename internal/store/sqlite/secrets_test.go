@@ -22,19 +22,19 @@ func TestSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	sec := &sandbox.Secret{Name: "gh-token", Sealed: []byte{1, 2, 3}, Fingerprint: "fp:01", CreatedAt: t0, UpdatedAt: t0}
+	sec := &sandbox.Secret{Tenant: "default", Name: "gh-token", Sealed: []byte{1, 2, 3}, Fingerprint: "fp:01", CreatedAt: t0, UpdatedAt: t0}
 	if err := s.CreateSecret(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CreateSecret(ctx, sec); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Errorf("a second secret of one name: %v; want already exists", err)
 	}
-	s.CreateSecret(ctx, &sandbox.Secret{Name: "aws", Sealed: []byte{9}, Fingerprint: "fp:09", CreatedAt: t0, UpdatedAt: t0})
+	s.CreateSecret(ctx, &sandbox.Secret{Tenant: "default", Name: "aws", Sealed: []byte{9}, Fingerprint: "fp:09", CreatedAt: t0, UpdatedAt: t0})
 	t1 := t0.Add(time.Hour)
-	if err := s.UpdateSecret(ctx, &sandbox.Secret{Name: "gh-token", Sealed: []byte{4, 5}, Fingerprint: "fp:02", UpdatedAt: t1}); err != nil {
+	if err := s.UpdateSecret(ctx, &sandbox.Secret{Tenant: "default", Name: "gh-token", Sealed: []byte{4, 5}, Fingerprint: "fp:02", UpdatedAt: t1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.UpdateSecret(ctx, &sandbox.Secret{Name: "nope", UpdatedAt: t1}); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.UpdateSecret(ctx, &sandbox.Secret{Tenant: "default", Name: "nope", UpdatedAt: t1}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("update of a missing secret: %v; want not found", err)
 	}
 	s.Close()
@@ -42,21 +42,21 @@ func TestSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	got, err := s.GetSecret(ctx, "gh-token")
+	got, err := s.GetSecret(ctx, "default", "gh-token")
 	if err != nil || !bytes.Equal(got.Sealed, []byte{4, 5}) || got.Fingerprint != "fp:02" || !got.CreatedAt.Equal(t0) || !got.UpdatedAt.Equal(t1) {
 		t.Fatalf("the updated secret after a reopening: %+v, %v", got, err)
 	}
-	list, err := s.ListSecrets(ctx)
+	list, err := s.ListSecrets(ctx, "")
 	if err != nil || len(list) != 2 || list[0].Name != "aws" || list[1].Name != "gh-token" {
 		t.Fatalf("ListSecrets: %v, %v; want aws and gh-token, by name", list, err)
 	}
-	if err := s.DeleteSecret(ctx, "aws"); err != nil {
+	if err := s.DeleteSecret(ctx, "default", "aws"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GetSecret(ctx, "aws"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.GetSecret(ctx, "default", "aws"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a deleted secret: %v; want not found", err)
 	}
-	if err := s.DeleteSecret(ctx, "aws"); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.DeleteSecret(ctx, "default", "aws"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a second delete: %v; want not found", err)
 	}
 }

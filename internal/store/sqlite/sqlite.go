@@ -133,8 +133,22 @@ func (s *Store) version(ctx context.Context) (int, error) {
 	return v, nil
 }
 
-// migrate runs before the writer starts, on its connection.
+// migrate runs before the writer starts, on its connection (the only
+// one: the pragmas apply to it). Foreign keys are off while it runs, so
+// that a table rebuilt under a new key does not cascade into the tables
+// that refer to it; what it leaves is checked before it commits.
 func (s *Store) migrate(ctx context.Context, from int) error {
+	if _, err := s.wdb.ExecContext(ctx, "PRAGMA foreign_keys=OFF"); err != nil {
+		return err
+	}
+	if err := s.migrateTx(ctx, from); err != nil {
+		return err
+	}
+	_, err := s.wdb.ExecContext(ctx, "PRAGMA foreign_keys=ON")
+	return err
+}
+
+func (s *Store) migrateTx(ctx context.Context, from int) error {
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -153,6 +167,9 @@ func (s *Store) migrate(ctx context.Context, from int) error {
 				return fmt.Errorf("migrate to version %d: %w", v+1, err)
 			}
 		}
+		if err := foreignKeysHold(ctx, tx); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, "UPDATE schema_version SET version = ?", SchemaVersion)
 		return err
 	}()
@@ -161,6 +178,26 @@ func (s *Store) migrate(ctx context.Context, from int) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// foreignKeysHold fails when a row refers to a row that is not there.
+func foreignKeysHold(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, "PRAGMA foreign_key_check")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		var table string
+		var rowid sql.NullInt64
+		var parent string
+		var fk int
+		if err := rows.Scan(&table, &rowid, &parent, &fk); err != nil {
+			return err
+		}
+		return fmt.Errorf("migration left a row of %s (rowid %d) that refers to no row of %s", table, rowid.Int64, parent)
+	}
+	return rows.Err()
 }
 
 // describe turns SQLite's terse errors about foreign files into clear ones.

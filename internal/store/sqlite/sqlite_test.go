@@ -115,8 +115,9 @@ func schemaVersion(t *testing.T, s *Store) int {
 
 func newSandbox(name string, at time.Time) *sandbox.Sandbox {
 	return &sandbox.Sandbox{
-		ID:   sandbox.NewID(),
-		Name: name,
+		ID:     sandbox.NewID(),
+		Name:   name,
+		Tenant: "default",
 		Spec: sandbox.Spec{
 			Image:   "alpine:3",
 			Command: []string{"sleep", "infinity"},
@@ -212,7 +213,7 @@ func TestOpenCreatesFreshStore(t *testing.T) {
 	if mode != "wal" {
 		t.Errorf("journal_mode = %q, want wal", mode)
 	}
-	list, err := s.ListSandboxes(testCtx(t))
+	list, err := s.ListSandboxes(testCtx(t), "")
 	if err != nil || len(list) != 0 {
 		t.Errorf("ListSandboxes on a fresh store = %v, %v; want none", list, err)
 	}
@@ -253,7 +254,7 @@ func TestReopenKeepsRecords(t *testing.T) {
 	if got.LastRequest == nil || got.LastRequest.ID != req.ID || got.LastRequest.Kind != sandbox.OpCreate {
 		t.Errorf("reopened LastRequest = %+v, want the create request %d", got.LastRequest, req.ID)
 	}
-	byName, err := s.GetSandboxByName(testCtx(t), "web")
+	byName, err := s.GetSandboxByName(testCtx(t), "", "web")
 	if err != nil || byName.ID != sb.ID {
 		t.Errorf("GetSandboxByName(web) = %v, %v", byName, err)
 	}
@@ -489,7 +490,7 @@ func TestCreateSandboxNameTaken(t *testing.T) {
 	if !strings.Contains(err.Error(), `"web"`) {
 		t.Errorf("error %q does not name the sandbox", err)
 	}
-	list, err := s.ListSandboxes(testCtx(t))
+	list, err := s.ListSandboxes(testCtx(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +527,7 @@ func TestCreateSandboxRequestIDReplay(t *testing.T) {
 	if retryReq.ID != 0 {
 		t.Errorf("replayed create inserted its request (id %d)", retryReq.ID)
 	}
-	list, err := s.ListSandboxes(testCtx(t))
+	list, err := s.ListSandboxes(testCtx(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +554,7 @@ func TestCreateSandboxRequestIDOtherName(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Fatalf("reusing a request id for another name = %v, want ErrFailedPrecondition", err)
 	}
-	if _, err := s.GetSandboxByName(testCtx(t), "db"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.GetSandboxByName(testCtx(t), "", "db"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("GetSandboxByName(db) after a refused create = %v, want ErrNotFound", err)
 	}
 	if o := ops(t, s, other.ID); len(o) != 0 {
@@ -739,7 +740,7 @@ func TestMutateNamed(t *testing.T) {
 	create(t, s, second)
 	mutated := func(key string) string {
 		t.Helper()
-		got, err := s.MutateNamed(testCtx(t), key, func(sb *sandbox.Sandbox) (store.Mutation, error) {
+		got, err := s.MutateNamed(testCtx(t), "", key, func(sb *sandbox.Sandbox) (store.Mutation, error) {
 			sb.Reason = "changed through " + key
 			return store.Mutation{}, nil
 		})
@@ -760,7 +761,7 @@ func TestMutateNamed(t *testing.T) {
 	if id := mutated(second.ID); id != second.ID {
 		t.Errorf("by id: changed %s, want %s", id, second.ID)
 	}
-	_, err := s.MutateNamed(testCtx(t), "nope", func(sb *sandbox.Sandbox) (store.Mutation, error) {
+	_, err := s.MutateNamed(testCtx(t), "", "nope", func(sb *sandbox.Sandbox) (store.Mutation, error) {
 		t.Error("MutateNamed called fn for a missing record")
 		return store.Mutation{}, nil
 	})
@@ -956,7 +957,7 @@ func TestDeleteSandbox(t *testing.T) {
 	if want := `sandbox "` + sb.ID + `" not found`; err.Error() != want {
 		t.Errorf("GetSandbox after delete says %q, want %q", err, want)
 	}
-	if _, err := s.GetSandboxByName(testCtx(t), "web"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.GetSandboxByName(testCtx(t), "", "web"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("GetSandboxByName after delete = %v, want ErrNotFound", err)
 	}
 	if o := ops(t, s, sb.ID); len(o) != 0 {
@@ -987,7 +988,7 @@ func TestListSandboxesLastRequest(t *testing.T) {
 	put(t, s, newOp(a.ID, sandbox.OpDriverStart, "me", t0.Add(3*time.Second)))
 	put(t, s, newOp(b.ID, sandbox.OpDriverCreate, "me", t0.Add(3*time.Second)))
 
-	list, err := s.ListSandboxes(testCtx(t))
+	list, err := s.ListSandboxes(testCtx(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}

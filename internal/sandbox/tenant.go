@@ -1,0 +1,98 @@
+package sandbox
+
+import (
+	"fmt"
+	"time"
+)
+
+// Tenant is who owns sandboxes, pools, secrets and exposed ports: names
+// are unique within a tenant, and a caller of one tenant sees no other's.
+type Tenant struct {
+	Name      string
+	Quota     Quota
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// ValidateTenantName checks a tenant's name: a DNS label, as a sandbox's.
+func ValidateTenantName(name string) error {
+	return validDNSLabel("tenant", name, 63)
+}
+
+// Quota bounds what a tenant's sandboxes hold together (pool members
+// included); a zero field is no bound.
+type Quota struct {
+	Sandboxes int
+	Resources
+}
+
+// Resources are what one sandbox is counted at against its tenant's quota:
+// its policy's limits, or, where it sets none and the tenant bounds that
+// resource, the defaults the gateway then applies to it.
+type Resources struct {
+	MemoryBytes int64
+	CPUMillis   int64
+	DiskBytes   int64
+}
+
+// Usage is what a tenant's sandboxes hold.
+type Usage struct {
+	Sandboxes int
+	Resources
+}
+
+// Exceeds names the first bound of q that u goes past, or "".
+func (u Usage) Exceeds(q Quota) string {
+	switch {
+	case q.Sandboxes > 0 && u.Sandboxes > q.Sandboxes:
+		return fmt.Sprintf("%d sandboxes", q.Sandboxes)
+	case q.MemoryBytes > 0 && u.MemoryBytes > q.MemoryBytes:
+		return fmt.Sprintf("%s of memory", FormatBytes(q.MemoryBytes))
+	case q.CPUMillis > 0 && u.CPUMillis > q.CPUMillis:
+		return fmt.Sprintf("%s CPUs", FormatCPUs(q.CPUMillis))
+	case q.DiskBytes > 0 && u.DiskBytes > q.DiskBytes:
+		return fmt.Sprintf("%s of disk", FormatBytes(q.DiskBytes))
+	}
+	return ""
+}
+
+// FormatBytes writes a size as a quota or a limit is given: "8Gi", "512Mi",
+// or a number of bytes.
+func FormatBytes(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"Ti", 1 << 40}, {"Gi", 1 << 30}, {"Mi", 1 << 20}, {"Ki", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.suffix)
+		}
+	}
+	return fmt.Sprintf("%d", n)
+}
+
+// FormatCPUs writes thousandths of a CPU as a number of CPUs: "1.5".
+func FormatCPUs(millis int64) string {
+	if millis%1000 == 0 {
+		return fmt.Sprintf("%d", millis/1000)
+	}
+	return fmt.Sprintf("%g", float64(millis)/1000)
+}
+
+// Token is a bearer token of the API, kept by its hash only: the token
+// itself is shown once, when it is made.
+type Token struct {
+	// ID is the start of the token's hash, as people name it.
+	ID        string
+	Name      string
+	Tenant    string
+	Role      string
+	Hash      []byte // SHA-256 of the token
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	RevokedAt time.Time // zero while valid
+}
+
+// ValidateTokenName checks a token's name: a DNS label.
+func ValidateTokenName(name string) error {
+	return validDNSLabel("token", name, 63)
+}
