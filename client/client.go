@@ -52,12 +52,43 @@ type Options struct {
 	Context string
 	// Home is a gateway's home directory on this machine: its socket.
 	Home string
+	// Token is a bearer token (corral token create) to call as: its
+	// tenant and role. Empty takes $CORRAL_TOKEN, else the context's.
+	Token string
+	// Tenant names the tenant to act in, for an admin (others may name
+	// only their own). Empty takes $CORRAL_TENANT, else the context's.
+	Tenant string
 }
+
+// The environment variables a client reads when its Options leave the
+// token or the tenant empty.
+const (
+	TokenEnv  = "CORRAL_TOKEN"
+	TenantEnv = "CORRAL_TENANT"
+)
 
 // Target is how Options reach a gateway: Gateway, then Context, then Home
 // (or CORRAL_HOME), then the current context, then the default home's
 // socket.
 func (o Options) Target() (Context, error) {
+	c, err := o.target()
+	if err != nil {
+		return c, err
+	}
+	for _, v := range []struct {
+		field      *string
+		opt, envar string
+	}{{&c.Token, o.Token, TokenEnv}, {&c.Tenant, o.Tenant, TenantEnv}} {
+		if v.opt != "" {
+			*v.field = v.opt
+		} else if e := os.Getenv(v.envar); e != "" {
+			*v.field = e
+		}
+	}
+	return c, nil
+}
+
+func (o Options) target() (Context, error) {
 	if o.Gateway != "" {
 		c := Context{Gateway: o.Gateway, CA: o.CA, Cert: o.Cert, Key: o.Key}
 		return c, c.check()
@@ -96,6 +127,8 @@ type Client struct {
 	Files corralv1.FileServiceClient
 	// Secrets is the secret API: write-only values, described by name.
 	Secrets corralv1.SecretServiceClient
+	// Tenants is the tenant API: tenants, quotas and bearer tokens.
+	Tenants corralv1.TenantServiceClient
 
 	conn *grpc.ClientConn
 	addr string
@@ -137,10 +170,14 @@ func NewFor(target Context) (*Client, error) {
 		host, dialTarget = u.Host, u.Host
 		creds = credentials.NewTLS(tlsCfg)
 	}
-	conn, err := grpc.NewClient(dialTarget, grpc.WithTransportCredentials(creds),
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if target.Token != "" || target.Tenant != "" {
+		dial = append(dial, grpc.WithPerRPCCredentials(callAs{token: target.Token, tenant: target.Tenant, tls: tlsCfg != nil}))
+	}
+	conn, err := grpc.NewClient(dialTarget, append(dial,
 		// windows and buffers for file copies, as the gateway's
 		grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(streamWindow),
-		grpc.WithReadBufferSize(streamBuffer), grpc.WithWriteBufferSize(streamBuffer))
+		grpc.WithReadBufferSize(streamBuffer), grpc.WithWriteBufferSize(streamBuffer))...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: %w", target.Gateway, err)
 	}
@@ -154,8 +191,29 @@ func NewFor(target Context) (*Client, error) {
 // conn.
 func NewFromConn(conn *grpc.ClientConn, addr string) *Client {
 	return &Client{SandboxServiceClient: corralv1.NewSandboxServiceClient(conn), Files: corralv1.NewFileServiceClient(conn),
-		Secrets: corralv1.NewSecretServiceClient(conn), conn: conn, addr: addr}
+		Secrets: corralv1.NewSecretServiceClient(conn), Tenants: corralv1.NewTenantServiceClient(conn), conn: conn, addr: addr}
 }
+
+// callAs puts a bearer token and the tenant to act in on every call. A
+// token goes only over TLS or the local socket: the client dials nothing
+// else.
+type callAs struct {
+	token, tenant string
+	tls           bool
+}
+
+func (c callAs) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	md := map[string]string{}
+	if c.token != "" {
+		md["authorization"] = "Bearer " + c.token
+	}
+	if c.tenant != "" {
+		md["corral-tenant"] = c.tenant
+	}
+	return md, nil
+}
+
+func (c callAs) RequireTransportSecurity() bool { return c.tls }
 
 // The HTTP/2 window of a stream (and of the connection) and the
 // transport's buffers: gRPC's defaults cost a round trip per 64 KiB of a

@@ -28,6 +28,11 @@ type Context struct {
 	CA   string `yaml:"ca,omitempty"`
 	Cert string `yaml:"cert,omitempty"`
 	Key  string `yaml:"key,omitempty"`
+	// Token is a bearer token to call as, instead of (or besides: the
+	// token wins) a client certificate.
+	Token string `yaml:"token,omitempty"`
+	// Tenant is the tenant to act in, for an admin.
+	Tenant string `yaml:"tenant,omitempty"`
 }
 
 // check says what is wrong with a context's address.
@@ -51,8 +56,15 @@ func (c *Context) Check() error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	if strings.HasPrefix(c.Gateway, "https://") && (c.CA == "" || c.Cert == "" || c.Key == "") {
-		return fmt.Errorf("gateway %s: an https gateway needs the CA certificate, a client certificate and its key (--ca, --cert and --key; see corral gateway client-cert)", c.Gateway)
+	if strings.HasPrefix(c.Gateway, "https://") {
+		switch {
+		case c.CA == "":
+			return fmt.Errorf("gateway %s: an https gateway needs its CA certificate (--ca: the gateway home's tls/ca.crt)", c.Gateway)
+		case (c.Cert == "") != (c.Key == ""):
+			return fmt.Errorf("gateway %s: a client certificate needs its key, and a key its certificate (--cert and --key)", c.Gateway)
+		case c.Cert == "" && c.Token == "":
+			return fmt.Errorf("gateway %s: an https gateway needs a client certificate and its key (--cert and --key; see corral gateway client-cert) or a bearer token (--token; see corral token create)", c.Gateway)
+		}
 	}
 	for _, p := range []*string{&c.CA, &c.Cert, &c.Key} {
 		if *p == "" {

@@ -22,5 +22,5 @@ func (g *globals) dial() (*corral.Client, error) {
 	if g.gateway != "" && !strings.HasPrefix(g.gateway, "unix://") {
 		return nil, fmt.Errorf("--gateway %q: want unix:///path/to/corral.sock (for https, add a context)", g.gateway)
 	}
-	return corral.New(corral.Options{Gateway: g.gateway, Context: g.context, Home: g.home})
+	return corral.New(corral.Options{Gateway: g.gateway, Context: g.context, Home: g.home, Token: g.token, Tenant: g.tenant})
 }

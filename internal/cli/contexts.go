@@ -19,7 +19,7 @@ func newContextCmd() *cobra.Command {
 	}
 	var entry corral.Context
 	add := &cobra.Command{
-		Use:   "add NAME --gateway https://HOST:PORT --ca FILE --cert FILE --key FILE",
+		Use:   "add NAME --gateway https://HOST:PORT --ca FILE (--cert FILE --key FILE | --token TOKEN)",
 		Short: "Add (or replace) a context",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -46,6 +46,8 @@ func newContextCmd() *cobra.Command {
 	add.Flags().StringVar(&entry.CA, "ca", "", "the gateway's ca.crt")
 	add.Flags().StringVar(&entry.Cert, "cert", "", "client certificate")
 	add.Flags().StringVar(&entry.Key, "key", "", "client key")
+	add.Flags().StringVar(&entry.Token, "token", "", "a bearer token to call as (corral token create), instead of a client certificate")
+	add.Flags().StringVar(&entry.Tenant, "tenant", "", "the tenant to act in, for an admin")
 	use := &cobra.Command{
 		Use:   "use NAME",
 		Short: "Make a context the current one",

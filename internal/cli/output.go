@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,6 +21,7 @@ import (
 type sandboxView struct {
 	ID            string            `json:"id" yaml:"id"`
 	Name          string            `json:"name" yaml:"name"`
+	Tenant        string            `json:"tenant" yaml:"tenant"`
 	Phase         string            `json:"phase" yaml:"phase"`
 	DesiredState  string            `json:"desired_state" yaml:"desired_state"`
 	Generation    int64             `json:"generation" yaml:"generation"`
@@ -56,6 +58,8 @@ type operationView struct {
 	FinishedAt string `json:"finished_at,omitempty" yaml:"finished_at,omitempty"`
 	Error      string `json:"error,omitempty" yaml:"error,omitempty"`
 	Detail     string `json:"detail,omitempty" yaml:"detail,omitempty"`
+	// Actor is who asked for a request: name, tenant and role.
+	Actor string `json:"actor,omitempty" yaml:"actor,omitempty"`
 }
 
 func stamp(t *timestamppb.Timestamp) string {
@@ -67,7 +71,7 @@ func stamp(t *timestamppb.Timestamp) string {
 
 func viewOf(sb *corralv1.Sandbox) sandboxView {
 	return sandboxView{
-		ID: sb.Id, Name: sb.Name, Phase: sb.Phase, DesiredState: sb.DesiredState, Generation: sb.Generation,
+		ID: sb.Id, Name: sb.Name, Tenant: sb.Tenant, Phase: sb.Phase, DesiredState: sb.DesiredState, Generation: sb.Generation,
 		Reason: sb.Reason, CreatedAt: stamp(sb.CreatedAt), UpdatedAt: stamp(sb.UpdatedAt), Deadline: stamp(sb.Deadline),
 		Image: sb.GetSpec().GetImage(), Command: sb.GetSpec().GetCommand(), Labels: sb.GetSpec().GetLabels(),
 		Policy: sb.GetSpec().GetPolicy(), RestartPolicy: sb.GetSpec().GetRestartPolicy(),
@@ -83,7 +87,7 @@ func opViewOf(op *corralv1.Operation) *operationView {
 	return &operationView{
 		ID: op.Id, Kind: op.Kind, State: op.State, Attempt: op.Attempt, Generation: op.Generation, Owner: op.Owner,
 		StartedAt: stamp(op.StartedAt), Deadline: stamp(op.Deadline), FinishedAt: stamp(op.FinishedAt),
-		Error: op.Error, Detail: op.Detail,
+		Error: op.Error, Detail: op.Detail, Actor: op.Actor,
 	}
 }
 
@@ -109,10 +113,19 @@ func printStructured(w io.Writer, format string, v any) (bool, error) {
 	return false, nil
 }
 
+// printSandboxes is the table of sandboxes; a TENANT column leads it
+// when they are of more than one tenant (an admin's list).
 func printSandboxes(w io.Writer, list []*corralv1.Sandbox) error {
+	tenants := slices.ContainsFunc(list, func(sb *corralv1.Sandbox) bool { return sb.Tenant != list[0].Tenant })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if tenants {
+		fmt.Fprint(tw, "TENANT\t")
+	}
 	fmt.Fprintln(tw, "NAME\tID\tPHASE\tDESIRED\tGEN\tAGE\tREASON")
 	for _, sb := range list {
+		if tenants {
+			fmt.Fprintf(tw, "%s\t", sb.Tenant)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", sb.Name, sandbox.ShortID(sb.Id), sb.Phase, sb.DesiredState,
 			sb.Generation, age(sb.CreatedAt), oneLine(sb.Reason))
 	}
@@ -121,14 +134,18 @@ func printSandboxes(w io.Writer, list []*corralv1.Sandbox) error {
 
 func printOperations(w io.Writer, ops []*corralv1.Operation) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKIND\tSTATE\tATTEMPT\tGEN\tSTARTED\tDEADLINE\tTOOK\tERROR")
+	fmt.Fprintln(tw, "ID\tKIND\tSTATE\tATTEMPT\tGEN\tSTARTED\tDEADLINE\tTOOK\tBY\tERROR")
 	for _, op := range ops {
 		took := "-"
 		if op.FinishedAt != nil {
 			took = op.FinishedAt.AsTime().Sub(op.StartedAt.AsTime()).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", op.Id, op.Kind, op.State, op.Attempt, op.Generation,
-			clock(op.StartedAt), clock(op.Deadline), took, oneLine(op.Error))
+		by := "-" // the gateway's own entries: driver calls
+		if op.Actor != "" {
+			by = printableText(op.Actor)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", op.Id, op.Kind, op.State, op.Attempt, op.Generation,
+			clock(op.StartedAt), clock(op.Deadline), took, by, oneLine(op.Error))
 	}
 	return tw.Flush()
 }

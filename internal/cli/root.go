@@ -20,6 +20,8 @@ type globals struct {
 	home    string
 	gateway string
 	context string
+	token   string
+	tenant  string
 	stdout  io.Writer
 	stderr  io.Writer
 }
@@ -66,7 +68,10 @@ func newRoot(g *globals) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.home, "home", "", "gateway home directory (default $CORRAL_HOME, /var/lib/corral as root, else $XDG_DATA_HOME/corral)")
 	root.PersistentFlags().StringVar(&g.gateway, "gateway", "", "gateway address, unix:///path/to/corral.sock (default: the socket in the home directory)")
 	root.PersistentFlags().StringVar(&g.context, "context", "", "talk to the gateway of this context (see corral context)")
-	root.AddCommand(newGatewayCmd(g), newSandboxCmd(g), newImageCmd(g), newPoolCmd(g), supervisecmd.New(), newContextCmd(), newPolicyCmd(g), newMCPCmd(g), newSecretCmd(g))
+	root.PersistentFlags().StringVar(&g.token, "token", "", "a bearer token to call as (default $CORRAL_TOKEN, else the context's)")
+	root.PersistentFlags().StringVar(&g.tenant, "tenant", "", "the tenant to act in, for an admin (default $CORRAL_TENANT, else the context's, else your own)")
+	root.AddCommand(newGatewayCmd(g), newSandboxCmd(g), newImageCmd(g), newPoolCmd(g), supervisecmd.New(), newContextCmd(), newPolicyCmd(g), newMCPCmd(g), newSecretCmd(g),
+		newTenantCmd(g), newTokenCmd(g))
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
