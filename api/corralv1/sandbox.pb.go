@@ -371,8 +371,9 @@ type Operation struct {
 	// "superseded by stop" or the pool a claim came from; often empty.
 	Detail string `protobuf:"bytes,12,opt,name=detail,proto3" json:"detail,omitempty"`
 	// actor is who asked for a request (create, start, stop, delete, update,
-	// claim): the caller's name, tenant and role, e.g. "token ci (tenant
-	// acme, member)"; empty for the gateway's own entries.
+	// claim): the caller's name, tenant and role, e.g. "token ci
+	// (3f2a9c1b7d4e), tenant acme, member"; empty for the gateway's own
+	// entries.
 	Actor         string `protobuf:"bytes,13,opt,name=actor,proto3" json:"actor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -277,7 +277,11 @@ func getNamed(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Sand
 	case 1:
 		return getSandbox(ctx, q, "tenant = ? AND s.name = ?", tenants[0], name)
 	}
-	return nil, errdefs.FailedPrecondition("sandbox name %q is taken in more than one tenant (%s, …): name the tenant (--tenant) or give the id", name, strings.Join(tenants[:2], ", "))
+	some := strings.Join(tenants[:2], " and ")
+	if len(tenants) > 2 {
+		some = strings.Join(tenants[:2], ", ") + " and others"
+	}
+	return nil, errdefs.FailedPrecondition("sandbox name %q is taken in tenants %s: name the tenant (--tenant) or give the id", name, some)
 }
 
 // ListSandboxes implements store.Store.
