@@ -153,7 +153,7 @@ func (m *Ports) Unexpose(ctx context.Context, nameOrID string, port int) (Expose
 }
 
 // ExposedPorts returns the exposed ports of one sandbox, or of every
-// sandbox when nameOrID is "".
+// sandbox the caller sees (its tenant's) when nameOrID is "".
 func (m *Ports) ExposedPorts(ctx context.Context, nameOrID string) ([]Exposed, error) {
 	id, names := "", map[string]string{}
 	if nameOrID != "" {
@@ -177,7 +177,9 @@ func (m *Ports) ExposedPorts(ctx context.Context, nameOrID string) ([]Exposed, e
 	}
 	out := make([]Exposed, 0, len(recorded))
 	for _, p := range recorded {
-		out = append(out, m.describe(p, names[p.SandboxID]))
+		if name, ok := names[p.SandboxID]; ok {
+			out = append(out, m.describe(p, name))
+		}
 	}
 	return out, nil
 }

@@ -110,7 +110,7 @@ func (m *Manager) orphanAction(id string) string {
 // journaled in the gateway's journal with who asked and why; an object that
 // is left becomes an orphan, removed after the grace period.
 func (m *Manager) AssumeGone(ctx context.Context, nameOrID string, force bool, why string) (*sandbox.Sandbox, error) {
-	who := caller.From(ctx).Name
+	who := caller.From(ctx).String()
 	done, err := m.admit()
 	if err != nil {
 		return nil, err

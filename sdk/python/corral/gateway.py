@@ -1,12 +1,13 @@
 """How the SDK reaches a gateway: as the corral command line does."""
 
+import collections
 import os
 import pathlib
 from urllib.parse import urlparse
 
 import grpc
 
-from .v1 import files_pb2_grpc, sandbox_pb2_grpc
+from .v1 import files_pb2_grpc, sandbox_pb2_grpc, tenants_pb2_grpc
 
 # The HTTP/2 windows the gateway uses for file copies.
 _OPTIONS = [
@@ -38,7 +39,7 @@ def _context(name):
         import yaml  # Debian's python3-yaml; only contexts need it
     except ImportError as e:
         raise RuntimeError(f"context {name!r}: reading {config_path()} needs PyYAML (python3-yaml); "
-                           "or give address=, ca=, cert= and key=") from e
+                           "or give address=, ca=, and cert= and key= or token=") from e
     try:
         with open(config_path(), encoding="utf-8") as f:
             cfg = yaml.safe_load(f) or {}
@@ -54,16 +55,71 @@ def _context(name):
     return entry
 
 
+# The environment variables a Gateway reads when its token or tenant is not given.
+TOKEN_ENV = "CORRAL_TOKEN"
+TENANT_ENV = "CORRAL_TENANT"
+
+
+def call_metadata(token=None, tenant=None):
+    """The metadata a call carries to act as ``token`` in ``tenant``: the
+    bearer token in "authorization", the tenant in "corral-tenant"."""
+    md = []
+    if token:
+        md.append(("authorization", "Bearer " + token))
+    if tenant:
+        md.append(("corral-tenant", tenant))
+    return tuple(md)
+
+
+class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",
+                                                           "wait_for_ready", "compression")),
+                   grpc.ClientCallDetails):
+    pass
+
+
+class _CallAs(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+              grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Puts the token and the tenant on every call of a channel, beside the
+    metadata the call was given."""
+
+    def __init__(self, metadata):
+        self.metadata = tuple(metadata)
+
+    def _details(self, d):
+        return _CallDetails(d.method, d.timeout, tuple(d.metadata or ()) + self.metadata, d.credentials,
+                            getattr(d, "wait_for_ready", None), getattr(d, "compression", None))
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
+
+
 class Gateway:
     """A connection to a gateway.
 
     With no arguments it is the gateway the command line reaches: CORRAL_HOME's
     socket, else the current context, else the default home's socket. Give
-    ``address`` ("unix:///path/corral.sock" or "https://HOST:PORT" with ``ca``,
-    ``cert`` and ``key``), a ``context`` name, or a ``home``.
+    ``address`` ("unix:///path/corral.sock" or "https://HOST:PORT" with ``ca``
+    and either ``cert`` and ``key`` or a ``token``), a ``context`` name, or a
+    ``home``.
+
+    ``token`` is a bearer token (corral token create) to call as, sent on every
+    call; ``tenant`` names the tenant to act in, for an admin (others may name
+    only their own). Not given, they are $CORRAL_TOKEN and $CORRAL_TENANT, else
+    the context's ``token`` and ``tenant``.
     """
 
-    def __init__(self, address=None, *, context=None, home=None, ca=None, cert=None, key=None):
+    def __init__(self, address=None, *, context=None, home=None, ca=None, cert=None, key=None, token=None,
+                 tenant=None):
+        entry = None
         if address is None:
             if context is None and (home or os.environ.get("CORRAL_HOME")):
                 address = "unix://" + os.path.join(home or default_home(), "corral.sock")
@@ -74,24 +130,39 @@ class Gateway:
                 else:
                     address = entry["gateway"]
                     ca, cert, key = entry.get("ca"), entry.get("cert"), entry.get("key")
+        entry = entry or {}
+        token = token or os.environ.get(TOKEN_ENV) or entry.get("token") or None
+        tenant = tenant or os.environ.get(TENANT_ENV) or entry.get("tenant") or None
         self.address = address
+        self.tenant = tenant
         if address.startswith("unix://"):
-            self.channel = grpc.insecure_channel(address, options=_OPTIONS)
+            channel = grpc.insecure_channel(address, options=_OPTIONS)
         elif address.startswith("https://"):
             u = urlparse(address)
             if not u.port:
                 raise ValueError(f"gateway {address!r}: want https://HOST:PORT")
-            if not (ca and cert and key):
-                raise ValueError(f"gateway {address}: an https gateway needs ca=, cert= and key= (see corral gateway client-cert)")
+            if not ca:
+                raise ValueError(f"gateway {address}: an https gateway needs its CA certificate "
+                                 "(ca=: the gateway home's tls/ca.crt)")
+            if bool(cert) != bool(key):
+                raise ValueError(f"gateway {address}: a client certificate needs its key, and a key its "
+                                 "certificate (cert= and key=)")
+            if not cert and not token:
+                raise ValueError(f"gateway {address}: an https gateway needs a client certificate and its key "
+                                 "(cert= and key=; see corral gateway client-cert) or a bearer token "
+                                 f"(token= or ${TOKEN_ENV}; see corral token create)")
             creds = grpc.ssl_channel_credentials(
                 root_certificates=pathlib.Path(ca).read_bytes(),
-                private_key=pathlib.Path(key).read_bytes(),
-                certificate_chain=pathlib.Path(cert).read_bytes())
-            self.channel = grpc.secure_channel(f"{u.hostname}:{u.port}", creds, options=_OPTIONS)
+                private_key=pathlib.Path(key).read_bytes() if key else None,
+                certificate_chain=pathlib.Path(cert).read_bytes() if cert else None)
+            channel = grpc.secure_channel(f"{u.hostname}:{u.port}", creds, options=_OPTIONS)
         else:
             raise ValueError(f"gateway {address!r}: want unix:///path/corral.sock or https://HOST:PORT")
+        md = call_metadata(token, tenant)
+        self.channel = grpc.intercept_channel(channel, _CallAs(md)) if md else channel
         self.sandboxes = sandbox_pb2_grpc.SandboxServiceStub(self.channel)
         self.files = files_pb2_grpc.FileServiceStub(self.channel)
+        self.tenants = tenants_pb2_grpc.TenantServiceStub(self.channel)
 
     def close(self):
         self.channel.close()
