@@ -288,7 +288,7 @@ func TestMCPOverHTTPS(t *testing.T) {
 		t.Errorf("a cross-site POST to /mcp: %s; want 403 Forbidden", resp.Status)
 	}
 
-	// no certificate, or one of another CA: refused at the handshake
+	// no certificate (and no token): refused before anything is served
 	bare := &tls.Config{RootCAs: cfg.RootCAs, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS13}
 	if _, err := connect(bare); err == nil {
 		t.Error("an MCP client without a client certificate connected")

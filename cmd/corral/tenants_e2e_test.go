@@ -1,15 +1,24 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -468,3 +477,173 @@ func TestEveryRPCByEveryRole(t *testing.T) {
 		t.Errorf("member-a acting in b: %v, want PermissionDenied", err)
 	}
 }
+
+// Quotas hold under concurrent creates; a token works from the command
+// line (--token, CORRAL_TOKEN, a context) and from `corral mcp`, as a
+// member of its tenant; the journal says who did each step, also after a
+// SIGKILL; a revoked or expired token is refused at once; no token is
+// kept or logged in clear.
+func TestTenantsTokensAndQuotas(t *testing.T) {
+	home, certs := t.TempDir(), t.TempDir()
+	addr := freePort(t)
+	g := startGateway(t, home, "--listen", addr)
+	mustCorral(t, home, "tenant", "create", "few", "--max-sandboxes", "5")
+	mustCorral(t, home, "tenant", "create", "small", "--max-memory", "5Gi")
+	mustCorral(t, home, "tenant", "create", "dev")
+	mustCorral(t, home, "gateway", "client-cert", "unused", "--out", certs) // for ca.crt
+	var tokens []string
+	token := func(tenant, role string, args ...string) string {
+		out := mustCorral(t, home, append([]string{"token", "create", "--tenant", tenant, "--role", role}, args...)...)
+		tok := lastLine(out)
+		if !strings.HasPrefix(tok, "corral_tk_") || strings.Count(out, tok) != 1 {
+			t.Fatalf("token create printed:\n%s", out)
+		}
+		tokens = append(tokens, tok)
+		return tok
+	}
+
+	// 20 creates at once into a quota of 5 sandboxes, and of 5Gi for
+	// sandboxes of 1Gi each
+	for _, tc := range []struct{ tenant, policy, want string }{
+		{"few", "", "quota of 5 sandboxes is used up"},
+		{"small", "version: 1\nlimits:\n  memory: 1Gi\n", "quota of 5Gi of memory is used up"},
+	} {
+		api := corralv1.NewSandboxServiceClient(tlsConn(t, addr, certs, "", &bearerCreds{token: token(tc.tenant, "member")}))
+		errs := make(chan error, 20)
+		for i := range 20 {
+			go func() {
+				_, err := api.CreateSandbox(context.Background(), &corralv1.CreateSandboxRequest{Name: fmt.Sprintf("c%d", i),
+					Spec: &corralv1.SandboxSpec{Command: []string{"sleep", "1d"}, Policy: tc.policy}})
+				errs <- err
+			}()
+		}
+		made, refused := 0, 0
+		for range 20 {
+			switch err := <-errs; {
+			case err == nil:
+				made++
+			case status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), tc.want):
+				refused++
+			default:
+				t.Errorf("a create in %s: %v", tc.tenant, err)
+			}
+		}
+		if made != 5 || refused != 15 {
+			t.Errorf("%s: %d made and %d refused, want 5 and 15", tc.tenant, made, refused)
+		}
+		list, err := api.ListSandboxes(context.Background(), &corralv1.ListSandboxesRequest{})
+		if err != nil || len(list.Sandboxes) != 5 {
+			t.Errorf("%s's sandboxes: %d, %v; want 5", tc.tenant, len(list.GetSandboxes()), err)
+		}
+	}
+	if out := mustCorral(t, home, "tenant", "get", "small"); !regexpMatch(`memory\s+5Gi\s+5Gi`, out) || !regexpMatch(`sandboxes\s+5\s+-`, out) {
+		t.Errorf("tenant get small:\n%s", out)
+	}
+
+	// a member's token: the flag, the environment, a context
+	member := token("dev", "member", "--name", "ci", "--ttl", "1h")
+	viewer := token("dev", "viewer", "--name", "ro")
+	cfgEnv := []string{"CORRAL_CONFIG=" + filepath.Join(t.TempDir(), "config"), "CORRAL_HOME="}
+	mustCorralEnv(t, cfgEnv, "context", "add", "remote", "--gateway", "https://"+addr, "--ca", filepath.Join(certs, "ca.crt"), "--token", member)
+	mustCorralEnv(t, cfgEnv, "sandbox", "create", "--name", "by-context", "--", "sleep", "1d")
+	mustCorralEnv(t, []string{"CORRAL_TOKEN=" + member}, "--home", home, "sandbox", "create", "--name", "by-env", "--", "sleep", "1d")
+	mustCorral(t, home, "--token", member, "sandbox", "stop", "by-env")
+	out := mustCorralEnv(t, cfgEnv, "sandbox", "list")
+	if !strings.Contains(out, "by-context") || !strings.Contains(out, "by-env") || strings.Contains(out, "c0") {
+		t.Errorf("the member's list:\n%s", out)
+	}
+	if _, errOut, code := corral(t, home, "--token", viewer, "sandbox", "delete", "by-env"); code == 0 || !strings.Contains(errOut, "needs the member role") {
+		t.Errorf("a viewer deleting: %d %s", code, errOut)
+	}
+	if _, errOut, code := corralEnv(t, cfgEnv, "gateway", "doctor"); code == 0 || !strings.Contains(errOut, "admin") {
+		t.Errorf("a member's doctor: %d %s", code, errOut)
+	}
+
+	// corral mcp with the member's token: its tenant's sandboxes only, and
+	// what it makes is the tenant's
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.Command(bin, "--home", home, "mcp", "--keep")
+	cmd.Env = append(os.Environ(), "CORRAL_TOKEN="+member)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mcpSession{t, cs}
+	listed := s.must("sandbox_list", map[string]any{})
+	if b, _ := json.Marshal(listed); !strings.Contains(string(b), "by-context") || strings.Contains(string(b), `"c0"`) {
+		t.Errorf("sandbox_list over corral mcp with a member's token: %s", b)
+	}
+	s.must("sandbox_create", map[string]any{"name": "by-mcp"})
+	cs.Close()
+	local := corralv1.NewSandboxServiceClient(apiConn(t, home))
+	sb, err := local.GetSandbox(metadata.AppendToOutgoingContext(context.Background(), "corral-tenant", "dev"), &corralv1.GetSandboxRequest{Name: "by-mcp"})
+	if err != nil || sb.Tenant != "dev" {
+		t.Fatalf("the sandbox corral mcp made: %v, %v", sb, err)
+	}
+
+	// who did each step, after a SIGKILL too
+	g.signal(syscall.SIGKILL)
+	g.exitCode(30 * time.Second)
+	startGateway(t, home, "--listen", addr)
+	hist := mustCorral(t, home, "--tenant", "dev", "sandbox", "history", "by-env", "-o", "json")
+	for _, want := range []string{`"kind": "create"`, `"kind": "stop"`, `"actor": "token ci (`} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("by-env's history after a SIGKILL lacks %s:\n%s", want, hist)
+		}
+	}
+	var ops []struct{ Kind, Actor string }
+	if err := json.Unmarshal([]byte(hist), &ops); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		if (op.Kind == "create" || op.Kind == "stop") && !strings.HasSuffix(op.Actor, ", tenant dev, member") {
+			t.Errorf("%s by %q; want the token, its tenant and role", op.Kind, op.Actor)
+		}
+	}
+	if table := mustCorral(t, home, "--tenant", "dev", "sandbox", "history", "by-env"); !strings.Contains(table, "BY") || !strings.Contains(table, "token ci (") {
+		t.Errorf("history's table does not say who:\n%s", table)
+	}
+
+	// revoked and expired tokens are refused at once
+	mustCorral(t, home, "token", "revoke", "ci")
+	if _, errOut, code := corralEnv(t, cfgEnv, "sandbox", "list"); code == 0 || !strings.Contains(errOut, "was revoked") {
+		t.Errorf("a revoked token: %d %s", code, errOut)
+	}
+	brief := token("dev", "member", "--ttl", "1s")
+	time.Sleep(1500 * time.Millisecond)
+	if _, errOut, code := corral(t, home, "--token", brief, "sandbox", "list"); code == 0 || !strings.Contains(errOut, "expired") {
+		t.Errorf("an expired token: %d %s", code, errOut)
+	}
+	if _, errOut, code := corral(t, home, "--token", "corral_tk_forged", "sandbox", "list"); code == 0 || !strings.Contains(errOut, "unknown token") {
+		t.Errorf("a forged token: %d %s", code, errOut)
+	}
+
+	// no token in clear in the home or the logs
+	logs := g.logs.String()
+	err = filepath.WalkDir(home, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Type()&fs.ModeSocket != 0 {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, tok := range tokens {
+			if bytes.Contains(data, []byte(tok)) {
+				t.Errorf("%s holds a token in clear", path)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range tokens {
+		if strings.Contains(logs, tok) {
+			t.Error("the gateway's log holds a token in clear")
+		}
+	}
+}
+
+func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }
