@@ -246,8 +246,25 @@ func TestOptionsTarget(t *testing.T) {
 	if _, err := client.New(client.Options{Gateway: "https://gw.example"}); err == nil || !strings.Contains(err.Error(), "HOST:PORT") {
 		t.Errorf("New of an https address without a port: %v", err)
 	}
-	if err := (&client.Context{Gateway: "https://gw.example:7443"}).Check(); err == nil || !strings.Contains(err.Error(), "client certificate") {
-		t.Errorf("Check of an https context without certificates: %v", err)
+	if err := (&client.Context{Gateway: "https://gw.example:7443"}).Check(); err == nil || !strings.Contains(err.Error(), "CA certificate") {
+		t.Errorf("Check of an https context without its CA: %v", err)
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	os.WriteFile(caFile, []byte("x"), 0o600)
+	if err := (&client.Context{Gateway: "https://gw.example:7443", CA: caFile}).Check(); err == nil ||
+		!strings.Contains(err.Error(), "client certificate") || !strings.Contains(err.Error(), "bearer token") {
+		t.Errorf("Check of an https context with neither a certificate nor a token: %v", err)
+	}
+	if err := (&client.Context{Gateway: "https://gw.example:7443", CA: caFile, Token: "corral_tk_x"}).Check(); err != nil {
+		t.Errorf("Check of an https context with a token: %v", err)
+	}
+	t.Setenv(client.TokenEnv, "corral_tk_env")
+	t.Setenv(client.TenantEnv, "acme")
+	if got, _ := (client.Options{Gateway: "unix:///tmp/x.sock"}).Target(); got.Token != "corral_tk_env" || got.Tenant != "acme" {
+		t.Errorf("Target with CORRAL_TOKEN and CORRAL_TENANT set: %+v", got)
+	}
+	if got, _ := (client.Options{Gateway: "unix:///tmp/x.sock", Token: "corral_tk_opt"}).Target(); got.Token != "corral_tk_opt" {
+		t.Errorf("Target with a token in the options and another in CORRAL_TOKEN: %+v", got)
 	}
 	os.WriteFile(filepath.Join(dir, "config"), []byte("contexts: {a: {gatway: x}}\n"), 0o600)
 	if _, err := client.LoadConfig(); err == nil || !strings.Contains(err.Error(), "gatway") {

@@ -34,8 +34,8 @@ func TestPythonSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pytest: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "10 passed") {
-		t.Fatalf("pytest passed, but not its 11 tests:\n%s", out)
+	if !strings.Contains(string(out), "14 passed") {
+		t.Fatalf("pytest passed, but not its 14 tests:\n%s", out)
 	}
 }
 
@@ -107,7 +107,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "# pass 11") {
-		t.Fatalf("node --test passed, but not its 11 tests:\n%s", out)
+	if !strings.Contains(string(out), "# pass 15") {
+		t.Fatalf("node --test passed, but not its 15 tests:\n%s", out)
 	}
 }

@@ -36,6 +36,11 @@ class PermissionDenied(CorralError):
     """The caller may not do it, or the sandbox's policy refuses it."""
 
 
+class Unauthenticated(PermissionDenied):
+    """No valid client certificate or token came with the call (a token
+    unknown, revoked or expired)."""
+
+
 class ResourceExhausted(CorralError):
     """A bound was reached (a disk, a count of watches, ...)."""
 
@@ -54,7 +59,7 @@ _CLASSES = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
-    grpc.StatusCode.UNAUTHENTICATED: PermissionDenied,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: Timeout,

@@ -39,7 +39,7 @@ def _context(name):
         import yaml  # Debian's python3-yaml; only contexts need it
     except ImportError as e:
         raise RuntimeError(f"context {name!r}: reading {config_path()} needs PyYAML (python3-yaml); "
-                           "or give address=, ca=, and cert= and key= or token=") from e
+                           "or give address= and ca= with cert= and key= or token=") from e
     try:
         with open(config_path(), encoding="utf-8") as f:
             cfg = yaml.safe_load(f) or {}
@@ -141,16 +141,13 @@ class Gateway:
             u = urlparse(address)
             if not u.port:
                 raise ValueError(f"gateway {address!r}: want https://HOST:PORT")
-            if not ca:
-                raise ValueError(f"gateway {address}: an https gateway needs its CA certificate "
-                                 "(ca=: the gateway home's tls/ca.crt)")
+            if not ca or not (cert or key or token):
+                raise ValueError(f"gateway {address}: an https gateway needs ca=, cert= and key= (see corral gateway "
+                                 f"client-cert), or ca= and a bearer token (token= or ${TOKEN_ENV}; see corral token "
+                                 "create)")
             if bool(cert) != bool(key):
-                raise ValueError(f"gateway {address}: a client certificate needs its key, and a key its "
-                                 "certificate (cert= and key=)")
-            if not cert and not token:
-                raise ValueError(f"gateway {address}: an https gateway needs a client certificate and its key "
-                                 "(cert= and key=; see corral gateway client-cert) or a bearer token "
-                                 f"(token= or ${TOKEN_ENV}; see corral token create)")
+                raise ValueError(f"gateway {address}: a client certificate needs its key, and a key its certificate "
+                                 "(cert= and key=)")
             creds = grpc.ssl_channel_credentials(
                 root_certificates=pathlib.Path(ca).read_bytes(),
                 private_key=pathlib.Path(key).read_bytes() if key else None,

@@ -17,6 +17,7 @@ import {
   SandboxServiceClient,
   SandboxSpec,
 } from "./gen/corral/v1/sandbox.js";
+import { TenantServiceClient } from "./gen/corral/v1/tenants.js";
 
 /** An error the gateway answered with (or the failure to reach it), with its one-line reason. */
 export class CorralError extends Error {
@@ -35,6 +36,8 @@ export class InvalidArgumentError extends CorralError {}
 export class FailedPreconditionError extends CorralError {}
 /** The caller may not do it. */
 export class PermissionDeniedError extends CorralError {}
+/** No valid client certificate or token came with the call (a token unknown, revoked or expired). */
+export class UnauthenticatedError extends PermissionDeniedError {}
 /** A bound was reached. */
 export class ResourceExhaustedError extends CorralError {}
 /** The gateway cannot be reached, or is shutting down. */
@@ -48,7 +51,7 @@ const classes: Partial<Record<grpc.status, new (reason: string, code?: grpc.stat
   [grpc.status.INVALID_ARGUMENT]: InvalidArgumentError,
   [grpc.status.FAILED_PRECONDITION]: FailedPreconditionError,
   [grpc.status.PERMISSION_DENIED]: PermissionDeniedError,
-  [grpc.status.UNAUTHENTICATED]: PermissionDeniedError,
+  [grpc.status.UNAUTHENTICATED]: UnauthenticatedError,
   [grpc.status.RESOURCE_EXHAUSTED]: ResourceExhaustedError,
   [grpc.status.UNAVAILABLE]: UnavailableError,
   [grpc.status.DEADLINE_EXCEEDED]: TimeoutError,
@@ -69,7 +72,7 @@ function typed(err: unknown, address: string): CorralError {
 
 /** How to reach a gateway; with none of these, the gateway the corral command line reaches. */
 export interface GatewayOptions {
-  /** unix:///path/corral.sock, or https://HOST:PORT with ca, cert and key. */
+  /** unix:///path/corral.sock, or https://HOST:PORT with ca and either cert and key or a token. */
   address?: string;
   /** A context of the command line's configuration (corral context add). */
   context?: string;
@@ -79,6 +82,33 @@ export interface GatewayOptions {
   ca?: string;
   cert?: string;
   key?: string;
+  /** A bearer token (corral token create) to call as, sent on every call; unset, $CORRAL_TOKEN, else the context's. */
+  token?: string;
+  /** The tenant to act in, for an admin (others may name only their own); unset, $CORRAL_TENANT, else the context's. */
+  tenant?: string;
+}
+
+/** The environment variables a Gateway reads when its token or tenant is not given. */
+export const TOKEN_ENV = "CORRAL_TOKEN";
+export const TENANT_ENV = "CORRAL_TENANT";
+
+/** The metadata a call carries to act as token in tenant: "authorization: Bearer TOKEN" and "corral-tenant: TENANT". */
+export function callMetadata(token?: string, tenant?: string): { [key: string]: string } {
+  const md: { [key: string]: string } = {};
+  if (token) md["authorization"] = "Bearer " + token;
+  if (tenant) md["corral-tenant"] = tenant;
+  return md;
+}
+
+/** An interceptor that puts the entries of md on every call, beside the metadata the call was given. */
+function callAs(md: { [key: string]: string }): grpc.Interceptor {
+  return (options, nextCall) =>
+    new grpc.InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        for (const [k, v] of Object.entries(md)) metadata.set(k, v);
+        next(metadata, listener);
+      },
+    });
 }
 
 /** CORRAL_HOME, else /var/lib/corral as root, else $XDG_DATA_HOME/corral. */
@@ -99,6 +129,8 @@ interface ContextEntry {
   ca?: string;
   cert?: string;
   key?: string;
+  token?: string;
+  tenant?: string;
 }
 
 /** The named context (or the current one; undefined when there is none). */
@@ -116,13 +148,22 @@ function readContext(name?: string): ContextEntry | undefined {
   return entry;
 }
 
-/** Where opts reach, as the command line finds it: address, then context, then home or CORRAL_HOME, then the current context, then the default home. */
+/** Where opts reach, as the command line finds it: address, then context, then home or CORRAL_HOME, then the current context, then the default home. The token and the tenant are the options', else the environment's, else the context's. */
 function resolve(opts: GatewayOptions): GatewayOptions {
-  if (opts.address) return opts;
+  const target = where(opts);
+  return {
+    ...target,
+    token: opts.token || process.env[TOKEN_ENV] || target.token || undefined,
+    tenant: opts.tenant || process.env[TENANT_ENV] || target.tenant || undefined,
+  };
+}
+
+function where(opts: GatewayOptions): GatewayOptions {
+  if (opts.address) return { address: opts.address, ca: opts.ca, cert: opts.cert, key: opts.key };
   if (!opts.context && (opts.home || process.env.CORRAL_HOME)) return { address: "unix://" + join(opts.home ?? defaultHome(), "corral.sock") };
   const entry = readContext(opts.context);
   if (!entry) return { address: "unix://" + join(defaultHome(), "corral.sock") };
-  return { address: entry.gateway, ca: entry.ca, cert: entry.cert, key: entry.key };
+  return { address: entry.gateway, ca: entry.ca, cert: entry.cert, key: entry.key, token: entry.token, tenant: entry.tenant };
 }
 
 /** A connection to a gateway. */
@@ -130,6 +171,10 @@ export class Gateway {
   readonly address: string;
   readonly sandboxes: SandboxServiceClient;
   readonly files: FileServiceClient;
+  /** The tenant API: tenants, quotas and bearer tokens. */
+  readonly tenants: TenantServiceClient;
+  /** The tenant the gateway's calls name (the token's own when unset). */
+  readonly tenant?: string;
 
   constructor(given: GatewayOptions = {}) {
     const opts = resolve(given);
@@ -143,22 +188,37 @@ export class Gateway {
     } else if (address.startsWith("https://")) {
       const u = new URL(address);
       if (!u.port) throw new Error(`gateway ${address}: want https://HOST:PORT`);
-      if (!opts.ca || !opts.cert || !opts.key) {
-        throw new Error(`gateway ${address}: an https gateway needs ca, cert and key (see corral gateway client-cert)`);
+      if (!opts.ca || (!opts.cert && !opts.key && !opts.token)) {
+        throw new Error(
+          `gateway ${address}: an https gateway needs ca, cert and key (see corral gateway client-cert), ` +
+            `or ca and a bearer token (token or $${TOKEN_ENV}; see corral token create)`,
+        );
+      }
+      if (!opts.cert !== !opts.key) {
+        throw new Error(`gateway ${address}: a client certificate needs its key, and a key its certificate (cert and key)`);
       }
       target = `${u.hostname}:${u.port}`;
-      creds = grpc.credentials.createSsl(readFileSync(opts.ca), readFileSync(opts.key), readFileSync(opts.cert));
+      creds = grpc.credentials.createSsl(
+        readFileSync(opts.ca),
+        opts.key ? readFileSync(opts.key) : null,
+        opts.cert ? readFileSync(opts.cert) : null,
+      );
     } else {
       throw new Error(`gateway ${address}: want unix:///path/corral.sock or https://HOST:PORT`);
     }
-    const options = { "grpc.max_receive_message_length": 8 << 20 };
+    this.tenant = opts.tenant;
+    const md = callMetadata(opts.token, opts.tenant);
+    const options: Partial<grpc.ClientOptions> = { "grpc.max_receive_message_length": 8 << 20 };
+    if (Object.keys(md).length) options.interceptors = [callAs(md)];
     this.sandboxes = new SandboxServiceClient(target, creds, options);
     this.files = new FileServiceClient(target, creds, options);
+    this.tenants = new TenantServiceClient(target, creds, options);
   }
 
   close(): void {
     this.sandboxes.close();
     this.files.close();
+    this.tenants.close();
   }
 }
 

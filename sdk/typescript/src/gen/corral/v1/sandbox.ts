@@ -84,7 +84,7 @@ export interface Sandbox {
   id: string;
   /**
    * name is the sandbox's name, a DNS label (1 to 63 lower-case letters,
-   * digits and '-'), unique on the gateway.
+   * digits and '-'), unique in its tenant.
    */
   name: string;
   /** spec is what the sandbox was created with (and its current policy). */
@@ -153,6 +153,8 @@ export interface Sandbox {
    * (GetSandbox only), e.g. "deny all" or "pypi: pypi.org:443 (pass-through)".
    */
   network: string;
+  /** tenant owns the sandbox: the tenant of the caller that created it. */
+  tenant: string;
 }
 
 /**
@@ -204,6 +206,13 @@ export interface Operation {
    * "superseded by stop" or the pool a claim came from; often empty.
    */
   detail: string;
+  /**
+   * actor is who asked for a request (create, start, stop, delete, update,
+   * claim): the caller's name, tenant and role, e.g. "token ci
+   * (3f2a9c1b7d4e), tenant acme, member"; empty for the gateway's own
+   * entries.
+   */
+  actor: string;
 }
 
 /** CreateSandboxRequest asks for a new sandbox. */
@@ -747,7 +756,11 @@ export interface Pool {
   /** members is how many unclaimed members exist, ready or not. */
   members: number;
   /** created_at is when the pool was created (UTC). */
-  createdAt: Date | undefined;
+  createdAt:
+    | Date
+    | undefined;
+  /** tenant owns the pool and its members. */
+  tenant: string;
 }
 
 /**
@@ -1090,6 +1103,7 @@ function createBaseSandbox(): Sandbox {
     restarts: 0,
     protections: "",
     network: "",
+    tenant: "",
   };
 }
 
@@ -1142,6 +1156,9 @@ export const Sandbox: MessageFns<Sandbox> = {
     }
     if (message.network !== "") {
       writer.uint32(130).string(message.network);
+    }
+    if (message.tenant !== "") {
+      writer.uint32(138).string(message.tenant);
     }
     return writer;
   },
@@ -1287,6 +1304,14 @@ export const Sandbox: MessageFns<Sandbox> = {
             message.network = reader.string();
             continue;
           }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1337,6 +1362,7 @@ export const Sandbox: MessageFns<Sandbox> = {
       restarts: isSet(object.restarts) ? globalThis.Number(object.restarts) : 0,
       protections: isSet(object.protections) ? globalThis.String(object.protections) : "",
       network: isSet(object.network) ? globalThis.String(object.network) : "",
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
     };
   },
 
@@ -1390,6 +1416,9 @@ export const Sandbox: MessageFns<Sandbox> = {
     if (message.network !== "") {
       obj.network = message.network;
     }
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
     return obj;
   },
 
@@ -1418,6 +1447,7 @@ export const Sandbox: MessageFns<Sandbox> = {
     message.restarts = object.restarts ?? 0;
     message.protections = object.protections ?? "";
     message.network = object.network ?? "";
+    message.tenant = object.tenant ?? "";
     return message;
   },
 };
@@ -1436,6 +1466,7 @@ function createBaseOperation(): Operation {
     finishedAt: undefined,
     error: "",
     detail: "",
+    actor: "",
   };
 }
 
@@ -1476,6 +1507,9 @@ export const Operation: MessageFns<Operation> = {
     }
     if (message.detail !== "") {
       writer.uint32(98).string(message.detail);
+    }
+    if (message.actor !== "") {
+      writer.uint32(106).string(message.actor);
     }
     return writer;
   },
@@ -1589,6 +1623,14 @@ export const Operation: MessageFns<Operation> = {
             message.detail = reader.string();
             continue;
           }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.actor = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1627,6 +1669,7 @@ export const Operation: MessageFns<Operation> = {
         : undefined,
       error: isSet(object.error) ? globalThis.String(object.error) : "",
       detail: isSet(object.detail) ? globalThis.String(object.detail) : "",
+      actor: isSet(object.actor) ? globalThis.String(object.actor) : "",
     };
   },
 
@@ -1668,6 +1711,9 @@ export const Operation: MessageFns<Operation> = {
     if (message.detail !== "") {
       obj.detail = message.detail;
     }
+    if (message.actor !== "") {
+      obj.actor = message.actor;
+    }
     return obj;
   },
 
@@ -1688,6 +1734,7 @@ export const Operation: MessageFns<Operation> = {
     message.finishedAt = object.finishedAt ?? undefined;
     message.error = object.error ?? "";
     message.detail = object.detail ?? "";
+    message.actor = object.actor ?? "";
     return message;
   },
 };
@@ -5773,7 +5820,7 @@ export const PoolSpec: MessageFns<PoolSpec> = {
 };
 
 function createBasePool(): Pool {
-  return { name: "", size: 0, spec: undefined, ready: 0, members: 0, createdAt: undefined };
+  return { name: "", size: 0, spec: undefined, ready: 0, members: 0, createdAt: undefined, tenant: "" };
 }
 
 export const Pool: MessageFns<Pool> = {
@@ -5795,6 +5842,9 @@ export const Pool: MessageFns<Pool> = {
     }
     if (message.createdAt !== undefined) {
       Timestamp.encode(toTimestamp(message.createdAt), writer.uint32(50).fork()).join();
+    }
+    if (message.tenant !== "") {
+      writer.uint32(58).string(message.tenant);
     }
     return writer;
   },
@@ -5860,6 +5910,14 @@ export const Pool: MessageFns<Pool> = {
             message.createdAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5884,6 +5942,7 @@ export const Pool: MessageFns<Pool> = {
         : isSet(object.created_at)
         ? fromJsonTimestamp(object.created_at)
         : undefined,
+      tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
     };
   },
 
@@ -5907,6 +5966,9 @@ export const Pool: MessageFns<Pool> = {
     if (message.createdAt !== undefined) {
       obj.createdAt = message.createdAt.toISOString();
     }
+    if (message.tenant !== "") {
+      obj.tenant = message.tenant;
+    }
     return obj;
   },
 
@@ -5921,6 +5983,7 @@ export const Pool: MessageFns<Pool> = {
     message.ready = object.ready ?? 0;
     message.members = object.members ?? 0;
     message.createdAt = object.createdAt ?? undefined;
+    message.tenant = object.tenant ?? "";
     return message;
   },
 };
