@@ -125,10 +125,10 @@ func TestCLIOverMutualTLS(t *testing.T) {
 	if strings.Contains(g.logs.String(), "PRIVATE KEY") {
 		t.Fatal("the gateway logged a private key")
 	}
-	// no client certificate at all
+	// no client certificate and no token: every call is refused
 	noCert := filepath.Join(t.TempDir(), "config")
 	os.WriteFile(noCert, []byte("current-context: bare\ncontexts:\n  bare:\n    gateway: https://"+addr+"\n    ca: "+filepath.Join(certs, "ca.crt")+"\n"), 0o600)
-	if _, errOut, code := corralEnv(t, []string{"CORRAL_CONFIG=" + noCert, "CORRAL_HOME="}, "sandbox", "list"); code != 1 || !strings.Contains(errOut, "requires a client certificate") {
+	if _, errOut, code := corralEnv(t, []string{"CORRAL_CONFIG=" + noCert, "CORRAL_HOME="}, "sandbox", "list"); code != 1 || !strings.Contains(errOut, "a client certificate or a bearer token is needed") {
 		t.Fatalf("without a certificate: exit %d %q", code, errOut)
 	}
 }

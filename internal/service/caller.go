@@ -63,7 +63,7 @@ func (g Gate) identify(ctx context.Context) (caller.Caller, error) {
 	}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return caller.Caller{}, errdefs.Unauthenticated("a client certificate or a bearer token is needed")
+		return caller.Caller{}, errdefs.Unauthenticated(noCredentials)
 	}
 	if ai, ok := p.AuthInfo.(caller.AuthInfo); ok {
 		return ai.Caller, nil
@@ -79,7 +79,7 @@ func (g Gate) identify(ctx context.Context) (caller.Caller, error) {
 	} else if p.Addr != nil && p.Addr.Network() == "unix" {
 		return caller.Local, nil
 	}
-	return caller.Caller{}, errdefs.Unauthenticated("a client certificate or a bearer token is needed")
+	return caller.Caller{}, errdefs.Unauthenticated(noCredentials)
 }
 
 // token is the caller a bearer token names.
@@ -102,10 +102,14 @@ func (g Gate) HTTPCaller(r *http.Request) (caller.Caller, error) {
 	case err != nil:
 		return caller.Caller{}, errdefs.Unauthenticated("%v", err)
 	case !ok:
-		return caller.Caller{}, errdefs.Unauthenticated("a client certificate of the gateway's CA or a bearer token is needed")
+		return caller.Caller{}, errdefs.Unauthenticated(noCredentials)
 	}
 	return c, nil
 }
+
+// noCredentials is the refusal of a request that brings neither a client
+// certificate nor a token.
+const noCredentials = "a client certificate or a bearer token is needed (corral gateway client-cert NAME, or corral token create, on the gateway's host)"
 
 // bearer is the token of a request's authorization metadata.
 func bearer(ctx context.Context) (string, bool) {
