@@ -24,3 +24,17 @@ func (g *globals) dial() (*corral.Client, error) {
 	}
 	return corral.New(corral.Options{Gateway: g.gateway, Context: g.context, Home: g.home, Token: g.token, Tenant: g.tenant})
 }
+
+// call dials the gateway, runs fn on it, and explains fn's error in plain
+// words.
+func (g *globals) call(fn func(c *corral.Client) error) error {
+	c, err := g.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := fn(c); err != nil {
+		return c.Explain(err)
+	}
+	return nil
+}

@@ -174,26 +174,23 @@ func newTenantSetCmd(g *globals, create bool) *cobra.Command {
 			if !create && len(q.set) == 0 {
 				return fmt.Errorf("give a bound to change: --max-sandboxes, --max-memory, --max-cpus or --max-disk")
 			}
-			c, err := g.dial()
-			if err != nil {
+			return g.call(func(c *corral.Client) error {
+				var (
+					t    *corralv1.Tenant
+					err  error
+					verb = "updated"
+				)
+				if create {
+					t, err = c.Tenants.CreateTenant(cmd.Context(), &corralv1.CreateTenantRequest{Name: args[0], Quota: &q.quota})
+					verb = "created"
+				} else {
+					t, err = c.Tenants.UpdateTenant(cmd.Context(), &corralv1.UpdateTenantRequest{Name: args[0], Quota: &q.quota, Fields: q.set})
+				}
+				if err == nil {
+					fmt.Fprintf(g.stdout, "tenant %q %s\n", t.Name, verb)
+				}
 				return err
-			}
-			defer c.Close()
-			var t *corralv1.Tenant
-			if create {
-				t, err = c.Tenants.CreateTenant(cmd.Context(), &corralv1.CreateTenantRequest{Name: args[0], Quota: &q.quota})
-			} else {
-				t, err = c.Tenants.UpdateTenant(cmd.Context(), &corralv1.UpdateTenantRequest{Name: args[0], Quota: &q.quota, Fields: q.set})
-			}
-			if err != nil {
-				return c.Explain(err)
-			}
-			verb := "updated"
-			if create {
-				verb = "created"
-			}
-			fmt.Fprintf(g.stdout, "tenant %q %s\n", t.Name, verb)
-			return nil
+			})
 		},
 	}
 	q.add(cmd)
@@ -239,17 +236,13 @@ func newTenantDeleteCmd(g *globals) *cobra.Command {
 		Short: "Delete a tenant with its pools, secrets and tokens; --force deletes its sandboxes too",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
+			return g.call(func(c *corral.Client) error {
+				t, err := c.Tenants.DeleteTenant(cmd.Context(), &corralv1.DeleteTenantRequest{Name: args[0], Force: force})
+				if err == nil {
+					fmt.Fprintf(g.stdout, "tenant %q deleted\n", t.Name)
+				}
 				return err
-			}
-			defer c.Close()
-			t, err := c.Tenants.DeleteTenant(cmd.Context(), &corralv1.DeleteTenantRequest{Name: args[0], Force: force})
-			if err != nil {
-				return c.Explain(err)
-			}
-			fmt.Fprintf(g.stdout, "tenant %q deleted\n", t.Name)
-			return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "delete the tenant's sandboxes as sandbox delete does")
@@ -292,20 +285,17 @@ func newTokenCreateCmd(g *globals) *cobra.Command {
 			if ttl < time.Second {
 				return fmt.Errorf("--ttl %s: want 1s or more, such as 24h", ttl)
 			}
-			c, err := g.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			resp, err := c.Tenants.CreateToken(cmd.Context(), &corralv1.CreateTokenRequest{Tenant: tenant, Role: role,
-				TtlSeconds: int64(ttl.Round(time.Second) / time.Second), Name: name})
-			if err != nil {
-				return c.Explain(err)
-			}
-			i := resp.Info
-			fmt.Fprintf(g.stdout, "token %s (%s): %s of tenant %s, until %s; it is shown this once:\n%s\n",
-				i.Name, i.Id, i.Role, i.Tenant, stamp(i.ExpiresAt), resp.Token)
-			return nil
+			return g.call(func(c *corral.Client) error {
+				resp, err := c.Tenants.CreateToken(cmd.Context(), &corralv1.CreateTokenRequest{Tenant: tenant, Role: role,
+					TtlSeconds: int64(ttl.Round(time.Second) / time.Second), Name: name})
+				if err != nil {
+					return err
+				}
+				i := resp.Info
+				fmt.Fprintf(g.stdout, "token %s (%s): %s of tenant %s, until %s; it is shown this once:\n%s\n",
+					i.Name, i.Id, i.Role, i.Tenant, stamp(i.ExpiresAt), resp.Token)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "the tenant the token acts in")
@@ -364,17 +354,13 @@ func newTokenRevokeCmd(g *globals) *cobra.Command {
 		Short: "Revoke a token: refused from the next request on",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.dial()
-			if err != nil {
+			return g.call(func(c *corral.Client) error {
+				t, err := c.Tenants.RevokeToken(cmd.Context(), &corralv1.RevokeTokenRequest{Name: args[0]})
+				if err == nil {
+					fmt.Fprintf(g.stdout, "token %s (%s) revoked\n", t.Name, t.Id)
+				}
 				return err
-			}
-			defer c.Close()
-			t, err := c.Tenants.RevokeToken(cmd.Context(), &corralv1.RevokeTokenRequest{Name: args[0]})
-			if err != nil {
-				return c.Explain(err)
-			}
-			fmt.Fprintf(g.stdout, "token %s (%s) revoked\n", t.Name, t.Id)
-			return nil
+			})
 		},
 	}
 }
