@@ -46,8 +46,8 @@ func usage(ctx context.Context, q *stmts, tenant, except string) (sandbox.Usage,
 // creates never both take the last place.
 func withinQuota(ctx context.Context, q *stmts, tenant, id string, res sandbox.Resources) error {
 	t, err := getTenant(ctx, q, tenant)
-	if err != nil {
-		return err
+	if err != nil || t.Quota == (sandbox.Quota{}) {
+		return err // no bound: nothing to sum
 	}
 	u, err := usage(ctx, q, tenant, id)
 	if err != nil {
