@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
 	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
@@ -204,7 +205,7 @@ func seed(home string, n int) error {
 	now := time.Now()
 	specs := make([]driver.Spec, 0, n)
 	for i := range n {
-		sb := &sandbox.Sandbox{ID: sandbox.NewID(), Name: "r" + strconv.Itoa(i),
+		sb := &sandbox.Sandbox{ID: sandbox.NewID(), Name: "r" + strconv.Itoa(i), Tenant: caller.DefaultTenant,
 			Spec:    sandbox.Spec{Command: []string{"sleep", "1"}, RestartPolicy: sandbox.RestartOnFailure, MaxRestarts: sandbox.DefaultMaxRestarts},
 			Desired: sandbox.DesiredRunning, Phase: sandbox.PhaseReady, Generation: 1,
 			CreatedAt: now, UpdatedAt: now, Deadline: now.Add(5 * time.Minute)}

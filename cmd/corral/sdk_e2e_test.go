@@ -19,8 +19,8 @@ const debianPython = "/usr/bin/python3"
 
 // The Python SDK's suite (sdk/python/tests, pytest) against a real
 // gateway: lifecycle, exec (a timeout too), files, logs, ports, typed
-// errors, a pool claim, the remote form over mutual TLS, and the README's
-// example as written.
+// errors, a pool claim, the remote form over mutual TLS, a member token of
+// another tenant, and the README's example as written.
 func TestPythonSDK(t *testing.T) {
 	testenv.RequireRoot(t)
 	if out, err := exec.Command(debianPython, "-c", "import grpc, google.protobuf, pytest").CombinedOutput(); err != nil {
@@ -34,16 +34,18 @@ func TestPythonSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pytest: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "14 passed") {
-		t.Fatalf("pytest passed, but not its 14 tests:\n%s", out)
+	if !strings.Contains(string(out), "15 passed") {
+		t.Fatalf("pytest passed, but not its 15 tests:\n%s", out)
 	}
 }
 
 // sdkGateway starts what an SDK's suite runs against: a native gateway
 // with a TLS listener, a client certificate named user, and a warm pool
-// "warm" with a ready sandbox; it returns the suite's environment, which
-// names them (CORRAL_HOME, CORRAL_GATEWAY_URL, CORRAL_CA, CORRAL_CERT,
-// CORRAL_KEY).
+// "warm" with a ready sandbox (all in tenant "default"), and a member token
+// of a tenant "sdk"; it returns the suite's environment, which names them
+// (CORRAL_HOME, CORRAL_GATEWAY_URL, CORRAL_CA, CORRAL_CERT, CORRAL_KEY,
+// CORRAL_TEST_MEMBER_TOKEN). CORRAL_TOKEN stays unset: the suite acts as
+// the local admin or its certificate unless a test gives the token.
 func sdkGateway(t *testing.T, user string) []string {
 	t.Helper()
 	home, certs := t.TempDir(), t.TempDir()
@@ -58,8 +60,16 @@ func sdkGateway(t *testing.T, user string) []string {
 		}
 		return nil
 	})
+	mustCorral(t, home, "tenant", "create", "sdk")
+	lines := strings.Split(strings.TrimSpace(mustCorral(t, home, "token", "create", "--tenant", "sdk", "--role", "member",
+		"--ttl", "1h", "--name", "sdk-"+user)), "\n")
+	token := strings.TrimSpace(lines[len(lines)-1])
+	if !strings.HasPrefix(token, "corral_tk_") {
+		t.Fatalf("corral token create: the last line is not a token: %q", token)
+	}
 	return append(os.Environ(), "CORRAL_HOME="+home, "CORRAL_GATEWAY_URL=https://"+addr, "CORRAL_CA="+filepath.Join(certs, "ca.crt"),
-		"CORRAL_CERT="+filepath.Join(certs, user+".crt"), "CORRAL_KEY="+filepath.Join(certs, user+".key"))
+		"CORRAL_CERT="+filepath.Join(certs, user+".crt"), "CORRAL_KEY="+filepath.Join(certs, user+".key"),
+		"CORRAL_TEST_MEMBER_TOKEN="+token)
 }
 
 // examples/go/agent, the Go client package's agent, runs as written.
@@ -87,8 +97,8 @@ func requirePython(t *testing.T, why string) {
 // The TypeScript SDK's suite (sdk/typescript/test, Node's test runner)
 // against a real gateway, as the Python one: lifecycle, exec (a timeout
 // too), files, logs, ports, typed errors, a pool claim, await using, the
-// remote form over mutual TLS, the README's example and
-// examples/typescript/agent.mjs.
+// remote form over mutual TLS, a member token of another tenant, the
+// README's example and examples/typescript/agent.mjs.
 func TestTypeScriptSDK(t *testing.T) {
 	testenv.RequireRoot(t)
 	sdk := filepath.Join(testenv.ModuleRoot(), "sdk", "typescript")
@@ -107,7 +117,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "# pass 15") {
-		t.Fatalf("node --test passed, but not its 15 tests:\n%s", out)
+	if !strings.Contains(string(out), "# pass 16") {
+		t.Fatalf("node --test passed, but not its 16 tests:\n%s", out)
 	}
 }

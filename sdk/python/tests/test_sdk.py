@@ -1,7 +1,8 @@
 """The Python SDK against a real gateway, which cmd/corral's
 TestPythonSDK starts: CORRAL_HOME is its home (native driver), and
 CORRAL_GATEWAY_URL, CORRAL_CA, CORRAL_CERT and CORRAL_KEY its TLS
-listener and a client certificate of its CA; a warm pool "warm" is ready."""
+listener and a client certificate of its CA; a warm pool "warm" is ready;
+CORRAL_TEST_MEMBER_TOKEN is a member token of tenant "sdk"."""
 
 import concurrent.futures
 import os
@@ -9,11 +10,14 @@ import pathlib
 import re
 import subprocess
 import sys
+import time
 
+import grpc
 import pytest
 
 import corral
 from corral import Gateway, Sandbox
+from corral.v1 import sandbox_pb2, tenants_pb2
 
 
 def test_lifecycle_exec_files_logs_ports():
@@ -97,6 +101,49 @@ def test_remote_over_mutual_tls():
         assert sb.exec(["echo", "over mTLS"]).stdout == "over mTLS\n"
     with pytest.raises(ValueError):
         Gateway(os.environ["CORRAL_GATEWAY_URL"])
+
+
+def _typed(gw, fn, request):
+    """A call of a raw stub, its error as the SDK's class."""
+    try:
+        return fn(request, timeout=30)
+    except grpc.RpcError as e:
+        raise corral.errors.from_rpc(e, gw.address) from None
+
+
+def test_member_token_sees_only_its_tenant():
+    with Gateway() as admin:  # the local admin, in tenant default: the pool's member (it refills after a claim)
+        deadline = time.monotonic() + 60
+        while True:
+            pooled = [s.id for s in _typed(admin, admin.sandboxes.ListSandboxes,
+                                           sandbox_pb2.ListSandboxesRequest(labels={"corral.pool": "warm"})).sandboxes
+                      if s.tenant == "default"]
+            if pooled or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    assert pooled, 'the pool "warm" has no member'
+
+    with Gateway(os.environ["CORRAL_GATEWAY_URL"], ca=os.environ["CORRAL_CA"],
+                 token=os.environ["CORRAL_TEST_MEMBER_TOKEN"]) as gw:
+        with Sandbox.create("py-member", gateway=gw, timeout=60) as sb:
+            record = _typed(gw, gw.sandboxes.GetSandbox, sandbox_pb2.GetSandboxRequest(name=sb.id))
+            assert record.tenant == "sdk"
+            assert sb.exec(["echo", "hi"], timeout=30).stdout == "hi\n"
+
+            listed = _typed(gw, gw.sandboxes.ListSandboxes, sandbox_pb2.ListSandboxesRequest()).sandboxes
+            assert sb.id in [s.id for s in listed]
+            assert {s.tenant for s in listed} == {"sdk"}, [(s.name, s.tenant) for s in listed]
+            assert pooled[0] not in [s.id for s in listed]
+
+            tenant = _typed(gw, gw.tenants.GetTenant, tenants_pb2.GetTenantRequest(name=""))
+            assert tenant.name == "sdk" and tenant.usage.sandboxes >= 1, tenant
+
+            with pytest.raises(corral.PermissionDenied):
+                _typed(gw, gw.tenants.ListTenants, tenants_pb2.ListTenantsRequest())
+            with pytest.raises(corral.NotFound):
+                Sandbox.connect(pooled[0], gateway=gw)
+        with pytest.raises(corral.NotFound):
+            Sandbox.connect("py-member", gateway=gw)  # deleted at the block's end
 
 
 def test_files_watch():

@@ -1,7 +1,8 @@
 // The TypeScript SDK against a real gateway, which cmd/corral's
 // TestTypeScriptSDK starts: CORRAL_HOME is its home (native driver), and
 // CORRAL_GATEWAY_URL, CORRAL_CA, CORRAL_CERT and CORRAL_KEY its TLS
-// listener and a client certificate of its CA; a warm pool "warm" is ready.
+// listener and a client certificate of its CA; a warm pool "warm" is ready;
+// CORRAL_TEST_MEMBER_TOKEN is a member token of tenant "sdk".
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -9,6 +10,7 @@ import { readFileSync, writeFileSync, mkdtempSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { tmpdir } from "node:os";
 import { fileURLToPath } from "node:url";
+import * as grpc from "@grpc/grpc-js";
 import * as corral from "../dist/index.js";
 
 const { Sandbox, Gateway } = corral;
@@ -104,6 +106,53 @@ test("the remote form over mutual TLS", async () => {
     gateway.close();
   }
   assert.throws(() => new Gateway({ address: env.CORRAL_GATEWAY_URL }), /needs ca, cert and key/);
+});
+
+// call makes a call of a raw client (gw.sandboxes, gw.tenants), bounded in
+// time; it rejects with the gRPC error.
+function call(client, method, request) {
+  return new Promise((res, rej) =>
+    client[method](request, new grpc.Metadata(), { deadline: Date.now() + 30_000 }, (err, out) => (err ? rej(err) : res(out))));
+}
+
+test("a member token sees and acts only in its tenant", { timeout: 180_000 }, async () => {
+  const env = process.env;
+  // the local admin, in tenant default: the pool's member (it refills after a claim)
+  const admin = new Gateway();
+  let pooled = [];
+  try {
+    for (const deadline = Date.now() + 60_000; !pooled.length && Date.now() < deadline; ) {
+      const { sandboxes } = await call(admin.sandboxes, "listSandboxes", { limit: 0, pageToken: "", labels: { "corral.pool": "warm" }, phase: "" });
+      pooled = sandboxes.filter((s) => s.tenant === "default").map((s) => s.id);
+      if (!pooled.length) await new Promise((r) => setTimeout(r, 200));
+    }
+  } finally {
+    admin.close();
+  }
+  assert.ok(pooled.length, 'the pool "warm" has no member');
+
+  const gateway = new Gateway({ address: env.CORRAL_GATEWAY_URL, ca: env.CORRAL_CA, token: env.CORRAL_TEST_MEMBER_TOKEN });
+  try {
+    await withSandbox({ name: "ts-member", gateway }, async (sb) => {
+      assert.equal((await call(gateway.sandboxes, "getSandbox", { name: sb.id })).tenant, "sdk");
+      assert.equal((await sb.exec(["echo", "hi"], { timeout: 30 })).stdout, "hi\n");
+
+      const { sandboxes } = await call(gateway.sandboxes, "listSandboxes", { limit: 0, pageToken: "", labels: {}, phase: "" });
+      assert.ok(sandboxes.some((s) => s.id === sb.id));
+      assert.deepEqual([...new Set(sandboxes.map((s) => s.tenant))], ["sdk"]);
+      assert.ok(!sandboxes.some((s) => s.id === pooled[0]));
+
+      const tenant = await call(gateway.tenants, "getTenant", { name: "" });
+      assert.equal(tenant.name, "sdk");
+      assert.ok(tenant.usage.sandboxes >= 1, JSON.stringify(tenant));
+
+      await assert.rejects(call(gateway.tenants, "listTenants", {}), (e) => e.code === grpc.status.PERMISSION_DENIED);
+      await assert.rejects(Sandbox.connect(pooled[0], gateway), corral.NotFoundError);
+    });
+    await assert.rejects(Sandbox.connect("ts-member", gateway), corral.NotFoundError); // deleted at the end
+  } finally {
+    gateway.close();
+  }
 });
 
 test("files.watch reports a change", () =>
