@@ -75,10 +75,6 @@ func (m *Manager) create(ctx context.Context, tenant, name, requestID string, sp
 	if err := m.checkSecrets(ctx, tenant, name, pol); err != nil {
 		return nil, false, err
 	}
-	held, err := m.resources(ctx, tenant, pol)
-	if err != nil {
-		return nil, false, err
-	}
 	spec.Labels = maps.Clone(spec.Labels)
 	if pool != "" {
 		spec.Labels = map[string]string{sandbox.LabelPool: pool}
@@ -87,7 +83,7 @@ func (m *Manager) create(ctx context.Context, tenant, name, requestID string, sp
 	sb := &sandbox.Sandbox{
 		ID: sandbox.NewID(), Name: name, Tenant: tenant, RequestID: requestID, Spec: spec,
 		Desired: sandbox.DesiredRunning, Phase: sandbox.PhaseProvisioning, Generation: 1,
-		CreatedAt: now, UpdatedAt: now, Deadline: now.Add(m.cfg.ProvisioningTimeout), Resources: held,
+		CreatedAt: now, UpdatedAt: now, Deadline: now.Add(m.cfg.ProvisioningTimeout), Resources: resources(pol),
 	}
 	got, created, err := m.cfg.Store.CreateSandbox(ctx, sb, m.request(ctx, sb, sandbox.OpCreate))
 	if err != nil {
@@ -213,9 +209,7 @@ func (m *Manager) UpdatePolicy(ctx context.Context, nameOrID, text string) (*san
 		if err := m.checkSecrets(ctx, was.Tenant, nameOrID, pol); err != nil {
 			return nil, err
 		}
-		if held, err = m.resources(ctx, was.Tenant, pol); err != nil {
-			return nil, err
-		}
+		held = resources(pol)
 	}
 	live := false
 	sb, err := m.changeIntent(ctx, nameOrID, sandbox.OpUpdate, "", func(sb *sandbox.Sandbox) error {

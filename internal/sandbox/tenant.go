@@ -35,6 +35,25 @@ type Resources struct {
 	DiskBytes   int64
 }
 
+// What a sandbox whose policy sets no limit on memory or CPUs gets, and is
+// counted at, in a tenant whose quota bounds that resource.
+const (
+	DefaultMemoryBytes = 1 << 30
+	DefaultCPUMillis   = 1000
+)
+
+// Within is r with the defaults filled in where q bounds a resource r
+// leaves unlimited.
+func (r Resources) Within(q Quota) Resources {
+	if r.MemoryBytes == 0 && q.MemoryBytes > 0 {
+		r.MemoryBytes = DefaultMemoryBytes
+	}
+	if r.CPUMillis == 0 && q.CPUMillis > 0 {
+		r.CPUMillis = DefaultCPUMillis
+	}
+	return r
+}
+
 // Usage is what a tenant's sandboxes hold.
 type Usage struct {
 	Sandboxes int

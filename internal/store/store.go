@@ -19,7 +19,9 @@ type Store interface {
 	// with created=false and nothing is written. A name taken in the
 	// tenant is errdefs.ErrAlreadyExists; a record that would take the
 	// tenant's sandboxes past its quota is errdefs.ErrResourceExhausted,
-	// decided in the same transaction as the insert.
+	// decided in the same transaction as the insert. Where the quota bounds
+	// a resource the record's Resources leave unlimited, they take the
+	// default (sandbox.Resources.Within).
 	CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *sandbox.Operation) (got *sandbox.Sandbox, created bool, err error)
 	// GetSandbox returns the record with the given id.
 	GetSandbox(ctx context.Context, id string) (*sandbox.Sandbox, error)

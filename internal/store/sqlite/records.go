@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -153,7 +152,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 			got = existing
 			return err
 		}
-		if err := withinQuota(ctx, q, sb.Tenant, "", sb.Resources); err != nil {
+		if err := withinQuota(ctx, q, sb.Tenant, "", &sb.Resources); err != nil {
 			return err
 		}
 		spec, err := json.Marshal(sb.Spec)
@@ -249,37 +248,44 @@ func (s *Store) GetSandboxByName(ctx context.Context, tenant, name string) (*san
 }
 
 // getNamed reads the sandbox of tenant named name; tenant "" looks in
-// every tenant, and a name found in several is refused.
+// every tenant (in one statement), and a name found in several is refused.
 func getNamed(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Sandbox, error) {
 	if tenant != "" {
 		return getSandbox(ctx, q, "tenant = ? AND s.name = ?", tenant, name)
 	}
-	rows, err := q.query(ctx, `SELECT tenant FROM sandboxes WHERE name = ? ORDER BY tenant LIMIT 3`, name)
+	rows, err := q.query(ctx, sandboxWithRequest+"name = ? ORDER BY s.tenant LIMIT 3", name)
 	if err != nil {
 		return nil, err
 	}
-	var tenants []string
+	defer rows.Close()
+	var found []*sandbox.Sandbox
 	for rows.Next() {
-		var t string
-		if err := rows.Scan(&t); err != nil {
-			rows.Close()
+		var (
+			sr sandboxRow
+			or operationRow
+		)
+		if err := rows.Scan(append(sr.dest(), or.dest()...)...); err != nil {
 			return nil, err
 		}
-		tenants = append(tenants, t)
+		sb, err := sr.decode()
+		if err != nil {
+			return nil, err
+		}
+		sb.LastRequest = or.decode()
+		found = append(found, sb)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	switch len(tenants) {
+	switch len(found) {
 	case 0:
 		return nil, errdefs.ErrNotFound
 	case 1:
-		return getSandbox(ctx, q, "tenant = ? AND s.name = ?", tenants[0], name)
+		return found[0], nil
 	}
-	some := strings.Join(tenants[:2], " and ")
-	if len(tenants) > 2 {
-		some = strings.Join(tenants[:2], ", ") + " and others"
+	some := found[0].Tenant + " and " + found[1].Tenant
+	if len(found) > 2 {
+		some = found[0].Tenant + ", " + found[1].Tenant + " and others"
 	}
 	return nil, errdefs.FailedPrecondition("sandbox name %q is taken in tenants %s: name the tenant (--tenant) or give the id", name, some)
 }
@@ -364,7 +370,7 @@ func (s *Store) mutate(ctx context.Context, key string, find func(q *stmts) (*sa
 			return err
 		}
 		if sb.Resources != held {
-			if err := withinQuota(ctx, q, sb.Tenant, sb.ID, sb.Resources); err != nil {
+			if err := withinQuota(ctx, q, sb.Tenant, sb.ID, &sb.Resources); err != nil {
 				return err
 			}
 		}

@@ -42,13 +42,15 @@ func usage(ctx context.Context, q *stmts, tenant, except string) (sandbox.Usage,
 
 // withinQuota checks, in a write, that tenant exists and that its
 // sandboxes stay within its quota when the one with id holds res (id ""
-// is a new one). The one writer runs writes one after another, so two
+// is a new one), res given the defaults where the quota bounds what it
+// leaves unlimited. The one writer runs writes one after another, so two
 // creates never both take the last place.
-func withinQuota(ctx context.Context, q *stmts, tenant, id string, res sandbox.Resources) error {
+func withinQuota(ctx context.Context, q *stmts, tenant, id string, res *sandbox.Resources) error {
 	t, err := getTenant(ctx, q, tenant)
 	if err != nil || t.Quota == (sandbox.Quota{}) {
 		return err // no bound: nothing to sum
 	}
+	*res = res.Within(t.Quota)
 	u, err := usage(ctx, q, tenant, id)
 	if err != nil {
 		return err
