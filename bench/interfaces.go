@@ -29,7 +29,8 @@ const interfacesTitle = "interfaces: an echo exec round trip through each, besid
 // bench drives from its own process, then the SDKs of other languages,
 // which time themselves (bench/sdk).
 var (
-	interfaceOps = []string{"Go client package", "CLI (corral sandbox exec)", "MCP over stdio (corral mcp)", "MCP over HTTPS (/mcp)"}
+	interfaceOps = []string{"Go client package", "Go client package, a token over TLS", "CLI (corral sandbox exec)", "MCP over stdio (corral mcp)",
+		"MCP over HTTPS (/mcp)"}
 	sdkOps       = []string{"TypeScript SDK", "Python SDK"}
 )
 
@@ -59,6 +60,18 @@ func benchInterfaces(bin, home string, n, warmup int) (*table, []*figure, error)
 		return nil, nil, err
 	}
 	defer sdk.Close()
+	// a member's bearer token, checked by the gateway against its store on
+	// every call
+	out, err := exec.Command(bin, "--home", home, "token", "create", "--tenant", "default", "--role", "member", "--name", "bench").Output()
+	if err != nil {
+		return nil, nil, fmt.Errorf("token create: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	withToken, err := client.New(client.Options{Gateway: "https://" + addr, CA: filepath.Join(certs, "ca.crt"), Token: lines[len(lines)-1]})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer withToken.Close()
 	stdio, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx,
 		&mcp.CommandTransport{Command: exec.Command(bin, "--home", home, "mcp", "--keep")}, nil)
 	if err != nil {
@@ -78,6 +91,7 @@ func benchInterfaces(bin, home string, n, warmup int) (*table, []*figure, error)
 
 	ways := []func() error{
 		func() error { return sdkEcho(ctx, sdk) },
+		func() error { return sdkEcho(ctx, withToken) },
 		func() error {
 			out, err := exec.Command(bin, "--home", home, "sandbox", "exec", "echo", "--", "echo", "hi").Output()
 			if err == nil && string(out) != "hi\n" {
