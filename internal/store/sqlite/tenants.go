@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -128,7 +129,11 @@ func (s *Store) DeleteTenant(ctx context.Context, name string) error {
 			return err
 		}
 		if live > 0 {
-			return errdefs.FailedPrecondition("tenant %q has %d sandboxes: delete them first, or the tenant with --force", name, live)
+			what := fmt.Sprintf("%d sandboxes", live)
+			if live == 1 {
+				what = "a sandbox"
+			}
+			return errdefs.FailedPrecondition("tenant %q has %s: delete them first, or the tenant with --force", name, what)
 		}
 		res, err := q.exec(ctx, `DELETE FROM tenants WHERE name = ?`, name)
 		if err != nil {
