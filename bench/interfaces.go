@@ -31,7 +31,7 @@ const interfacesTitle = "interfaces: an echo exec round trip through each, besid
 var (
 	interfaceOps = []string{"Go client package", "Go client package, a token over TLS", "CLI (corral sandbox exec)", "MCP over stdio (corral mcp)",
 		"MCP over HTTPS (/mcp)"}
-	sdkOps       = []string{"TypeScript SDK", "Python SDK"}
+	sdkOps = []string{"TypeScript SDK", "Python SDK"}
 )
 
 // benchInterfaces times `echo` run in one ready native sandbox through
