@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -582,6 +583,23 @@ func TestTenantsTokensAndQuotas(t *testing.T) {
 		t.Fatalf("the sandbox corral mcp made: %v, %v", sb, err)
 	}
 
+	// MCP over HTTPS with the member's token, and no client certificate
+	caPool, err := tlsauth.ClientConfig(filepath.Join(certs, "ca.crt"), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: time.Minute, Transport: bearerTransport{token: member, base: &http.Transport{TLSClientConfig: caPool}}}
+	overHTTPS, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: "https://" + addr + "/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed = mcpSession{t, overHTTPS}.must("sandbox_list", map[string]any{})
+	overHTTPS.Close()
+	if b, _ := json.Marshal(listed); !strings.Contains(string(b), "by-mcp") || strings.Contains(string(b), `"c0"`) {
+		t.Errorf("sandbox_list over /mcp with a member's token: %s", b)
+	}
+
 	// who did each step, after a SIGKILL too
 	g.signal(syscall.SIGKILL)
 	g.exitCode(30 * time.Second)
@@ -644,6 +662,18 @@ func TestTenantsTokensAndQuotas(t *testing.T) {
 			t.Error("the gateway's log holds a token in clear")
 		}
 	}
+}
+
+// bearerTransport sends a bearer token with every request.
+type bearerTransport struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
 }
 
 func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }
