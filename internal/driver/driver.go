@@ -75,6 +75,8 @@ type State string
 const (
 	StateCreated State = "created"
 	StateRunning State = "running"
+	// StatePaused: running, every process frozen (Pauser).
+	StatePaused State = "paused"
 	StateStopped State = "stopped" // ran, and its main process has exited
 	// StateFailed: the object broke while it ran (its supervisor was
 	// killed, say) and no exit of its main process was recorded; Message
@@ -153,6 +155,18 @@ type Watcher interface {
 	// Watch calls changed with the sandbox id of every object that changes,
 	// until ctx ends or the event source fails.
 	Watch(ctx context.Context, changed func(id string)) error
+}
+
+// Pauser is a driver that can freeze every process of a running
+// incarnation, memory kept and no CPU used, and thaw them. A paused
+// incarnation is StatePaused; Stop and Delete work on one (thawing it
+// first where the compute needs that).
+type Pauser interface {
+	// Pause freezes the incarnation; a paused one stays paused.
+	// errdefs.ErrNotFound when it does not run.
+	Pause(ctx context.Context, ref Ref) error
+	// Resume thaws it; a running one stays running.
+	Resume(ctx context.Context, ref Ref) error
 }
 
 // Execer is a driver that can run a command inside a running sandbox,

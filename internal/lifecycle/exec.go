@@ -22,6 +22,9 @@ func (m *Manager) Exec(ctx context.Context, nameOrID string, opts driver.ExecOpt
 	if err != nil {
 		return 0, err
 	}
+	if sb, err = m.Awake(ctx, sb); err != nil {
+		return 0, err
+	}
 	if sb.Phase != sandbox.PhaseReady {
 		return 0, errdefs.FailedPrecondition("sandbox %q is %s, not ready: exec needs a running sandbox", sb.Name, sb.Phase)
 	}

@@ -122,7 +122,7 @@ func (h *harness) waitPhase(name string, phase sandbox.Phase) *sandbox.Sandbox {
 	h.waitFor(name+" "+string(phase), func() bool {
 		var err error
 		sb, err = h.m.Get(context.Background(), name)
-		return err == nil && sb.Phase == phase && sb.Converged() == (phase == sandbox.PhaseReady || phase == sandbox.PhaseStopped || phase == sandbox.PhaseExited)
+		return err == nil && sb.Phase == phase && sb.Converged() == (phase == sandbox.PhaseReady || phase == sandbox.PhaseStopped || phase == sandbox.PhaseExited || phase == sandbox.PhasePaused)
 	})
 	return sb
 }

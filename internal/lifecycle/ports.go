@@ -23,6 +23,9 @@ func (m *Manager) DialPort(ctx context.Context, nameOrID string, port int) (net.
 	if err != nil {
 		return nil, err
 	}
+	if sb, err = m.Awake(ctx, sb); err != nil {
+		return nil, err
+	}
 	return m.dialPort(ctx, sb, port)
 }
 

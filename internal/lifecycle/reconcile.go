@@ -47,6 +47,15 @@ func (m *Manager) call(ctx context.Context, act action) error {
 		return d.Stop(ctx, act.ref, act.stop)
 	case sandbox.OpDriverDelete:
 		return d.Delete(ctx, act.ref.ID)
+	case sandbox.OpDriverPause, sandbox.OpDriverResume:
+		p, ok := d.(driver.Pauser)
+		if !ok {
+			return errdefs.NotImplemented("the %s driver cannot pause sandboxes", d.Name())
+		}
+		if act.kind == sandbox.OpDriverPause {
+			return p.Pause(ctx, act.ref)
+		}
+		return p.Resume(ctx, act.ref)
 	}
 	return fmt.Errorf("no driver call for an action of kind %q", act.kind)
 }
@@ -84,7 +93,7 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 		m.remove(a, sb)
 		return false, 0
 	}
-	if sb.Desired == sandbox.DesiredRunning && found && obs.Generation == sb.Generation {
+	if (sb.Desired == sandbox.DesiredRunning || sb.Desired == sandbox.DesiredPaused) && found && obs.Generation == sb.Generation {
 		switch obs.State {
 		case driver.StateStopped:
 			return m.exited(a, sb, obs.ExitCode)
@@ -96,7 +105,7 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 	act, ok := decide(situation{sb: sb, obs: obs, found: found, force: m.forced(a), failures: a.failures,
 		stopTimeout: m.cfg.StopTimeout})
 	if !ok {
-		if sb.Desired == sandbox.DesiredRunning {
+		if sb.Desired == sandbox.DesiredRunning || sb.Desired == sandbox.DesiredPaused {
 			if err := m.ensureEgress(sb); err != nil {
 				return m.failed(a, sb, "egress.attach", err)
 			}
@@ -148,7 +157,9 @@ type situation struct {
 // matches the intent. It is a pure function of the situation.
 func decide(s situation) (action, bool) {
 	sb, obs := s.sb, s.obs
-	running := s.found && obs.State == driver.StateRunning
+	paused := s.found && obs.State == driver.StatePaused
+	running := s.found && obs.State == driver.StateRunning || paused // a stop thaws a paused one
+	current := s.found && obs.Generation == sb.Generation
 	stop := func(phase sandbox.Phase) action {
 		return action{kind: sandbox.OpDriverStop, phase: phase, gen: obs.Generation,
 			ref:  driver.Ref{ID: sb.ID, Generation: obs.Generation},
@@ -165,6 +176,21 @@ func decide(s situation) (action, bool) {
 			return stop(sandbox.PhaseStopping), true
 		}
 		return action{}, false
+	case sandbox.DesiredPaused:
+		// a running incarnation is frozen; one that does not run is
+		// started as for running, and frozen at the next step
+		switch {
+		case paused && current:
+			return action{}, false
+		case running && current:
+			return action{kind: sandbox.OpDriverPause, phase: sandbox.PhasePausing, gen: sb.Generation,
+				ref: driver.Ref{ID: sb.ID, Generation: sb.Generation}}, true
+		}
+	case sandbox.DesiredRunning:
+		if paused && current {
+			return action{kind: sandbox.OpDriverResume, phase: sandbox.PhaseStarting, gen: sb.Generation,
+				ref: driver.Ref{ID: sb.ID, Generation: sb.Generation}}, true
+		}
 	}
 	startPhase := sandbox.PhaseStarting
 	if sb.Phase == sandbox.PhaseProvisioning {
@@ -245,8 +271,11 @@ func (m *Manager) callTimeout(act action) time.Duration {
 func (m *Manager) converge(a *actor, sb *sandbox.Sandbox) {
 	a.failures = 0
 	phase := sandbox.PhaseReady
-	if sb.Desired == sandbox.DesiredStopped {
+	switch sb.Desired {
+	case sandbox.DesiredStopped:
 		phase = sandbox.PhaseStopped
+	case sandbox.DesiredPaused:
+		phase = sandbox.PhasePaused
 	}
 	pending := sb.LastRequest != nil && sb.LastRequest.State == sandbox.OpPending
 	if sb.Phase == phase && sb.Reason == "" && !pending {

@@ -152,6 +152,8 @@ func (m *Manager) Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox,
 		switch sb.Desired {
 		case sandbox.DesiredDeleted:
 			return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be started", sb.Name)
+		case sandbox.DesiredPaused:
+			return resume(sb) // the same incarnation, thawed
 		case sandbox.DesiredRunning:
 			if sb.Phase != sandbox.PhaseExited && sb.Phase != sandbox.PhaseError {
 				return errNoChange
@@ -165,6 +167,77 @@ func (m *Manager) Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox,
 		}
 		return nil
 	})
+}
+
+// Pause sets a running sandbox's intent to paused: every process frozen,
+// its memory kept, no CPU used, until Resume (or Start, Stop, Delete). A
+// paused sandbox stays paused across gateway restarts and is never
+// restarted by its restart policy.
+func (m *Manager) Pause(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
+	if _, ok := m.cfg.Driver.(driver.Pauser); !ok {
+		return nil, errdefs.NotImplemented("the %s driver cannot pause sandboxes", m.cfg.Driver.Name())
+	}
+	return m.changeIntent(ctx, nameOrID, sandbox.OpPause, "", func(sb *sandbox.Sandbox) error {
+		switch sb.Desired {
+		case sandbox.DesiredPaused:
+			return errNoChange
+		case sandbox.DesiredDeleted:
+			return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be paused", sb.Name)
+		case sandbox.DesiredStopped:
+			return errdefs.FailedPrecondition("sandbox %q is stopped; only a running sandbox can be paused", sb.Name)
+		}
+		if sb.Phase == sandbox.PhaseExited || sb.Phase == sandbox.PhaseError {
+			return errdefs.FailedPrecondition("sandbox %q is %s; only a running sandbox can be paused", sb.Name, sb.Phase)
+		}
+		sb.Desired = sandbox.DesiredPaused
+		if sb.Phase == sandbox.PhaseReady {
+			sb.Phase = sandbox.PhasePausing
+		}
+		return nil
+	})
+}
+
+// Resume sets a paused sandbox's intent back to running: the same
+// incarnation, thawed.
+func (m *Manager) Resume(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
+	return m.changeIntent(ctx, nameOrID, sandbox.OpResume, "", func(sb *sandbox.Sandbox) error {
+		if sb.Desired != sandbox.DesiredPaused {
+			if sb.Desired == sandbox.DesiredRunning {
+				return errNoChange
+			}
+			return errdefs.FailedPrecondition("sandbox %q is not paused but %s", sb.Name, sb.Desired)
+		}
+		return resume(sb)
+	})
+}
+
+// Awake returns sb as it is, or, when it is paused, resumed and ready:
+// what an exec, a file operation or a connection to one of its ports
+// asks first. A paused sandbox whose policy does not say
+// lifecycle.auto_resume is refused, saying so.
+func (m *Manager) Awake(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+	if sb.Desired != sandbox.DesiredPaused {
+		return sb, nil
+	}
+	if pol, err := policy.Parse(sb.Spec.Policy); err != nil || !pol.Lifecycle.AutoResume {
+		return nil, errdefs.FailedPrecondition("sandbox %q is paused: resume it first (corral sandbox resume %s), or let its policy do it (lifecycle.auto_resume: true)",
+			sb.Name, sb.Name)
+	}
+	resumed, err := m.Resume(ctx, sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	return m.Wait(ctx, sb.ID, GoalRunning, resumed.Revision, nil)
+}
+
+// resume sets a paused record's intent to running, in the same
+// generation.
+func resume(sb *sandbox.Sandbox) error {
+	sb.Desired = sandbox.DesiredRunning
+	if sb.Phase == sandbox.PhasePaused || sb.Phase == sandbox.PhasePausing {
+		sb.Phase = sandbox.PhaseStarting
+	}
+	return nil
 }
 
 // Delete sets a sandbox's intent to deleted, in any phase. It cancels a

@@ -22,10 +22,12 @@ const (
 	GoalStopped Goal = "stopped"
 	// GoalDeleted is the goal of a delete: the record is gone.
 	GoalDeleted Goal = "deleted"
+	// GoalPaused is the goal of a pause.
+	GoalPaused Goal = "paused"
 )
 
 // Goals lists the goals a wait accepts.
-var Goals = []Goal{GoalRunning, GoalStopped, GoalDeleted}
+var Goals = []Goal{GoalRunning, GoalStopped, GoalDeleted, GoalPaused}
 
 // Wait follows sandbox nameOrID until it reaches goal, and returns its
 // record then (nil for GoalDeleted). since is the revision the request
@@ -90,6 +92,8 @@ func goalFunc(goal Goal) (func(sb *sandbox.Sandbox, since int64) (bool, error), 
 		}, nil
 	case GoalStopped:
 		return func(sb *sandbox.Sandbox, since int64) (bool, error) { return inPhase(sb, since, sandbox.PhaseStopped) }, nil
+	case GoalPaused:
+		return func(sb *sandbox.Sandbox, since int64) (bool, error) { return inPhase(sb, since, sandbox.PhasePaused) }, nil
 	case GoalDeleted:
 		return func(sb *sandbox.Sandbox, since int64) (bool, error) {
 			if sb.Phase == sandbox.PhaseError && sb.Revision > since {

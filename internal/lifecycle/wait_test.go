@@ -64,7 +64,7 @@ func TestWaitFailsOnErrorAndBadGoals(t *testing.T) {
 		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "engine on fire") {
 			t.Errorf("Wait running of a sandbox that errs: %v; want failed precondition with its reason", err)
 		}
-		if _, err := h.m.Wait(context.Background(), "doomed", Goal("paused"), 0, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, err := h.m.Wait(context.Background(), "doomed", Goal("asleep"), 0, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("Wait for an unknown goal: %v; want invalid argument", err)
 		}
 	})

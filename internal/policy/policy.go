@@ -36,6 +36,15 @@ type Policy struct {
 	// (also when empty, as in records older than the field) or
 	// IsolationGVisor.
 	Isolation string `json:"isolation,omitempty"`
+	// Lifecycle is what the gateway does with the sandbox by itself.
+	Lifecycle Lifecycle `json:"lifecycle"`
+}
+
+// Lifecycle is what the gateway does with a sandbox by itself.
+type Lifecycle struct {
+	// AutoResume: an exec, a file operation or a connection to one of its
+	// ports resumes a paused sandbox first, instead of being refused.
+	AutoResume bool `json:"auto_resume,omitempty"`
 }
 
 // The isolation tiers.
@@ -264,6 +273,14 @@ func Parse(text string) (Policy, error) {
 		"credentials": func(n *yaml.Node, f string) (err error) {
 			p.Credentials, err = credentials(n, f)
 			return err
+		},
+		"lifecycle": func(n *yaml.Node, f string) error {
+			return walk(n, f, fields{
+				"auto_resume": func(n *yaml.Node, f string) (err error) {
+					p.Lifecycle.AutoResume, err = boolean(n, f)
+					return err
+				},
+			})
 		},
 		"isolation": func(n *yaml.Node, f string) (err error) {
 			p.Isolation, err = oneOf(n, f, IsolationNamespaces, IsolationGVisor)

@@ -16,17 +16,22 @@ const (
 	// OpClaim records that a ready pool member became a caller's sandbox
 	// (renamed and relabelled); it is settled when it is written.
 	OpClaim OpKind = "claim"
+	// OpPause and OpResume freeze every process of a sandbox and thaw them.
+	OpPause  OpKind = "pause"
+	OpResume OpKind = "resume"
 
 	OpDriverCreate OpKind = "driver.create"
 	OpDriverStart  OpKind = "driver.start"
 	OpDriverStop   OpKind = "driver.stop"
 	OpDriverDelete OpKind = "driver.delete"
+	OpDriverPause  OpKind = "driver.pause"
+	OpDriverResume OpKind = "driver.resume"
 )
 
 // IsRequest reports whether the kind is a caller's request, not a driver call.
 func (k OpKind) IsRequest() bool {
 	switch k {
-	case OpCreate, OpStart, OpStop, OpDelete, OpUpdate:
+	case OpCreate, OpStart, OpStop, OpDelete, OpUpdate, OpPause, OpResume:
 		return true
 	}
 	return false

@@ -19,6 +19,8 @@ const (
 	DesiredRunning DesiredState = "running"
 	DesiredStopped DesiredState = "stopped"
 	DesiredDeleted DesiredState = "deleted"
+	// DesiredPaused: every process frozen, its memory kept.
+	DesiredPaused DesiredState = "paused"
 )
 
 // Phase is what the reconciler last observed of a sandbox.
@@ -36,10 +38,15 @@ const (
 	// PhaseExited: the main process ended and the restart policy does not
 	// (or no longer) restart it.
 	PhaseExited Phase = "exited"
+	// PhasePausing and PhasePaused: every process of the sandbox is being
+	// frozen, or is frozen with its memory kept.
+	PhasePausing Phase = "pausing"
+	PhasePaused  Phase = "paused"
 )
 
 // Phases are the phases above, every one a sandbox can be in.
-var Phases = []Phase{PhaseProvisioning, PhaseReady, PhaseStopping, PhaseStopped, PhaseStarting, PhaseDeleting, PhaseError, PhaseExited}
+var Phases = []Phase{PhaseProvisioning, PhaseReady, PhaseStopping, PhaseStopped, PhaseStarting, PhaseDeleting, PhaseError, PhaseExited,
+	PhasePausing, PhasePaused}
 
 // The restart policies, applied by the gateway when a main process exits.
 const (
@@ -132,6 +139,8 @@ func (s *Sandbox) Converged() bool {
 		return s.Phase == PhaseReady || s.Phase == PhaseExited
 	case DesiredStopped:
 		return s.Phase == PhaseStopped
+	case DesiredPaused:
+		return s.Phase == PhasePaused
 	}
 	return false
 }

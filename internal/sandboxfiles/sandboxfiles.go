@@ -38,6 +38,9 @@ const streamBuffer = 256 << 10
 // Records finds sandboxes' records (*lifecycle.Manager does).
 type Records interface {
 	Get(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+	// Awake resumes a paused sandbox whose policy says so, and refuses
+	// one whose policy does not.
+	Awake(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error)
 }
 
 // Files runs file operations on sandboxes.
@@ -66,6 +69,9 @@ func (f *Files) Do(ctx context.Context, nameOrID string, req files.Request, stdi
 		return errdefs.InvalidArgument("path %q: \"..\" is not taken; give the path without it", req.Path)
 	}
 	if err := lifecycle.ValidateCommand(sb.Name, "file operation", files.Argv(req)); err != nil {
+		return err
+	}
+	if sb, err = f.records.Awake(ctx, sb); err != nil {
 		return err
 	}
 	switch sb.Phase {

@@ -39,6 +39,9 @@ func TestAllowedFollowsTheFileLists(t *testing.T) {
 type records struct{ sb *sandbox.Sandbox }
 
 func (r records) Get(context.Context, string) (*sandbox.Sandbox, error) { return r.sb, nil }
+func (r records) Awake(_ context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+	return sb, nil
+}
 
 // A path with ".." is refused before anything runs, for every front end:
 // a path says where it is.

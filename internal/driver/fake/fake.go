@@ -386,7 +386,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 				switch {
 				case o.Generation == spec.Generation:
 					return o, nil // adopt
-				case o.State == driver.StateRunning:
+				case o.State == driver.StateRunning || o.State == driver.StatePaused:
 					return nil, errdefs.FailedPrecondition("fake object for sandbox %s runs generation %d", spec.ID, o.Generation)
 				}
 			}
@@ -410,7 +410,7 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 			if o.Generation != ref.Generation {
 				return nil, errdefs.FailedPrecondition("fake object for sandbox %s is generation %d, not %d", ref.ID, o.Generation, ref.Generation)
 			}
-			if o.State == driver.StateRunning {
+			if o.State == driver.StateRunning || o.State == driver.StatePaused {
 				return o, nil
 			}
 			o.State, o.ExitCode = driver.StateRunning, 0
@@ -428,9 +428,33 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 func (d *Driver) Stop(ctx context.Context, ref driver.Ref, _ driver.StopOptions) error {
 	return d.call(ctx, "stop", ref.ID, "", func() error {
 		return d.update(ref.ID, func(o *object) (*object, error) {
-			if d.mine(o) && o.State == driver.StateRunning {
+			if d.mine(o) && (o.State == driver.StateRunning || o.State == driver.StatePaused) {
 				o.State, o.ExitCode = driver.StateStopped, 137 // as if killed
 			}
+			return o, nil
+		})
+	})
+}
+
+// Pause implements driver.Pauser.
+func (d *Driver) Pause(ctx context.Context, ref driver.Ref) error {
+	return d.freeze(ctx, "pause", ref, driver.StateRunning, driver.StatePaused)
+}
+
+// Resume implements driver.Pauser.
+func (d *Driver) Resume(ctx context.Context, ref driver.Ref) error {
+	return d.freeze(ctx, "resume", ref, driver.StatePaused, driver.StateRunning)
+}
+
+// freeze moves the incarnation ref from state from to state to; one
+// already there stays.
+func (d *Driver) freeze(ctx context.Context, op string, ref driver.Ref, from, to driver.State) error {
+	return d.call(ctx, op, ref.ID, "", func() error {
+		return d.update(ref.ID, func(o *object) (*object, error) {
+			if !d.mine(o) || o.Generation != ref.Generation || (o.State != from && o.State != to) {
+				return nil, errdefs.NotFound("fake sandbox %s generation %d does not run", ref.ID, ref.Generation)
+			}
+			o.State = to
 			return o, nil
 		})
 	})

@@ -18,7 +18,7 @@ const sandboxColumns = `id, tenant, name, request_id, spec, desired_state, phase
 const operationColumns = `id, sandbox_id, kind, state, owner, attempt, generation, started_at, deadline, finished_at, error, detail, actor`
 
 // requestKinds is the SQL list of the request kinds of the journal.
-const requestKinds = `('create','start','stop','delete','update')`
+const requestKinds = `('create','start','stop','delete','update','pause','resume')`
 
 type scanner interface{ Scan(dest ...any) error }
 
