@@ -31,6 +31,8 @@ const (
 	Stopped Goal = "stopped"
 	// Deleted: the record is gone. What Delete waits for.
 	Deleted Goal = "deleted"
+	// Paused: every process frozen. What Pause waits for.
+	Paused Goal = "paused"
 )
 
 // CreateOptions tune Create.
@@ -137,6 +139,26 @@ func (c *Client) Stop(ctx context.Context, name string, detach bool) (*Sandbox, 
 // runs.
 func (c *Client) Start(ctx context.Context, name string, detach bool) (*Sandbox, error) {
 	sb, err := c.StartSandbox(ctx, &corralv1.StartSandboxRequest{Name: name})
+	if err != nil || detach {
+		return sb, c.Explain(err)
+	}
+	return c.Wait(ctx, sb, Running, nil)
+}
+
+// Pause asks a running sandbox to freeze every process, its memory kept,
+// and, unless detach, waits until it is paused.
+func (c *Client) Pause(ctx context.Context, name string, detach bool) (*Sandbox, error) {
+	sb, err := c.PauseSandbox(ctx, &corralv1.PauseSandboxRequest{Name: name})
+	if err != nil || detach {
+		return sb, c.Explain(err)
+	}
+	return c.Wait(ctx, sb, Paused, nil)
+}
+
+// Resume thaws a paused sandbox (the same incarnation) and, unless
+// detach, waits until it runs.
+func (c *Client) Resume(ctx context.Context, name string, detach bool) (*Sandbox, error) {
+	sb, err := c.ResumeSandbox(ctx, &corralv1.ResumeSandboxRequest{Name: name})
 	if err != nil || detach {
 		return sb, c.Explain(err)
 	}

@@ -146,9 +146,9 @@ type Sandbox struct {
 	// spec is what the sandbox was created with (and its current policy).
 	Spec *SandboxSpec `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
 	// phase is the last observed phase: provisioning, ready, stopping, stopped,
-	// starting, deleting, exited or error.
+	// starting, deleting, exited, error, pausing or paused.
 	Phase string `protobuf:"bytes,4,opt,name=phase,proto3" json:"phase,omitempty"`
-	// desired_state is the intent: running, stopped or deleted.
+	// desired_state is the intent: running, stopped, deleted or paused.
 	DesiredState string `protobuf:"bytes,5,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
 	// generation counts incarnations: it grows on every start of a stopped,
 	// exited or failed sandbox and on every restart by the restart policy.
@@ -921,6 +921,98 @@ func (x *StartSandboxRequest) GetName() string {
 	return ""
 }
 
+// PauseSandboxRequest names the sandbox to pause.
+type PauseSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the sandbox's name or id.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseSandboxRequest) Reset() {
+	*x = PauseSandboxRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseSandboxRequest) ProtoMessage() {}
+
+func (x *PauseSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseSandboxRequest.ProtoReflect.Descriptor instead.
+func (*PauseSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PauseSandboxRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ResumeSandboxRequest names the sandbox to resume.
+type ResumeSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the sandbox's name or id.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSandboxRequest) Reset() {
+	*x = ResumeSandboxRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSandboxRequest) ProtoMessage() {}
+
+func (x *ResumeSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ResumeSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ResumeSandboxRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // DeleteSandboxRequest names the sandbox to delete and how.
 type DeleteSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -942,7 +1034,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[10]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1046,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[10]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1059,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteSandboxRequest) GetName() string {
@@ -1011,7 +1103,7 @@ type UpdateSandboxRequest struct {
 
 func (x *UpdateSandboxRequest) Reset() {
 	*x = UpdateSandboxRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[11]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1115,7 @@ func (x *UpdateSandboxRequest) String() string {
 func (*UpdateSandboxRequest) ProtoMessage() {}
 
 func (x *UpdateSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[11]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1128,7 @@ func (x *UpdateSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSandboxRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateSandboxRequest) GetName() string {
@@ -1065,7 +1157,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[12]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1169,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[12]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1182,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteSandboxResponse) GetSandbox() *Sandbox {
@@ -1111,7 +1203,7 @@ type WatchSandboxesRequest struct {
 
 func (x *WatchSandboxesRequest) Reset() {
 	*x = WatchSandboxesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[13]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1215,7 @@ func (x *WatchSandboxesRequest) String() string {
 func (*WatchSandboxesRequest) ProtoMessage() {}
 
 func (x *WatchSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[13]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1228,7 @@ func (x *WatchSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*WatchSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchSandboxesRequest) GetName() string {
@@ -1151,8 +1243,8 @@ type WaitSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the sandbox's name or id.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// goal is "running" (ready, or exited for good: what a create or a
-	// start waits for), "stopped" or "deleted".
+	// goal is "running" (ready, or exited for good: what a create, a start
+	// or a resume waits for), "stopped", "deleted" or "paused".
 	Goal string `protobuf:"bytes,2,opt,name=goal,proto3" json:"goal,omitempty"`
 	// since_revision is the revision the request returned: older records
 	// say nothing about it.
@@ -1163,7 +1255,7 @@ type WaitSandboxRequest struct {
 
 func (x *WaitSandboxRequest) Reset() {
 	*x = WaitSandboxRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1267,7 @@ func (x *WaitSandboxRequest) String() string {
 func (*WaitSandboxRequest) ProtoMessage() {}
 
 func (x *WaitSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[14]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1280,7 @@ func (x *WaitSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitSandboxRequest.ProtoReflect.Descriptor instead.
 func (*WaitSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WaitSandboxRequest) GetName() string {
@@ -1227,7 +1319,7 @@ type SandboxEvent struct {
 
 func (x *SandboxEvent) Reset() {
 	*x = SandboxEvent{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1331,7 @@ func (x *SandboxEvent) String() string {
 func (*SandboxEvent) ProtoMessage() {}
 
 func (x *SandboxEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[15]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1344,7 @@ func (x *SandboxEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxEvent.ProtoReflect.Descriptor instead.
 func (*SandboxEvent) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SandboxEvent) GetType() string {
@@ -1280,7 +1372,7 @@ type ListOperationsRequest struct {
 
 func (x *ListOperationsRequest) Reset() {
 	*x = ListOperationsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1384,7 @@ func (x *ListOperationsRequest) String() string {
 func (*ListOperationsRequest) ProtoMessage() {}
 
 func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[16]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1397,7 @@ func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
 func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListOperationsRequest) GetName() string {
@@ -1326,7 +1418,7 @@ type ListOperationsResponse struct {
 
 func (x *ListOperationsResponse) Reset() {
 	*x = ListOperationsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1430,7 @@ func (x *ListOperationsResponse) String() string {
 func (*ListOperationsResponse) ProtoMessage() {}
 
 func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[17]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1443,7 @@ func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
 func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListOperationsResponse) GetOperations() []*Operation {
@@ -1374,7 +1466,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1478,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[18]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1491,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -1438,7 +1530,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1542,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[19]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1555,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecStart) GetName() string {
@@ -1519,7 +1611,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1623,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[20]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1636,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecRequest) GetMsg() isExecRequest_Msg {
@@ -1641,7 +1733,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1745,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[21]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1758,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1746,7 +1838,7 @@ type SandboxLogsRequest struct {
 
 func (x *SandboxLogsRequest) Reset() {
 	*x = SandboxLogsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1850,7 @@ func (x *SandboxLogsRequest) String() string {
 func (*SandboxLogsRequest) ProtoMessage() {}
 
 func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[22]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1863,7 @@ func (x *SandboxLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxLogsRequest.ProtoReflect.Descriptor instead.
 func (*SandboxLogsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SandboxLogsRequest) GetName() string {
@@ -1809,7 +1901,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1913,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[23]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1926,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LogChunk) GetStdout() []byte {
@@ -1860,7 +1952,7 @@ type DoctorRequest struct {
 
 func (x *DoctorRequest) Reset() {
 	*x = DoctorRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +1964,7 @@ func (x *DoctorRequest) String() string {
 func (*DoctorRequest) ProtoMessage() {}
 
 func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[24]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +1977,7 @@ func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorRequest.ProtoReflect.Descriptor instead.
 func (*DoctorRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 // DoctorFinding is one inconsistency the doctor found.
@@ -1904,7 +1996,7 @@ type DoctorFinding struct {
 
 func (x *DoctorFinding) Reset() {
 	*x = DoctorFinding{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[25]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2008,7 @@ func (x *DoctorFinding) String() string {
 func (*DoctorFinding) ProtoMessage() {}
 
 func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[25]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2021,7 @@ func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorFinding.ProtoReflect.Descriptor instead.
 func (*DoctorFinding) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DoctorFinding) GetSandbox() string {
@@ -1967,7 +2059,7 @@ type DoctorReport struct {
 
 func (x *DoctorReport) Reset() {
 	*x = DoctorReport{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2071,7 @@ func (x *DoctorReport) String() string {
 func (*DoctorReport) ProtoMessage() {}
 
 func (x *DoctorReport) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[26]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2084,7 @@ func (x *DoctorReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorReport.ProtoReflect.Descriptor instead.
 func (*DoctorReport) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DoctorReport) GetFindings() []*DoctorFinding {
@@ -2024,7 +2116,7 @@ type IsolationTier struct {
 
 func (x *IsolationTier) Reset() {
 	*x = IsolationTier{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2128,7 @@ func (x *IsolationTier) String() string {
 func (*IsolationTier) ProtoMessage() {}
 
 func (x *IsolationTier) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[27]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2141,7 @@ func (x *IsolationTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsolationTier.ProtoReflect.Descriptor instead.
 func (*IsolationTier) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *IsolationTier) GetName() string {
@@ -2093,7 +2185,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2197,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[28]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2210,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Image) GetId() string {
@@ -2173,7 +2265,7 @@ type PullImageRequest struct {
 
 func (x *PullImageRequest) Reset() {
 	*x = PullImageRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2277,7 @@ func (x *PullImageRequest) String() string {
 func (*PullImageRequest) ProtoMessage() {}
 
 func (x *PullImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2290,7 @@ func (x *PullImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullImageRequest.ProtoReflect.Descriptor instead.
 func (*PullImageRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PullImageRequest) GetImage() string {
@@ -2237,7 +2329,7 @@ type PullImageProgress struct {
 
 func (x *PullImageProgress) Reset() {
 	*x = PullImageProgress{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2341,7 @@ func (x *PullImageProgress) String() string {
 func (*PullImageProgress) ProtoMessage() {}
 
 func (x *PullImageProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2354,7 @@ func (x *PullImageProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullImageProgress.ProtoReflect.Descriptor instead.
 func (*PullImageProgress) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PullImageProgress) GetLayer() string {
@@ -2309,7 +2401,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2413,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2426,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 // ListImagesResponse is the images of the driver's store.
@@ -2348,7 +2440,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2452,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2465,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -2394,7 +2486,7 @@ type RemoveImageRequest struct {
 
 func (x *RemoveImageRequest) Reset() {
 	*x = RemoveImageRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2498,7 @@ func (x *RemoveImageRequest) String() string {
 func (*RemoveImageRequest) ProtoMessage() {}
 
 func (x *RemoveImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2511,7 @@ func (x *RemoveImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveImageRequest.ProtoReflect.Descriptor instead.
 func (*RemoveImageRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RemoveImageRequest) GetImage() string {
@@ -2438,7 +2530,7 @@ type PruneImagesRequest struct {
 
 func (x *PruneImagesRequest) Reset() {
 	*x = PruneImagesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2542,7 @@ func (x *PruneImagesRequest) String() string {
 func (*PruneImagesRequest) ProtoMessage() {}
 
 func (x *PruneImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2555,7 @@ func (x *PruneImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneImagesRequest.ProtoReflect.Descriptor instead.
 func (*PruneImagesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 // PruneImagesResponse is what a prune removed.
@@ -2479,7 +2571,7 @@ type PruneImagesResponse struct {
 
 func (x *PruneImagesResponse) Reset() {
 	*x = PruneImagesResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +2583,7 @@ func (x *PruneImagesResponse) String() string {
 func (*PruneImagesResponse) ProtoMessage() {}
 
 func (x *PruneImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +2596,7 @@ func (x *PruneImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneImagesResponse.ProtoReflect.Descriptor instead.
 func (*PruneImagesResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PruneImagesResponse) GetRemoved() []*Image {
@@ -2536,7 +2628,7 @@ type SandboxDenialsRequest struct {
 
 func (x *SandboxDenialsRequest) Reset() {
 	*x = SandboxDenialsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2640,7 @@ func (x *SandboxDenialsRequest) String() string {
 func (*SandboxDenialsRequest) ProtoMessage() {}
 
 func (x *SandboxDenialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2653,7 @@ func (x *SandboxDenialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxDenialsRequest.ProtoReflect.Descriptor instead.
 func (*SandboxDenialsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SandboxDenialsRequest) GetName() string {
@@ -2606,7 +2698,7 @@ type Denial struct {
 
 func (x *Denial) Reset() {
 	*x = Denial{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2618,7 +2710,7 @@ func (x *Denial) String() string {
 func (*Denial) ProtoMessage() {}
 
 func (x *Denial) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2631,7 +2723,7 @@ func (x *Denial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Denial.ProtoReflect.Descriptor instead.
 func (*Denial) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Denial) GetTime() *timestamppb.Timestamp {
@@ -2716,7 +2808,7 @@ type PortForwardFrame struct {
 
 func (x *PortForwardFrame) Reset() {
 	*x = PortForwardFrame{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2820,7 @@ func (x *PortForwardFrame) String() string {
 func (*PortForwardFrame) ProtoMessage() {}
 
 func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2833,7 @@ func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortForwardFrame.ProtoReflect.Descriptor instead.
 func (*PortForwardFrame) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PortForwardFrame) GetName() string {
@@ -2788,7 +2880,7 @@ type ExposePortRequest struct {
 
 func (x *ExposePortRequest) Reset() {
 	*x = ExposePortRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +2892,7 @@ func (x *ExposePortRequest) String() string {
 func (*ExposePortRequest) ProtoMessage() {}
 
 func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +2905,7 @@ func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposePortRequest.ProtoReflect.Descriptor instead.
 func (*ExposePortRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ExposePortRequest) GetName() string {
@@ -2858,7 +2950,7 @@ type ExposedPort struct {
 
 func (x *ExposedPort) Reset() {
 	*x = ExposedPort{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +2962,7 @@ func (x *ExposedPort) String() string {
 func (*ExposedPort) ProtoMessage() {}
 
 func (x *ExposedPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +2975,7 @@ func (x *ExposedPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposedPort.ProtoReflect.Descriptor instead.
 func (*ExposedPort) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ExposedPort) GetSandboxId() string {
@@ -2934,7 +3026,7 @@ type UnexposePortRequest struct {
 
 func (x *UnexposePortRequest) Reset() {
 	*x = UnexposePortRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3038,7 @@ func (x *UnexposePortRequest) String() string {
 func (*UnexposePortRequest) ProtoMessage() {}
 
 func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3051,7 @@ func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnexposePortRequest.ProtoReflect.Descriptor instead.
 func (*UnexposePortRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UnexposePortRequest) GetName() string {
@@ -2987,7 +3079,7 @@ type ListExposedPortsRequest struct {
 
 func (x *ListExposedPortsRequest) Reset() {
 	*x = ListExposedPortsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +3091,7 @@ func (x *ListExposedPortsRequest) String() string {
 func (*ListExposedPortsRequest) ProtoMessage() {}
 
 func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +3104,7 @@ func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposedPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListExposedPortsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListExposedPortsRequest) GetName() string {
@@ -3033,7 +3125,7 @@ type ListExposedPortsResponse struct {
 
 func (x *ListExposedPortsResponse) Reset() {
 	*x = ListExposedPortsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3137,7 @@ func (x *ListExposedPortsResponse) String() string {
 func (*ListExposedPortsResponse) ProtoMessage() {}
 
 func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3150,7 @@ func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposedPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListExposedPortsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListExposedPortsResponse) GetPorts() []*ExposedPort {
@@ -3086,7 +3178,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +3190,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +3203,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PoolSpec) GetImage() string {
@@ -3158,7 +3250,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3170,7 +3262,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3183,7 +3275,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Pool) GetName() string {
@@ -3252,7 +3344,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3264,7 +3356,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3277,7 +3369,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -3310,7 +3402,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3414,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3427,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 // ListPoolsResponse is every pool of the gateway.
@@ -3349,7 +3441,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3361,7 +3453,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3374,7 +3466,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -3395,7 +3487,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3407,7 +3499,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3420,7 +3512,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeletePoolRequest) GetName() string {
@@ -3520,6 +3612,10 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x12StopSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\")\n" +
 	"\x13StartSandboxRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\")\n" +
+	"\x13PauseSandboxRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"*\n" +
+	"\x14ResumeSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"y\n" +
 	"\x14DeleteSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -3670,14 +3766,16 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x11ListPoolsResponse\x12%\n" +
 	"\x05pools\x18\x01 \x03(\v2\x0f.corral.v1.PoolR\x05pools\"'\n" +
 	"\x11DeletePoolRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name2\xb1\x0e\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name2\xbb\x0f\n" +
 	"\x0eSandboxService\x12R\n" +
 	"\rCreateSandbox\x12\x1f.corral.v1.CreateSandboxRequest\x1a .corral.v1.CreateSandboxResponse\x12>\n" +
 	"\n" +
 	"GetSandbox\x12\x1c.corral.v1.GetSandboxRequest\x1a\x12.corral.v1.Sandbox\x12R\n" +
 	"\rListSandboxes\x12\x1f.corral.v1.ListSandboxesRequest\x1a .corral.v1.ListSandboxesResponse\x12@\n" +
 	"\vStopSandbox\x12\x1d.corral.v1.StopSandboxRequest\x1a\x12.corral.v1.Sandbox\x12B\n" +
-	"\fStartSandbox\x12\x1e.corral.v1.StartSandboxRequest\x1a\x12.corral.v1.Sandbox\x12R\n" +
+	"\fStartSandbox\x12\x1e.corral.v1.StartSandboxRequest\x1a\x12.corral.v1.Sandbox\x12B\n" +
+	"\fPauseSandbox\x12\x1e.corral.v1.PauseSandboxRequest\x1a\x12.corral.v1.Sandbox\x12D\n" +
+	"\rResumeSandbox\x12\x1f.corral.v1.ResumeSandboxRequest\x1a\x12.corral.v1.Sandbox\x12R\n" +
 	"\rDeleteSandbox\x12\x1f.corral.v1.DeleteSandboxRequest\x1a .corral.v1.DeleteSandboxResponse\x12D\n" +
 	"\rUpdateSandbox\x12\x1f.corral.v1.UpdateSandboxRequest\x1a\x12.corral.v1.Sandbox\x12M\n" +
 	"\x0eWatchSandboxes\x12 .corral.v1.WatchSandboxesRequest\x1a\x17.corral.v1.SandboxEvent0\x01\x12G\n" +
@@ -3715,7 +3813,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),              // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                  // 1: corral.v1.Sandbox
@@ -3727,134 +3825,140 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*ListSandboxesResponse)(nil),    // 7: corral.v1.ListSandboxesResponse
 	(*StopSandboxRequest)(nil),       // 8: corral.v1.StopSandboxRequest
 	(*StartSandboxRequest)(nil),      // 9: corral.v1.StartSandboxRequest
-	(*DeleteSandboxRequest)(nil),     // 10: corral.v1.DeleteSandboxRequest
-	(*UpdateSandboxRequest)(nil),     // 11: corral.v1.UpdateSandboxRequest
-	(*DeleteSandboxResponse)(nil),    // 12: corral.v1.DeleteSandboxResponse
-	(*WatchSandboxesRequest)(nil),    // 13: corral.v1.WatchSandboxesRequest
-	(*WaitSandboxRequest)(nil),       // 14: corral.v1.WaitSandboxRequest
-	(*SandboxEvent)(nil),             // 15: corral.v1.SandboxEvent
-	(*ListOperationsRequest)(nil),    // 16: corral.v1.ListOperationsRequest
-	(*ListOperationsResponse)(nil),   // 17: corral.v1.ListOperationsResponse
-	(*TerminalSize)(nil),             // 18: corral.v1.TerminalSize
-	(*ExecStart)(nil),                // 19: corral.v1.ExecStart
-	(*ExecRequest)(nil),              // 20: corral.v1.ExecRequest
-	(*ExecResponse)(nil),             // 21: corral.v1.ExecResponse
-	(*SandboxLogsRequest)(nil),       // 22: corral.v1.SandboxLogsRequest
-	(*LogChunk)(nil),                 // 23: corral.v1.LogChunk
-	(*DoctorRequest)(nil),            // 24: corral.v1.DoctorRequest
-	(*DoctorFinding)(nil),            // 25: corral.v1.DoctorFinding
-	(*DoctorReport)(nil),             // 26: corral.v1.DoctorReport
-	(*IsolationTier)(nil),            // 27: corral.v1.IsolationTier
-	(*Image)(nil),                    // 28: corral.v1.Image
-	(*PullImageRequest)(nil),         // 29: corral.v1.PullImageRequest
-	(*PullImageProgress)(nil),        // 30: corral.v1.PullImageProgress
-	(*ListImagesRequest)(nil),        // 31: corral.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),       // 32: corral.v1.ListImagesResponse
-	(*RemoveImageRequest)(nil),       // 33: corral.v1.RemoveImageRequest
-	(*PruneImagesRequest)(nil),       // 34: corral.v1.PruneImagesRequest
-	(*PruneImagesResponse)(nil),      // 35: corral.v1.PruneImagesResponse
-	(*SandboxDenialsRequest)(nil),    // 36: corral.v1.SandboxDenialsRequest
-	(*Denial)(nil),                   // 37: corral.v1.Denial
-	(*PortForwardFrame)(nil),         // 38: corral.v1.PortForwardFrame
-	(*ExposePortRequest)(nil),        // 39: corral.v1.ExposePortRequest
-	(*ExposedPort)(nil),              // 40: corral.v1.ExposedPort
-	(*UnexposePortRequest)(nil),      // 41: corral.v1.UnexposePortRequest
-	(*ListExposedPortsRequest)(nil),  // 42: corral.v1.ListExposedPortsRequest
-	(*ListExposedPortsResponse)(nil), // 43: corral.v1.ListExposedPortsResponse
-	(*PoolSpec)(nil),                 // 44: corral.v1.PoolSpec
-	(*Pool)(nil),                     // 45: corral.v1.Pool
-	(*CreatePoolRequest)(nil),        // 46: corral.v1.CreatePoolRequest
-	(*ListPoolsRequest)(nil),         // 47: corral.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),        // 48: corral.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),        // 49: corral.v1.DeletePoolRequest
-	nil,                              // 50: corral.v1.SandboxSpec.LabelsEntry
-	nil,                              // 51: corral.v1.ListSandboxesRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 52: google.protobuf.Timestamp
+	(*PauseSandboxRequest)(nil),      // 10: corral.v1.PauseSandboxRequest
+	(*ResumeSandboxRequest)(nil),     // 11: corral.v1.ResumeSandboxRequest
+	(*DeleteSandboxRequest)(nil),     // 12: corral.v1.DeleteSandboxRequest
+	(*UpdateSandboxRequest)(nil),     // 13: corral.v1.UpdateSandboxRequest
+	(*DeleteSandboxResponse)(nil),    // 14: corral.v1.DeleteSandboxResponse
+	(*WatchSandboxesRequest)(nil),    // 15: corral.v1.WatchSandboxesRequest
+	(*WaitSandboxRequest)(nil),       // 16: corral.v1.WaitSandboxRequest
+	(*SandboxEvent)(nil),             // 17: corral.v1.SandboxEvent
+	(*ListOperationsRequest)(nil),    // 18: corral.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),   // 19: corral.v1.ListOperationsResponse
+	(*TerminalSize)(nil),             // 20: corral.v1.TerminalSize
+	(*ExecStart)(nil),                // 21: corral.v1.ExecStart
+	(*ExecRequest)(nil),              // 22: corral.v1.ExecRequest
+	(*ExecResponse)(nil),             // 23: corral.v1.ExecResponse
+	(*SandboxLogsRequest)(nil),       // 24: corral.v1.SandboxLogsRequest
+	(*LogChunk)(nil),                 // 25: corral.v1.LogChunk
+	(*DoctorRequest)(nil),            // 26: corral.v1.DoctorRequest
+	(*DoctorFinding)(nil),            // 27: corral.v1.DoctorFinding
+	(*DoctorReport)(nil),             // 28: corral.v1.DoctorReport
+	(*IsolationTier)(nil),            // 29: corral.v1.IsolationTier
+	(*Image)(nil),                    // 30: corral.v1.Image
+	(*PullImageRequest)(nil),         // 31: corral.v1.PullImageRequest
+	(*PullImageProgress)(nil),        // 32: corral.v1.PullImageProgress
+	(*ListImagesRequest)(nil),        // 33: corral.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),       // 34: corral.v1.ListImagesResponse
+	(*RemoveImageRequest)(nil),       // 35: corral.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),       // 36: corral.v1.PruneImagesRequest
+	(*PruneImagesResponse)(nil),      // 37: corral.v1.PruneImagesResponse
+	(*SandboxDenialsRequest)(nil),    // 38: corral.v1.SandboxDenialsRequest
+	(*Denial)(nil),                   // 39: corral.v1.Denial
+	(*PortForwardFrame)(nil),         // 40: corral.v1.PortForwardFrame
+	(*ExposePortRequest)(nil),        // 41: corral.v1.ExposePortRequest
+	(*ExposedPort)(nil),              // 42: corral.v1.ExposedPort
+	(*UnexposePortRequest)(nil),      // 43: corral.v1.UnexposePortRequest
+	(*ListExposedPortsRequest)(nil),  // 44: corral.v1.ListExposedPortsRequest
+	(*ListExposedPortsResponse)(nil), // 45: corral.v1.ListExposedPortsResponse
+	(*PoolSpec)(nil),                 // 46: corral.v1.PoolSpec
+	(*Pool)(nil),                     // 47: corral.v1.Pool
+	(*CreatePoolRequest)(nil),        // 48: corral.v1.CreatePoolRequest
+	(*ListPoolsRequest)(nil),         // 49: corral.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),        // 50: corral.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),        // 51: corral.v1.DeletePoolRequest
+	nil,                              // 52: corral.v1.SandboxSpec.LabelsEntry
+	nil,                              // 53: corral.v1.ListSandboxesRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 54: google.protobuf.Timestamp
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	50, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	52, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	52, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	52, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	52, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	54, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	54, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	52, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	52, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	52, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	54, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	54, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	54, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
-	51, // 11: corral.v1.ListSandboxesRequest.labels:type_name -> corral.v1.ListSandboxesRequest.LabelsEntry
+	53, // 11: corral.v1.ListSandboxesRequest.labels:type_name -> corral.v1.ListSandboxesRequest.LabelsEntry
 	1,  // 12: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
 	1,  // 13: corral.v1.DeleteSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 14: corral.v1.SandboxEvent.sandbox:type_name -> corral.v1.Sandbox
 	2,  // 15: corral.v1.ListOperationsResponse.operations:type_name -> corral.v1.Operation
-	18, // 16: corral.v1.ExecStart.size:type_name -> corral.v1.TerminalSize
-	19, // 17: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
-	18, // 18: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
-	25, // 19: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
-	27, // 20: corral.v1.DoctorReport.tiers:type_name -> corral.v1.IsolationTier
-	52, // 21: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
-	28, // 22: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
-	28, // 23: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
-	28, // 24: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
-	52, // 25: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
-	40, // 26: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
-	44, // 27: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
-	52, // 28: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
-	44, // 29: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
-	45, // 30: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
+	20, // 16: corral.v1.ExecStart.size:type_name -> corral.v1.TerminalSize
+	21, // 17: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
+	20, // 18: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
+	27, // 19: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
+	29, // 20: corral.v1.DoctorReport.tiers:type_name -> corral.v1.IsolationTier
+	54, // 21: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
+	30, // 22: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
+	30, // 23: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
+	30, // 24: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
+	54, // 25: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
+	42, // 26: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
+	46, // 27: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
+	54, // 28: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
+	46, // 29: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
+	47, // 30: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
 	3,  // 31: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
 	5,  // 32: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
 	6,  // 33: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
 	8,  // 34: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
 	9,  // 35: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 36: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	11, // 37: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
-	13, // 38: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	14, // 39: corral.v1.SandboxService.WaitSandbox:input_type -> corral.v1.WaitSandboxRequest
-	16, // 40: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	20, // 41: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	22, // 42: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	24, // 43: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	29, // 44: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
-	31, // 45: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
-	33, // 46: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
-	34, // 47: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
-	36, // 48: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
-	38, // 49: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
-	39, // 50: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
-	41, // 51: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
-	42, // 52: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
-	46, // 53: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
-	47, // 54: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
-	49, // 55: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
-	4,  // 56: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 57: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 58: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 59: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 60: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	12, // 61: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	1,  // 62: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
-	15, // 63: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	15, // 64: corral.v1.SandboxService.WaitSandbox:output_type -> corral.v1.SandboxEvent
-	17, // 65: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	21, // 66: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	23, // 67: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	26, // 68: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	30, // 69: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
-	32, // 70: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
-	28, // 71: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
-	35, // 72: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
-	37, // 73: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
-	38, // 74: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
-	40, // 75: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
-	40, // 76: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
-	43, // 77: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
-	45, // 78: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
-	48, // 79: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
-	45, // 80: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
-	56, // [56:81] is the sub-list for method output_type
-	31, // [31:56] is the sub-list for method input_type
+	10, // 36: corral.v1.SandboxService.PauseSandbox:input_type -> corral.v1.PauseSandboxRequest
+	11, // 37: corral.v1.SandboxService.ResumeSandbox:input_type -> corral.v1.ResumeSandboxRequest
+	12, // 38: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	13, // 39: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
+	15, // 40: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	16, // 41: corral.v1.SandboxService.WaitSandbox:input_type -> corral.v1.WaitSandboxRequest
+	18, // 42: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	22, // 43: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	24, // 44: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	26, // 45: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	31, // 46: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
+	33, // 47: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
+	35, // 48: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
+	36, // 49: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
+	38, // 50: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
+	40, // 51: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
+	41, // 52: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
+	43, // 53: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
+	44, // 54: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
+	48, // 55: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
+	49, // 56: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
+	51, // 57: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
+	4,  // 58: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 59: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 60: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 61: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 62: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	1,  // 63: corral.v1.SandboxService.PauseSandbox:output_type -> corral.v1.Sandbox
+	1,  // 64: corral.v1.SandboxService.ResumeSandbox:output_type -> corral.v1.Sandbox
+	14, // 65: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 66: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	17, // 67: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	17, // 68: corral.v1.SandboxService.WaitSandbox:output_type -> corral.v1.SandboxEvent
+	19, // 69: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	23, // 70: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	25, // 71: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	28, // 72: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	32, // 73: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
+	34, // 74: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
+	30, // 75: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
+	37, // 76: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
+	39, // 77: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
+	40, // 78: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
+	42, // 79: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
+	42, // 80: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
+	45, // 81: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
+	47, // 82: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
+	50, // 83: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
+	47, // 84: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
+	58, // [58:85] is the sub-list for method output_type
+	31, // [31:58] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name
@@ -3866,13 +3970,13 @@ func file_corral_v1_sandbox_proto_init() {
 		return
 	}
 	file_corral_v1_sandbox_proto_msgTypes[1].OneofWrappers = []any{}
-	file_corral_v1_sandbox_proto_msgTypes[20].OneofWrappers = []any{
+	file_corral_v1_sandbox_proto_msgTypes[22].OneofWrappers = []any{
 		(*ExecRequest_Start)(nil),
 		(*ExecRequest_Stdin)(nil),
 		(*ExecRequest_CloseStdin)(nil),
 		(*ExecRequest_Resize)(nil),
 	}
-	file_corral_v1_sandbox_proto_msgTypes[21].OneofWrappers = []any{
+	file_corral_v1_sandbox_proto_msgTypes[23].OneofWrappers = []any{
 		(*ExecResponse_Stdout)(nil),
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_ExitCode)(nil),
@@ -3883,7 +3987,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,8 @@ const (
 	SandboxService_ListSandboxes_FullMethodName    = "/corral.v1.SandboxService/ListSandboxes"
 	SandboxService_StopSandbox_FullMethodName      = "/corral.v1.SandboxService/StopSandbox"
 	SandboxService_StartSandbox_FullMethodName     = "/corral.v1.SandboxService/StartSandbox"
+	SandboxService_PauseSandbox_FullMethodName     = "/corral.v1.SandboxService/PauseSandbox"
+	SandboxService_ResumeSandbox_FullMethodName    = "/corral.v1.SandboxService/ResumeSandbox"
 	SandboxService_DeleteSandbox_FullMethodName    = "/corral.v1.SandboxService/DeleteSandbox"
 	SandboxService_UpdateSandbox_FullMethodName    = "/corral.v1.SandboxService/UpdateSandbox"
 	SandboxService_WatchSandboxes_FullMethodName   = "/corral.v1.SandboxService/WatchSandboxes"
@@ -74,6 +76,18 @@ type SandboxServiceClient interface {
 	// /sandbox kept. Starting a sandbox that is being deleted is
 	// FAILED_PRECONDITION.
 	StartSandbox(ctx context.Context, in *StartSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
+	// PauseSandbox sets a running sandbox's intent to paused: every process
+	// frozen, its memory kept, no CPU used (phase pausing, then paused). A
+	// paused sandbox stays paused across gateway restarts and is never
+	// restarted by its restart policy; stop, start (thawing the same
+	// incarnation), resume and delete work on it. An exec, a file operation
+	// or a port on it is FAILED_PRECONDITION unless its policy says
+	// lifecycle.auto_resume, which resumes it first. A driver that cannot
+	// pause is UNIMPLEMENTED.
+	PauseSandbox(ctx context.Context, in *PauseSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
+	// ResumeSandbox sets a paused sandbox's intent back to running: the same
+	// incarnation, thawed. Resuming a running one changes nothing.
+	ResumeSandbox(ctx context.Context, in *ResumeSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
 	// DeleteSandbox sets a sandbox's intent to deleted, in any phase, and
 	// cancels a driver call in flight for it; the record goes once the driver
 	// has removed its compute.
@@ -204,6 +218,26 @@ func (c *sandboxServiceClient) StartSandbox(ctx context.Context, in *StartSandbo
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Sandbox)
 	err := c.cc.Invoke(ctx, SandboxService_StartSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) PauseSandbox(ctx context.Context, in *PauseSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Sandbox)
+	err := c.cc.Invoke(ctx, SandboxService_PauseSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ResumeSandbox(ctx context.Context, in *ResumeSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Sandbox)
+	err := c.cc.Invoke(ctx, SandboxService_ResumeSandbox_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -489,6 +523,18 @@ type SandboxServiceServer interface {
 	// /sandbox kept. Starting a sandbox that is being deleted is
 	// FAILED_PRECONDITION.
 	StartSandbox(context.Context, *StartSandboxRequest) (*Sandbox, error)
+	// PauseSandbox sets a running sandbox's intent to paused: every process
+	// frozen, its memory kept, no CPU used (phase pausing, then paused). A
+	// paused sandbox stays paused across gateway restarts and is never
+	// restarted by its restart policy; stop, start (thawing the same
+	// incarnation), resume and delete work on it. An exec, a file operation
+	// or a port on it is FAILED_PRECONDITION unless its policy says
+	// lifecycle.auto_resume, which resumes it first. A driver that cannot
+	// pause is UNIMPLEMENTED.
+	PauseSandbox(context.Context, *PauseSandboxRequest) (*Sandbox, error)
+	// ResumeSandbox sets a paused sandbox's intent back to running: the same
+	// incarnation, thawed. Resuming a running one changes nothing.
+	ResumeSandbox(context.Context, *ResumeSandboxRequest) (*Sandbox, error)
 	// DeleteSandbox sets a sandbox's intent to deleted, in any phase, and
 	// cancels a driver call in flight for it; the record goes once the driver
 	// has removed its compute.
@@ -589,6 +635,12 @@ func (UnimplementedSandboxServiceServer) StopSandbox(context.Context, *StopSandb
 }
 func (UnimplementedSandboxServiceServer) StartSandbox(context.Context, *StartSandboxRequest) (*Sandbox, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) PauseSandbox(context.Context, *PauseSandboxRequest) (*Sandbox, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) ResumeSandbox(context.Context, *ResumeSandboxRequest) (*Sandbox, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeSandbox not implemented")
 }
 func (UnimplementedSandboxServiceServer) DeleteSandbox(context.Context, *DeleteSandboxRequest) (*DeleteSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSandbox not implemented")
@@ -757,6 +809,42 @@ func _SandboxService_StartSandbox_Handler(srv interface{}, ctx context.Context, 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SandboxServiceServer).StartSandbox(ctx, req.(*StartSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_PauseSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).PauseSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_PauseSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).PauseSandbox(ctx, req.(*PauseSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ResumeSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ResumeSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ResumeSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ResumeSandbox(ctx, req.(*ResumeSandboxRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1090,6 +1178,14 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartSandbox",
 			Handler:    _SandboxService_StartSandbox_Handler,
+		},
+		{
+			MethodName: "PauseSandbox",
+			Handler:    _SandboxService_PauseSandbox_Handler,
+		},
+		{
+			MethodName: "ResumeSandbox",
+			Handler:    _SandboxService_ResumeSandbox_Handler,
 		},
 		{
 			MethodName: "DeleteSandbox",

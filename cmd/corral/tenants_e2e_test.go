@@ -119,6 +119,8 @@ var rpcs = map[string]rpcCase{
 		}},
 	"StopSandbox":   {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.StopSandboxRequest{Name: tg.sandbox} }},
 	"StartSandbox":  {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.StartSandboxRequest{Name: tg.sandbox} }},
+	"PauseSandbox":  {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.PauseSandboxRequest{Name: tg.sandbox} }},
+	"ResumeSandbox": {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.ResumeSandboxRequest{Name: tg.sandbox} }},
 	"DeleteSandbox": {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.DeleteSandboxRequest{Name: tg.sandbox} }},
 	"UpdateSandbox": {addresses: true, req: func(tg target, _ int) proto.Message {
 		return &corralv1.UpdateSandboxRequest{Name: tg.sandbox, Policy: "limits:\n  pids: 100\n"}

@@ -21,6 +21,8 @@ var rules = map[string]caller.Role{
 	"/corral.v1.SandboxService/ListSandboxes":    caller.Viewer,
 	"/corral.v1.SandboxService/StopSandbox":      caller.Member,
 	"/corral.v1.SandboxService/StartSandbox":     caller.Member,
+	"/corral.v1.SandboxService/PauseSandbox":     caller.Member,
+	"/corral.v1.SandboxService/ResumeSandbox":    caller.Member,
 	"/corral.v1.SandboxService/DeleteSandbox":    caller.Member,
 	"/corral.v1.SandboxService/UpdateSandbox":    caller.Member,
 	"/corral.v1.SandboxService/WatchSandboxes":   caller.Viewer,

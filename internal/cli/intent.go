@@ -116,6 +116,32 @@ func newStartCmd(g *globals) *cobra.Command {
 	})
 }
 
+func newPauseCmd(g *globals) *cobra.Command {
+	return newIntentCmd(g, intentCmd{
+		use: "pause NAME...", short: "Freeze every process of running sandboxes, memory kept, and wait until they are paused",
+		long: `Freeze every process of running sandboxes: their memory is kept and they
+use no CPU. A paused sandbox stays paused across gateway restarts and is never
+restarted by its restart policy; resume (or start) thaws the same incarnation,
+stop and delete work on it. An exec, a file operation or a port of a paused
+sandbox is refused, unless its policy says lifecycle.auto_resume: true, which
+resumes it first.`,
+		call: func(ctx context.Context, c *corral.Client, name string, _ intentFlags) (*corralv1.Sandbox, error) {
+			return c.PauseSandbox(ctx, &corralv1.PauseSandboxRequest{Name: name})
+		},
+		wait: corral.Paused,
+	})
+}
+
+func newResumeCmd(g *globals) *cobra.Command {
+	return newIntentCmd(g, intentCmd{
+		use: "resume NAME...", short: "Thaw paused sandboxes and wait until they are ready",
+		call: func(ctx context.Context, c *corral.Client, name string, _ intentFlags) (*corralv1.Sandbox, error) {
+			return c.ResumeSandbox(ctx, &corralv1.ResumeSandboxRequest{Name: name})
+		},
+		wait: corral.Running,
+	})
+}
+
 func newDeleteCmd(g *globals) *cobra.Command {
 	return newIntentCmd(g, intentCmd{
 		use: "delete NAME... | --all", short: "Delete sandboxes, in any phase, and wait until they are gone",

@@ -89,7 +89,7 @@ func newSandboxCmd(g *globals) *cobra.Command {
 		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(
-		newCreateCmd(g), newGetCmd(g), newListCmd(g), newStopCmd(g), newStartCmd(g),
+		newCreateCmd(g), newGetCmd(g), newListCmd(g), newStopCmd(g), newStartCmd(g), newPauseCmd(g), newResumeCmd(g),
 		newDeleteCmd(g), newHistoryCmd(g), newWatchCmd(g), newExecCmd(g), newLogsCmd(g), newUpdateCmd(g), newCpCmd(g),
 		newSandboxPolicyCmd(g), newDenialsCmd(g),
 		newPortForwardCmd(g), newExposeCmd(g), newUnexposeCmd(g), newPortsCmd(g),

@@ -34,6 +34,8 @@ type Lifecycle interface {
 	Operations(ctx context.Context, nameOrID string) ([]*sandbox.Operation, error)
 	Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+	Pause(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+	Resume(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	Delete(ctx context.Context, nameOrID string, force bool) (*sandbox.Sandbox, error)
 	AssumeGone(ctx context.Context, nameOrID string, force bool, why string) (*sandbox.Sandbox, error)
 	UpdatePolicy(ctx context.Context, nameOrID, text string) (*sandbox.Sandbox, error)
@@ -190,6 +192,22 @@ func (s *service) StopSandbox(ctx context.Context, req *corralv1.StopSandboxRequ
 
 func (s *service) StartSandbox(ctx context.Context, req *corralv1.StartSandboxRequest) (*corralv1.Sandbox, error) {
 	sb, err := s.m.Start(ctx, req.GetName())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return toProto(sb), nil
+}
+
+func (s *service) PauseSandbox(ctx context.Context, req *corralv1.PauseSandboxRequest) (*corralv1.Sandbox, error) {
+	sb, err := s.m.Pause(ctx, req.GetName())
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return toProto(sb), nil
+}
+
+func (s *service) ResumeSandbox(ctx context.Context, req *corralv1.ResumeSandboxRequest) (*corralv1.Sandbox, error) {
+	sb, err := s.m.Resume(ctx, req.GetName())
 	if err != nil {
 		return nil, toGRPC(err)
 	}
