@@ -257,9 +257,12 @@ func (p Procs) Close() {
 }
 
 // Kill sends SIGKILL to every process in group name and the groups under
-// it.
+// it, thawing them first (a frozen process dies only once thawed).
 func Kill(name string) error {
 	var errs []error
+	if err := Freeze(name, false); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
 	for _, dir := range dirs(name) {
 		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || !d.IsDir() {
@@ -285,10 +288,16 @@ func Kill(name string) error {
 	return errors.Join(errs...)
 }
 
-// Remove removes group name and the groups under it from every hierarchy;
-// a missing group is no error. It fails while processes are still in it.
+// Remove removes group name and the groups under it from every hierarchy
+// (the v1 freezer's too); a missing group is no error. It fails while
+// processes are still in it.
 func Remove(name string) error {
 	var errs []error
+	if !Unified() {
+		if err := os.Remove(freezerDir(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("cgroup: remove %s: %w", freezerDir(name), err))
+		}
+	}
 	for _, dir := range dirs(name) {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {

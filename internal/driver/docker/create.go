@@ -35,7 +35,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		switch {
 		case generation(c.Labels) == spec.Generation:
 			return nil // adopt
-		case stateOf(c.State) == driver.StateRunning:
+		case running(c.State):
 			return errdefs.FailedPrecondition("container %s of sandbox %s still runs generation %d", c.Names[0], spec.ID, generation(c.Labels))
 		}
 		if err := d.remove(ctx, c); err != nil { // a stopped, older incarnation
@@ -297,7 +297,7 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	}
 	dir := d.readyDir(ref.ID, ref.Generation)
 	switch stateOf(c.State) {
-	case driver.StateRunning:
+	case driver.StateRunning, driver.StatePaused:
 		d.ran(ref.ID, ref.Generation)
 		return d.attachEgress(ctx, ref, c.ID) // a start whose answer was lost may not have
 	case driver.StateStopped: // a restart of the same incarnation

@@ -206,8 +206,16 @@ func stateOf(s container.ContainerState) driver.State {
 		return driver.StateCreated
 	case container.StateExited, container.StateDead:
 		return driver.StateStopped
+	case container.StatePaused:
+		return driver.StatePaused
 	}
-	return driver.StateRunning // running, paused, restarting, removing
+	return driver.StateRunning // running, restarting, removing
+}
+
+// running is whether a container's processes exist, frozen or not.
+func running(s container.ContainerState) bool {
+	st := stateOf(s)
+	return st == driver.StateRunning || st == driver.StatePaused
 }
 
 // Inspect implements driver.Driver.
@@ -221,7 +229,7 @@ func (d *Driver) Inspect(ctx context.Context, id string) (driver.Object, error) 
 	}
 	c := list[0]
 	obj := driver.Object{ID: id, Generation: generation(c.Labels), State: stateOf(c.State), Labels: c.Labels, Message: c.Status}
-	if obj.State == driver.StateRunning {
+	if running(c.State) {
 		obj.Protections = d.protections(ctx, d.readyDir(id, obj.Generation), c.Labels[labelIsolation] == policy.IsolationGVisor)
 	}
 	if obj.State == driver.StateStopped {
@@ -288,8 +296,14 @@ func (d *Driver) Stop(ctx context.Context, ref driver.Ref, opts driver.StopOptio
 		return err
 	}
 	for _, c := range list {
-		if stateOf(c.State) != driver.StateRunning {
+		if !running(c.State) {
 			continue
+		}
+		if stateOf(c.State) == driver.StatePaused {
+			// the engine refuses to stop a paused container
+			if _, err := d.api.ContainerUnpause(ctx, c.ID, client.ContainerUnpauseOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+				return d.wrap(err, "unpause container "+c.Names[0])
+			}
 		}
 		if opts.Force {
 			_, err = d.api.ContainerKill(ctx, c.ID, client.ContainerKillOptions{Signal: "SIGKILL"})

@@ -335,6 +335,11 @@ func (d *Driver) observe(o *object) (driver.Object, error) {
 	}
 	if live {
 		obj.State = driver.StateRunning
+		if frozen, err := cgroups.Frozen(cgroup(o.ID)); err != nil {
+			return obj, err
+		} else if frozen {
+			obj.State = driver.StatePaused
+		}
 		if data, err := os.ReadFile(b.Path(supervisor.ProtectionsFile)); err == nil {
 			obj.Protections = string(data)
 		}

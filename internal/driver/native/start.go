@@ -356,6 +356,10 @@ func (d *Driver) stopIncarnation(ctx context.Context, id string, gen int64, opts
 	if err != nil || !live {
 		return err
 	}
+	// a paused incarnation is thawed: its processes then take the stop
+	if err := cgroups.Freeze(cgroup(id), false); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	deadline := time.Now().Add(opts.Timeout + killGrace)
 	if opts.Force {
 		deadline = time.Now().Add(killGrace)

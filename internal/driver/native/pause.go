@@ -1,0 +1,41 @@
+package native
+
+import (
+	"context"
+
+	"github.com/corral-sandbox/corral/internal/cgroups"
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+)
+
+// Pause implements driver.Pauser: the cgroup freezer freezes every process
+// of the sandbox's cgroup (its main process and execs; the supervisor
+// stays awake to answer a stop).
+func (d *Driver) Pause(ctx context.Context, ref driver.Ref) error {
+	return d.freeze(ctx, ref, true)
+}
+
+// Resume implements driver.Pauser.
+func (d *Driver) Resume(ctx context.Context, ref driver.Ref) error {
+	return d.freeze(ctx, ref, false)
+}
+
+func (d *Driver) freeze(ctx context.Context, ref driver.Ref, frozen bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer d.lock(ref.ID)()
+	o, err := d.load(ref.ID)
+	if err != nil {
+		return err
+	}
+	if o.Generation != ref.Generation {
+		return errdefs.NotFound("sandbox %s generation %d does not run (generation %d does)", ref.ID, ref.Generation, o.Generation)
+	}
+	if live, err := alive(d.bundle(ref.ID, ref.Generation)); err != nil {
+		return err
+	} else if !live {
+		return errdefs.NotFound("sandbox %s generation %d does not run", ref.ID, ref.Generation)
+	}
+	return cgroups.Freeze(cgroup(ref.ID), frozen)
+}
