@@ -44,6 +44,49 @@ func (s *suite) optionalCases() []struct {
 		{"Workdir", s.testWorkdir},
 		{"Leftovers", s.testLeftovers},
 		{"Tiers", s.testTiers},
+		{"Pause", s.testPause},
+	}
+}
+
+// testPause: a paused incarnation is StatePaused, stays so when paused
+// again, resumes as the same incarnation, and stops and deletes from
+// paused; an exec while paused does not run; a missing one is not found.
+func (s *suite) testPause(t *testing.T) {
+	d := s.driver(t)
+	p := capability[driver.Pauser](t, d, "cannot pause")
+	spec := d.running(d.spec(1))
+	ref := driver.Ref{ID: spec.ID, Generation: 1}
+	for range 2 {
+		if err := p.Pause(ctx(t), ref); err != nil {
+			t.Fatalf("pause: %v", err)
+		}
+		d.expect(d.inspect(spec.ID), driver.StatePaused, 1)
+	}
+	if err := p.Resume(ctx(t), ref); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	d.expect(d.inspect(spec.ID), driver.StateRunning, 1)
+	if ex, ok := d.Driver.(driver.Execer); ok {
+		if code, err := ex.Exec(ctx(t), spec.ID, driver.ExecOptions{Command: []string{"true"}, Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}); err != nil || code != 0 {
+			t.Errorf("exec after resume: %d, %v", code, err)
+		}
+	}
+	if err := p.Pause(ctx(t), ref); err != nil {
+		t.Fatal(err)
+	}
+	d.stop(spec.ID, 1)
+	d.expect(d.inspect(spec.ID), driver.StateStopped, 1)
+	d.start(spec.ID, 1)
+	if err := p.Pause(ctx(t), ref); err != nil {
+		t.Fatal(err)
+	}
+	d.delete(spec.ID)
+	d.inspectMissing(spec.ID)
+	if err := p.Pause(ctx(t), ref); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("pause of a deleted sandbox: %v; want not found", err)
+	}
+	if err := p.Pause(ctx(t), driver.Ref{ID: sandbox.NewID(), Generation: 1}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("pause of a sandbox that never was: %v; want not found", err)
 	}
 }
 
