@@ -59,7 +59,7 @@ func (b *fakeBackend) args() []string { return []string{"--driver", "fake"} }
 
 func (b *fakeBackend) faults(rng *rand.Rand) {
 	var rules []faults.Rule
-	ops := []string{"create", "start", "stop", "delete", "inspect"}
+	ops := []string{"create", "start", "stop", "delete", "inspect", "pause", "resume"}
 	for range rng.IntN(3) {
 		rule := faults.Rule{Op: ops[rng.IntN(len(ops))], After: rng.IntN(3) == 0}
 		switch rng.IntN(3) {

@@ -322,7 +322,7 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var err error
-	switch op := rng.IntN(10); {
+	switch op := rng.IntN(12); {
 	case op < 3:
 		r.mu.Lock()
 		sent := r.deletesOf(name).sent
@@ -345,6 +345,13 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 		_, err = c.StopSandbox(ctx, &corralv1.StopSandboxRequest{Name: name})
 	case op < 8:
 		_, err = c.StartSandbox(ctx, &corralv1.StartSandboxRequest{Name: name})
+	case op < 10:
+		_, err = c.PauseSandbox(ctx, &corralv1.PauseSandboxRequest{Name: name})
+		if status.Code(err) == codes.Unimplemented { // a backend whose driver cannot pause
+			err = nil
+		}
+	case op < 11:
+		_, err = c.ResumeSandbox(ctx, &corralv1.ResumeSandboxRequest{Name: name})
 	default:
 		r.mu.Lock()
 		r.deleteAsked[name] = true
@@ -363,8 +370,9 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 	switch status.Code(err) {
 	case codes.OK, codes.NotFound, codes.AlreadyExists, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 	case codes.FailedPrecondition:
-		// only "being deleted" and request-id reuse are legitimate refusals
-		if s := status.Convert(err).Message(); !containsAny(s, "being deleted", "request id") {
+		// only "being deleted", request-id reuse, a pause of what does not
+		// run and a resume of what is not paused are legitimate refusals
+		if s := status.Convert(err).Message(); !containsAny(s, "being deleted", "request id", "only a running sandbox can be paused", "is not paused") {
 			r.fail(refusal(err, "request refused: %v", err))
 		}
 	default:
@@ -573,8 +581,14 @@ func (r *run) check() []violation {
 	}
 	for _, sb := range list {
 		o, ok := objs[sb.Id]
-		running := ok && o.State == driver.StateRunning
+		running := ok && (o.State == driver.StateRunning || o.State == driver.StatePaused)
 		switch {
+		case sb.Phase == "ready" && ok && o.State == driver.StatePaused && o.Generation == sb.Generation:
+			if err := testenv.Until(5*time.Second, func() error { return r.stillReady(c, sb.Name) }); err != nil {
+				v = append(v, violated(driverDisagrees, "sandbox %s is believed running but its compute is paused", sb.Name))
+			}
+		case sb.DesiredState == "paused" && sb.Phase == "paused" && (!ok || o.State != driver.StatePaused || o.Generation != sb.Generation):
+			v = append(v, violated(driverDisagrees, "sandbox %s is paused but its compute is %+v (found %v)", sb.Name, o, ok))
 		case sb.DesiredState == "running" && sb.Phase == "ready" && (!running || o.Generation != sb.Generation):
 			// An exit the driver reports may take the gateway a moment
 			// (Docker's die event, looked at again 200 ms later): it must
@@ -672,7 +686,8 @@ func unconverged(list []*corralv1.Sandbox) []string {
 	var out []string
 	for _, sb := range list {
 		ok := (sb.DesiredState == "running" && (sb.Phase == "ready" || sb.Phase == "exited")) ||
-			(sb.DesiredState == "stopped" && sb.Phase == "stopped")
+			(sb.DesiredState == "stopped" && sb.Phase == "stopped") ||
+			(sb.DesiredState == "paused" && (sb.Phase == "paused" || sb.Phase == "exited"))
 		if !ok {
 			out = append(out, fmt.Sprintf("%s:%s/%s(%s)", sb.Name, sb.DesiredState, sb.Phase, sb.Reason))
 		}
