@@ -42,6 +42,16 @@ class SandboxServiceStub(object):
                 request_serializer=corral_dot_v1_dot_sandbox__pb2.StartSandboxRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
                 )
+        self.PauseSandbox = channel.unary_unary(
+                '/corral.v1.SandboxService/PauseSandbox',
+                request_serializer=corral_dot_v1_dot_sandbox__pb2.PauseSandboxRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
+                )
+        self.ResumeSandbox = channel.unary_unary(
+                '/corral.v1.SandboxService/ResumeSandbox',
+                request_serializer=corral_dot_v1_dot_sandbox__pb2.ResumeSandboxRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
+                )
         self.DeleteSandbox = channel.unary_unary(
                 '/corral.v1.SandboxService/DeleteSandbox',
                 request_serializer=corral_dot_v1_dot_sandbox__pb2.DeleteSandboxRequest.SerializeToString,
@@ -190,6 +200,28 @@ class SandboxServiceServicer(object):
         failed sandbox starts as a new incarnation (generation + 1) with its
         /sandbox kept. Starting a sandbox that is being deleted is
         FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSandbox(self, request, context):
+        """PauseSandbox sets a running sandbox's intent to paused: every process
+        frozen, its memory kept, no CPU used (phase pausing, then paused). A
+        paused sandbox stays paused across gateway restarts and is never
+        restarted by its restart policy; stop, start (thawing the same
+        incarnation), resume and delete work on it. An exec, a file operation
+        or a port on it is FAILED_PRECONDITION unless its policy says
+        lifecycle.auto_resume, which resumes it first. A driver that cannot
+        pause is UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSandbox(self, request, context):
+        """ResumeSandbox sets a paused sandbox's intent back to running: the same
+        incarnation, thawed. Resuming a running one changes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -399,6 +431,16 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     request_deserializer=corral_dot_v1_dot_sandbox__pb2.StartSandboxRequest.FromString,
                     response_serializer=corral_dot_v1_dot_sandbox__pb2.Sandbox.SerializeToString,
             ),
+            'PauseSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSandbox,
+                    request_deserializer=corral_dot_v1_dot_sandbox__pb2.PauseSandboxRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_sandbox__pb2.Sandbox.SerializeToString,
+            ),
+            'ResumeSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSandbox,
+                    request_deserializer=corral_dot_v1_dot_sandbox__pb2.ResumeSandboxRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_sandbox__pb2.Sandbox.SerializeToString,
+            ),
             'DeleteSandbox': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteSandbox,
                     request_deserializer=corral_dot_v1_dot_sandbox__pb2.DeleteSandboxRequest.FromString,
@@ -593,6 +635,40 @@ class SandboxService(object):
             metadata=None):
         return grpc.experimental.unary_unary(request, target, '/corral.v1.SandboxService/StartSandbox',
             corral_dot_v1_dot_sandbox__pb2.StartSandboxRequest.SerializeToString,
+            corral_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PauseSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/corral.v1.SandboxService/PauseSandbox',
+            corral_dot_v1_dot_sandbox__pb2.PauseSandboxRequest.SerializeToString,
+            corral_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ResumeSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/corral.v1.SandboxService/ResumeSandbox',
+            corral_dot_v1_dot_sandbox__pb2.ResumeSandboxRequest.SerializeToString,
             corral_dot_v1_dot_sandbox__pb2.Sandbox.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -93,10 +93,10 @@ export interface Sandbox {
     | undefined;
   /**
    * phase is the last observed phase: provisioning, ready, stopping, stopped,
-   * starting, deleting, exited or error.
+   * starting, deleting, exited, error, pausing or paused.
    */
   phase: string;
-  /** desired_state is the intent: running, stopped or deleted. */
+  /** desired_state is the intent: running, stopped, deleted or paused. */
   desiredState: string;
   /**
    * generation counts incarnations: it grows on every start of a stopped,
@@ -307,6 +307,18 @@ export interface StartSandboxRequest {
   name: string;
 }
 
+/** PauseSandboxRequest names the sandbox to pause. */
+export interface PauseSandboxRequest {
+  /** name is the sandbox's name or id. */
+  name: string;
+}
+
+/** ResumeSandboxRequest names the sandbox to resume. */
+export interface ResumeSandboxRequest {
+  /** name is the sandbox's name or id. */
+  name: string;
+}
+
 /** DeleteSandboxRequest names the sandbox to delete and how. */
 export interface DeleteSandboxRequest {
   /** name is the sandbox's name or id. */
@@ -355,8 +367,8 @@ export interface WaitSandboxRequest {
   /** name is the sandbox's name or id. */
   name: string;
   /**
-   * goal is "running" (ready, or exited for good: what a create or a
-   * start waits for), "stopped" or "deleted".
+   * goal is "running" (ready, or exited for good: what a create, a start
+   * or a resume waits for), "stopped", "deleted" or "paused".
    */
   goal: string;
   /**
@@ -2516,6 +2528,140 @@ export const StartSandboxRequest: MessageFns<StartSandboxRequest> = {
   },
   fromPartial<I extends Exact<DeepPartial<StartSandboxRequest>, I>>(object: I): StartSandboxRequest {
     const message = createBaseStartSandboxRequest();
+    message.name = object.name ?? "";
+    return message;
+  },
+};
+
+function createBasePauseSandboxRequest(): PauseSandboxRequest {
+  return { name: "" };
+}
+
+export const PauseSandboxRequest: MessageFns<PauseSandboxRequest> = {
+  encode(message: PauseSandboxRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PauseSandboxRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePauseSandboxRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PauseSandboxRequest {
+    return { name: isSet(object.name) ? globalThis.String(object.name) : "" };
+  },
+
+  toJSON(message: PauseSandboxRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PauseSandboxRequest>, I>>(base?: I): PauseSandboxRequest {
+    return PauseSandboxRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PauseSandboxRequest>, I>>(object: I): PauseSandboxRequest {
+    const message = createBasePauseSandboxRequest();
+    message.name = object.name ?? "";
+    return message;
+  },
+};
+
+function createBaseResumeSandboxRequest(): ResumeSandboxRequest {
+  return { name: "" };
+}
+
+export const ResumeSandboxRequest: MessageFns<ResumeSandboxRequest> = {
+  encode(message: ResumeSandboxRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResumeSandboxRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResumeSandboxRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResumeSandboxRequest {
+    return { name: isSet(object.name) ? globalThis.String(object.name) : "" };
+  },
+
+  toJSON(message: ResumeSandboxRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ResumeSandboxRequest>, I>>(base?: I): ResumeSandboxRequest {
+    return ResumeSandboxRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ResumeSandboxRequest>, I>>(object: I): ResumeSandboxRequest {
+    const message = createBaseResumeSandboxRequest();
     message.name = object.name ?? "";
     return message;
   },
@@ -6355,6 +6501,38 @@ export const SandboxServiceService = {
     responseDeserialize: (value: Buffer): Sandbox => Sandbox.decode(value),
   },
   /**
+   * PauseSandbox sets a running sandbox's intent to paused: every process
+   * frozen, its memory kept, no CPU used (phase pausing, then paused). A
+   * paused sandbox stays paused across gateway restarts and is never
+   * restarted by its restart policy; stop, start (thawing the same
+   * incarnation), resume and delete work on it. An exec, a file operation
+   * or a port on it is FAILED_PRECONDITION unless its policy says
+   * lifecycle.auto_resume, which resumes it first. A driver that cannot
+   * pause is UNIMPLEMENTED.
+   */
+  pauseSandbox: {
+    path: "/corral.v1.SandboxService/PauseSandbox" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: PauseSandboxRequest): Buffer => Buffer.from(PauseSandboxRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): PauseSandboxRequest => PauseSandboxRequest.decode(value),
+    responseSerialize: (value: Sandbox): Buffer => Buffer.from(Sandbox.encode(value).finish()),
+    responseDeserialize: (value: Buffer): Sandbox => Sandbox.decode(value),
+  },
+  /**
+   * ResumeSandbox sets a paused sandbox's intent back to running: the same
+   * incarnation, thawed. Resuming a running one changes nothing.
+   */
+  resumeSandbox: {
+    path: "/corral.v1.SandboxService/ResumeSandbox" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ResumeSandboxRequest): Buffer => Buffer.from(ResumeSandboxRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ResumeSandboxRequest => ResumeSandboxRequest.decode(value),
+    responseSerialize: (value: Sandbox): Buffer => Buffer.from(Sandbox.encode(value).finish()),
+    responseDeserialize: (value: Buffer): Sandbox => Sandbox.decode(value),
+  },
+  /**
    * DeleteSandbox sets a sandbox's intent to deleted, in any phase, and
    * cancels a driver call in flight for it; the record goes once the driver
    * has removed its compute.
@@ -6659,6 +6837,22 @@ export interface SandboxServiceServer extends UntypedServiceImplementation {
    */
   startSandbox: handleUnaryCall<StartSandboxRequest, Sandbox>;
   /**
+   * PauseSandbox sets a running sandbox's intent to paused: every process
+   * frozen, its memory kept, no CPU used (phase pausing, then paused). A
+   * paused sandbox stays paused across gateway restarts and is never
+   * restarted by its restart policy; stop, start (thawing the same
+   * incarnation), resume and delete work on it. An exec, a file operation
+   * or a port on it is FAILED_PRECONDITION unless its policy says
+   * lifecycle.auto_resume, which resumes it first. A driver that cannot
+   * pause is UNIMPLEMENTED.
+   */
+  pauseSandbox: handleUnaryCall<PauseSandboxRequest, Sandbox>;
+  /**
+   * ResumeSandbox sets a paused sandbox's intent back to running: the same
+   * incarnation, thawed. Resuming a running one changes nothing.
+   */
+  resumeSandbox: handleUnaryCall<ResumeSandboxRequest, Sandbox>;
+  /**
    * DeleteSandbox sets a sandbox's intent to deleted, in any phase, and
    * cancels a driver call in flight for it; the record goes once the driver
    * has removed its compute.
@@ -6861,6 +7055,50 @@ export interface SandboxServiceClient extends Client {
   ): ClientUnaryCall;
   startSandbox(
     request: StartSandboxRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: Sandbox) => void,
+  ): ClientUnaryCall;
+  /**
+   * PauseSandbox sets a running sandbox's intent to paused: every process
+   * frozen, its memory kept, no CPU used (phase pausing, then paused). A
+   * paused sandbox stays paused across gateway restarts and is never
+   * restarted by its restart policy; stop, start (thawing the same
+   * incarnation), resume and delete work on it. An exec, a file operation
+   * or a port on it is FAILED_PRECONDITION unless its policy says
+   * lifecycle.auto_resume, which resumes it first. A driver that cannot
+   * pause is UNIMPLEMENTED.
+   */
+  pauseSandbox(
+    request: PauseSandboxRequest,
+    callback: (error: ServiceError | null, response: Sandbox) => void,
+  ): ClientUnaryCall;
+  pauseSandbox(
+    request: PauseSandboxRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: Sandbox) => void,
+  ): ClientUnaryCall;
+  pauseSandbox(
+    request: PauseSandboxRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: Sandbox) => void,
+  ): ClientUnaryCall;
+  /**
+   * ResumeSandbox sets a paused sandbox's intent back to running: the same
+   * incarnation, thawed. Resuming a running one changes nothing.
+   */
+  resumeSandbox(
+    request: ResumeSandboxRequest,
+    callback: (error: ServiceError | null, response: Sandbox) => void,
+  ): ClientUnaryCall;
+  resumeSandbox(
+    request: ResumeSandboxRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: Sandbox) => void,
+  ): ClientUnaryCall;
+  resumeSandbox(
+    request: ResumeSandboxRequest,
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: Sandbox) => void,
