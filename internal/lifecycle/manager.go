@@ -121,6 +121,7 @@ type Manager struct {
 	watchDone chan struct{}
 
 	pools *Pools
+	clock *clock // the policies' idle_timeout and max_lifetime
 
 	mu       sync.Mutex
 	orphans  map[string]time.Time // sandbox id -> when first seen without a record
@@ -138,6 +139,7 @@ func New(cfg Config) *Manager {
 	m := &Manager{cfg: cfg, log: cfg.Logger, callCtx: ctx, cancelCall: cancel,
 		actors: map[string]*actor{}, orphans: map[string]time.Time{}}
 	m.pools = &Pools{m: m, wake: make(chan struct{}, 1)}
+	m.clock = newClock(m.now())
 	return m
 }
 
@@ -219,6 +221,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	m.log.Info("recovery done; reconciling", "sandboxes", len(list))
 	m.pools.run()
+	m.runClock()
 	return nil
 }
 
@@ -286,6 +289,7 @@ func (m *Manager) Shutdown(ctx context.Context, grace time.Duration) error {
 		<-m.watchDone
 	}
 	m.pools.end()
+	m.endClock()
 	m.mu.Lock()
 	m.closing = true
 	for _, a := range m.actors {

@@ -75,6 +75,7 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 		m.log.Error("read sandbox record", "id", a.id, "err", err)
 		return false, m.backoff(a.failures + 1)
 	}
+	m.clock.note(sb)
 	if sb.Desired == sandbox.DesiredDeleted && m.forced(a) {
 		// A forced delete removes by label whatever is there, and a delete
 		// of nothing succeeds: nothing Inspect could find would change it.
@@ -402,6 +403,7 @@ func (m *Manager) remove(a *actor, sb *sandbox.Sandbox) {
 	// sees it gone finds its addresses closed too. (Their records go with
 	// the sandbox's.)
 	m.forgetExposed(sb.ID)
+	m.clock.forget(sb.ID)
 	sctx, cancel := storeCtx()
 	defer cancel()
 	if err := m.cfg.Store.DeleteSandbox(sctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {

@@ -110,6 +110,9 @@ func (m *Manager) Get(ctx context.Context, nameOrID string) (*sandbox.Sandbox, e
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, errdefs.NotFound("sandbox %q not found", nameOrID)
 	}
+	if err == nil && caller.Identified(ctx) {
+		m.clock.touch(sb.ID, m.now()) // an API call naming it is activity
+	}
 	return sb, err
 }
 
@@ -129,19 +132,22 @@ func (m *Manager) Operations(ctx context.Context, nameOrID string) ([]*sandbox.O
 
 // Stop sets a sandbox's intent to stopped.
 func (m *Manager) Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
-	return m.changeIntent(ctx, nameOrID, sandbox.OpStop, "", func(sb *sandbox.Sandbox) error {
-		switch sb.Desired {
-		case sandbox.DesiredDeleted:
-			return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be stopped", sb.Name)
-		case sandbox.DesiredStopped:
-			return errNoChange
-		}
-		sb.Desired = sandbox.DesiredStopped
-		if sb.Phase != sandbox.PhaseStopped {
-			sb.Phase = sandbox.PhaseStopping
-		}
-		return nil
-	})
+	return m.changeIntent(ctx, nameOrID, sandbox.OpStop, "", stopIntent)
+}
+
+// stopIntent is a stop's change of a record.
+func stopIntent(sb *sandbox.Sandbox) error {
+	switch sb.Desired {
+	case sandbox.DesiredDeleted:
+		return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be stopped", sb.Name)
+	case sandbox.DesiredStopped:
+		return errNoChange
+	}
+	sb.Desired = sandbox.DesiredStopped
+	if sb.Phase != sandbox.PhaseStopped {
+		sb.Phase = sandbox.PhaseStopping
+	}
+	return nil
 }
 
 // Start sets a sandbox's intent to running; a stopped, exited or failed
@@ -177,24 +183,27 @@ func (m *Manager) Pause(ctx context.Context, nameOrID string) (*sandbox.Sandbox,
 	if _, ok := m.cfg.Driver.(driver.Pauser); !ok {
 		return nil, errdefs.NotImplemented("the %s driver cannot pause sandboxes", m.cfg.Driver.Name())
 	}
-	return m.changeIntent(ctx, nameOrID, sandbox.OpPause, "", func(sb *sandbox.Sandbox) error {
-		switch sb.Desired {
-		case sandbox.DesiredPaused:
-			return errNoChange
-		case sandbox.DesiredDeleted:
-			return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be paused", sb.Name)
-		case sandbox.DesiredStopped:
-			return errdefs.FailedPrecondition("sandbox %q is stopped; only a running sandbox can be paused", sb.Name)
-		}
-		if sb.Phase == sandbox.PhaseExited || sb.Phase == sandbox.PhaseError {
-			return errdefs.FailedPrecondition("sandbox %q is %s; only a running sandbox can be paused", sb.Name, sb.Phase)
-		}
-		sb.Desired = sandbox.DesiredPaused
-		if sb.Phase == sandbox.PhaseReady {
-			sb.Phase = sandbox.PhasePausing
-		}
-		return nil
-	})
+	return m.changeIntent(ctx, nameOrID, sandbox.OpPause, "", pauseIntent)
+}
+
+// pauseIntent is a pause's change of a record.
+func pauseIntent(sb *sandbox.Sandbox) error {
+	switch sb.Desired {
+	case sandbox.DesiredPaused:
+		return errNoChange
+	case sandbox.DesiredDeleted:
+		return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be paused", sb.Name)
+	case sandbox.DesiredStopped:
+		return errdefs.FailedPrecondition("sandbox %q is stopped; only a running sandbox can be paused", sb.Name)
+	}
+	if sb.Phase == sandbox.PhaseExited || sb.Phase == sandbox.PhaseError {
+		return errdefs.FailedPrecondition("sandbox %q is %s; only a running sandbox can be paused", sb.Name, sb.Phase)
+	}
+	sb.Desired = sandbox.DesiredPaused
+	if sb.Phase == sandbox.PhaseReady {
+		sb.Phase = sandbox.PhasePausing
+	}
+	return nil
 }
 
 // Resume sets a paused sandbox's intent back to running: the same
@@ -216,6 +225,7 @@ func (m *Manager) Resume(ctx context.Context, nameOrID string) (*sandbox.Sandbox
 // asks first. A paused sandbox whose policy does not say
 // lifecycle.auto_resume is refused, saying so.
 func (m *Manager) Awake(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+	m.clock.touch(sb.ID, m.now())
 	if sb.Desired != sandbox.DesiredPaused {
 		return sb, nil
 	}
@@ -248,6 +258,11 @@ func (m *Manager) Delete(ctx context.Context, nameOrID string, force bool) (*san
 	if force {
 		detail = "force: no graceful stop"
 	}
+	return m.deleteWith(ctx, nameOrID, force, detail)
+}
+
+// deleteWith is Delete, its journal entry saying detail.
+func (m *Manager) deleteWith(ctx context.Context, nameOrID string, force bool, detail string) (*sandbox.Sandbox, error) {
 	sb, err := m.changeIntent(ctx, nameOrID, sandbox.OpDelete, detail, func(sb *sandbox.Sandbox) error {
 		if sb.Desired == sandbox.DesiredDeleted {
 			return errNoChange
@@ -315,6 +330,9 @@ func (m *Manager) validate(name, image string, command []string, policyText stri
 	}
 	if len(pol.Network) > 0 && m.cfg.Egress == nil {
 		return pol, errdefs.InvalidArgument("sandbox %q: network_policies need an egress proxy, and this gateway has none: %s", name, m.cfg.NoEgress)
+	}
+	if _, ok := m.cfg.Driver.(driver.Pauser); !ok && pol.Lifecycle.OnIdle == policy.OnPause {
+		return pol, errdefs.InvalidArgument("sandbox %q: lifecycle.on_idle pause: the %s driver cannot pause sandboxes; say stop or delete", name, m.cfg.Driver.Name())
 	}
 	if len(pol.Credentials) > 0 && m.cfg.Egress == nil {
 		return pol, errdefs.InvalidArgument("sandbox %q: credentials need an egress proxy, and this gateway has none: %s", name, m.cfg.NoEgress)

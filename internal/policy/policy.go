@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -45,6 +46,43 @@ type Lifecycle struct {
 	// AutoResume: an exec, a file operation or a connection to one of its
 	// ports resumes a paused sandbox first, instead of being refused.
 	AutoResume bool `json:"auto_resume,omitempty"`
+	// IdleTimeout, when set, is how long a running sandbox may go without
+	// an exec, a file operation, a connection to one of its ports or an
+	// API call naming it before OnIdle is done to it.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	OnIdle      string        `json:"on_idle,omitempty"` // OnPause (the default), OnStop or OnDelete
+	// MaxLifetime, when set, is how long after its creation OnExpiry is
+	// done to the sandbox.
+	MaxLifetime time.Duration `json:"max_lifetime,omitempty"`
+	OnExpiry    string        `json:"on_expiry,omitempty"` // OnStop (the default) or OnDelete
+}
+
+// What the gateway does to an idle or expired sandbox.
+const (
+	OnPause  = "pause"
+	OnStop   = "stop"
+	OnDelete = "delete"
+)
+
+// lifetime reads a duration of the lifecycle: Go's (90s, 15m, 2h30m) or
+// days (7d), 1 s at least.
+func lifetime(n *yaml.Node, field string) (time.Duration, error) {
+	const want = "a duration such as 90s, 15m, 12h or 7d (1s at least)"
+	s, err := scalar(n, field, want)
+	if err != nil {
+		return 0, err
+	}
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, perr := strconv.Atoi(days)
+		d, err = time.Duration(n)*24*time.Hour, perr
+	} else {
+		d, err = time.ParseDuration(s)
+	}
+	if err != nil || d < time.Second || d > 10*365*24*time.Hour {
+		return 0, &Error{Line: n.Line, Field: field, Msg: fmt.Sprintf("want %s, not %s", want, describe(n))}
+	}
+	return d, nil
 }
 
 // The isolation tiers.
@@ -275,12 +313,44 @@ func Parse(text string) (Policy, error) {
 			return err
 		},
 		"lifecycle": func(n *yaml.Node, f string) error {
-			return walk(n, f, fields{
+			err := walk(n, f, fields{
 				"auto_resume": func(n *yaml.Node, f string) (err error) {
 					p.Lifecycle.AutoResume, err = boolean(n, f)
 					return err
 				},
+				"idle_timeout": func(n *yaml.Node, f string) (err error) {
+					p.Lifecycle.IdleTimeout, err = lifetime(n, f)
+					return err
+				},
+				"on_idle": func(n *yaml.Node, f string) (err error) {
+					p.Lifecycle.OnIdle, err = oneOf(n, f, OnPause, OnStop, OnDelete)
+					return err
+				},
+				"max_lifetime": func(n *yaml.Node, f string) (err error) {
+					p.Lifecycle.MaxLifetime, err = lifetime(n, f)
+					return err
+				},
+				"on_expiry": func(n *yaml.Node, f string) (err error) {
+					p.Lifecycle.OnExpiry, err = oneOf(n, f, OnStop, OnDelete)
+					return err
+				},
 			})
+			l := &p.Lifecycle
+			switch {
+			case err != nil:
+				return err
+			case l.OnIdle != "" && l.IdleTimeout == 0:
+				return &Error{Line: n.Line, Field: f + ".on_idle", Msg: "is done after idle_timeout, which is not set"}
+			case l.OnExpiry != "" && l.MaxLifetime == 0:
+				return &Error{Line: n.Line, Field: f + ".on_expiry", Msg: "is done after max_lifetime, which is not set"}
+			}
+			if l.IdleTimeout > 0 && l.OnIdle == "" {
+				l.OnIdle = OnPause
+			}
+			if l.MaxLifetime > 0 && l.OnExpiry == "" {
+				l.OnExpiry = OnStop
+			}
+			return nil
 		},
 		"isolation": func(n *yaml.Node, f string) (err error) {
 			p.Isolation, err = oneOf(n, f, IsolationNamespaces, IsolationGVisor)

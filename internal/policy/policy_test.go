@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const example = `version: 1
@@ -187,4 +188,26 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q) accepted version %d", text, p.Version)
 		}
 	})
+}
+
+func TestLifecycle(t *testing.T) {
+	p, err := Parse("version: 1\nlifecycle:\n  idle_timeout: 15m\n  max_lifetime: 7d\n  on_expiry: delete\n  auto_resume: true\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := p.Lifecycle
+	if l.IdleTimeout != 15*time.Minute || l.OnIdle != OnPause || l.MaxLifetime != 7*24*time.Hour || l.OnExpiry != OnDelete || !l.AutoResume {
+		t.Errorf("lifecycle: %+v", l)
+	}
+	for text, want := range map[string]string{
+		"version: 1\nlifecycle:\n  idle_timeout: 500ms\n":                  "line 3: lifecycle.idle_timeout: want a duration",
+		"version: 1\nlifecycle:\n  max_lifetime: soon\n":                   "line 3: lifecycle.max_lifetime: want a duration",
+		"version: 1\nlifecycle:\n  idle_timeout: 1m\n  on_idle: sleep\n":   "line 4: lifecycle.on_idle: want pause or stop or delete",
+		"version: 1\nlifecycle:\n  on_expiry: delete\n":                    "lifecycle.on_expiry: is done after max_lifetime, which is not set",
+		"version: 1\nlifecycle:\n  max_lifetime: 1h\n  on_expiry: pause\n": "line 4: lifecycle.on_expiry: want stop or delete",
+	} {
+		if _, err := Parse(text); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v; want %q", text, err, want)
+		}
+	}
 }
