@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -23,7 +25,7 @@ func benchDocker(bin, home string, n, warmup int) (*table, error) {
 	defer g.close()
 	defer api.Close()
 
-	t := newTable("corral Docker driver vs Docker Engine API", cycleOps, []string{"docker"})
+	t := newTable("corral Docker driver vs Docker Engine API", append(slices.Clone(cycleOps), pauseOps...), []string{"docker"})
 	for i := range n + warmup {
 		cd, err := g.cycle(fmt.Sprintf("bench-%d", i), dockerCommand)
 		if err != nil {
@@ -41,7 +43,59 @@ func benchDocker(bin, home string, n, warmup int) (*table, error) {
 			t.add(op, "docker", dd[j])
 		}
 	}
+	if err := pauseDocker(g, api, t, n, warmup); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// pauseOps are the operations pauseDocker times.
+var pauseOps = []string{"pause", "resume"}
+
+// pauseDocker times pause→paused and resume→ready of one running sandbox
+// beside the Engine API's pause and unpause of one running container.
+func pauseDocker(g *gateway, api *client.Client, t *table, n, warmup int) error {
+	ctx := context.Background()
+	if _, err := g.create("bench-pause", &corralv1.SandboxSpec{Command: dockerCommand}); err != nil {
+		return err
+	}
+	defer g.remove("bench-pause")
+	id, err := directRun(ctx, api, "bench-pause-direct")
+	if err != nil {
+		return err
+	}
+	defer api.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
+	for i := range n + warmup {
+		paused, err := g.timed("bench-pause", "paused", func() error {
+			_, err := g.api.PauseSandbox(ctx, &corralv1.PauseSandboxRequest{Name: "bench-pause"})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("corral pause: %w", err)
+		}
+		resumed, err := g.timed("bench-pause", "ready", func() error {
+			_, err := g.api.ResumeSandbox(ctx, &corralv1.ResumeSandboxRequest{Name: "bench-pause"})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("corral resume: %w", err)
+		}
+		direct, err := timed(func() error { _, err := api.ContainerPause(ctx, id, client.ContainerPauseOptions{}); return err })
+		if err != nil {
+			return err
+		}
+		unpaused, err := timed(func() error { _, err := api.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{}); return err })
+		if err != nil {
+			return err
+		}
+		if i >= warmup {
+			t.add("pause", "corral", paused)
+			t.add("pause", "docker", direct)
+			t.add("resume", "corral", resumed)
+			t.add("resume", "docker", unpaused)
+		}
+	}
+	return nil
 }
 
 // directCycle does the same through the Engine API: create+start, stop,
