@@ -103,7 +103,7 @@ func TestMCPOverStdio(t *testing.T) {
 		names = append(names, tool.Name)
 	}
 	for _, want := range []string{"sandbox_create", "sandbox_list", "sandbox_get", "sandbox_exec", "sandbox_stop", "sandbox_start",
-		"sandbox_delete", "sandbox_logs", "fs_read", "fs_write", "fs_list", "fs_stat", "fs_remove", "fs_mkdir", "port_expose"} {
+		"sandbox_pause", "sandbox_resume", "sandbox_delete", "sandbox_logs", "fs_read", "fs_write", "fs_list", "fs_stat", "fs_remove", "fs_mkdir", "port_expose"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no tool %s among %v", want, names)
 		}
@@ -159,6 +159,15 @@ func TestMCPOverStdio(t *testing.T) {
 	}
 	if got := s.must("sandbox_start", map[string]any{"name": "agent-1"}); got["phase"] != "ready" {
 		t.Errorf("sandbox_start: %v", got)
+	}
+	if got := s.must("sandbox_pause", map[string]any{"name": "agent-1"}); got["phase"] != "paused" {
+		t.Errorf("sandbox_pause: %v", got)
+	}
+	if _, toolErr := s.call("sandbox_exec", map[string]any{"name": "agent-1", "command": []string{"true"}}); !strings.Contains(toolErr, "is paused") {
+		t.Errorf("sandbox_exec on a paused sandbox: %q", toolErr)
+	}
+	if got := s.must("sandbox_resume", map[string]any{"name": "agent-1"}); got["phase"] != "ready" {
+		t.Errorf("sandbox_resume: %v", got)
 	}
 	s.must("sandbox_delete", map[string]any{"name": "agent-1"})
 	if _, toolErr := s.call("sandbox_get", map[string]any{"name": "agent-1"}); toolErr != `sandbox "agent-1" not found` {

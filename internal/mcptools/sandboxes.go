@@ -100,9 +100,23 @@ func (t *Tools) addSandboxTools(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_get", Description: "Show one sandbox: its phase, why, its spec and policy, and what protects it."}, t.get)
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_exec", Description: "Run a command in a ready sandbox and return its stdout, stderr and exit code. " +
 		"Give command (argv) or shell (a string for sh -c). Output past max_output_bytes is cut, and truncated says so."}, t.exec)
-	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_stop", Description: "Stop a sandbox (its files in /sandbox stay) and wait until it is stopped."}, t.intent(client.Stopped))
-	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_start", Description: "Start a stopped sandbox again and wait until it runs."}, t.intent(client.Running))
-	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_delete", Description: "Delete a sandbox, in any phase, and wait until it is gone."}, t.intent(client.Deleted))
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_stop", Description: "Stop a sandbox (its files in /sandbox stay) and wait until it is stopped."},
+		t.intent(func(ctx context.Context, name string) (*client.Sandbox, error) { return t.c.Stop(ctx, name, false) }))
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_start", Description: "Start a stopped sandbox again and wait until it runs."},
+		t.intent(func(ctx context.Context, name string) (*client.Sandbox, error) { return t.c.Start(ctx, name, false) }))
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_pause", Description: "Freeze every process of a running sandbox, its memory kept and no CPU used, " +
+		"and wait until it is paused. An exec or a file operation on it is refused until it is resumed, unless its policy says lifecycle.auto_resume."},
+		t.intent(func(ctx context.Context, name string) (*client.Sandbox, error) { return t.c.Pause(ctx, name, false) }))
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_resume", Description: "Thaw a paused sandbox (the same processes go on) and wait until it runs."},
+		t.intent(func(ctx context.Context, name string) (*client.Sandbox, error) { return t.c.Resume(ctx, name, false) }))
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_delete", Description: "Delete a sandbox, in any phase, and wait until it is gone."},
+		t.intent(func(ctx context.Context, name string) (*client.Sandbox, error) {
+			sb, err := t.c.Delete(ctx, name, client.DeleteOptions{})
+			if sb != nil {
+				sb.Phase, sb.Reason = "deleted", ""
+			}
+			return sb, err
+		}))
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_logs", Description: "Return what a sandbox's main process printed."}, t.logs)
 	mcp.AddTool(s, &mcp.Tool{Name: "port_expose", Description: "Serve a port of a sandbox's loopback on the gateway's host, and return the address. " +
 		"Connections reach the sandbox only while it runs."}, t.expose)
@@ -163,21 +177,10 @@ func (t *Tools) get(ctx context.Context, _ *mcp.CallToolRequest, in nameIn) (*mc
 
 // intent is the tool that asks a sandbox for goal and waits until it is
 // there.
-func (t *Tools) intent(goal client.Goal) mcp.ToolHandlerFor[nameIn, summary] {
+// intent is a tool that asks for an intent change and waits for it (do).
+func (t *Tools) intent(do func(ctx context.Context, name string) (*client.Sandbox, error)) mcp.ToolHandlerFor[nameIn, summary] {
 	return func(ctx context.Context, _ *mcp.CallToolRequest, in nameIn) (*mcp.CallToolResult, summary, error) {
-		var sb *client.Sandbox
-		var err error
-		switch goal {
-		case client.Stopped:
-			sb, err = t.c.Stop(ctx, in.Name, false)
-		case client.Running:
-			sb, err = t.c.Start(ctx, in.Name, false)
-		case client.Deleted:
-			sb, err = t.c.Delete(ctx, in.Name, client.DeleteOptions{})
-			if sb != nil {
-				sb.Phase, sb.Reason = "deleted", ""
-			}
-		}
+		sb, err := do(ctx, in.Name)
 		return nil, summarize(sb), toolError(err)
 	}
 }
