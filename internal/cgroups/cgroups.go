@@ -263,6 +263,19 @@ func Kill(name string) error {
 	if err := Freeze(name, false); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
+	err := eachProcess(name, func(pid int, group string) error {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("cgroup: kill %d of %s: %w", pid, group, err))
+		}
+		return nil
+	})
+	return errors.Join(append(errs, err)...)
+}
+
+// eachProcess calls fn with every process of group name and the groups
+// under it, in each hierarchy, and the group's directory; a missing group
+// has none.
+func eachProcess(name string, fn func(pid int, group string) error) error {
 	for _, dir := range dirs(name) {
 		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil || !d.IsDir() {
@@ -274,18 +287,18 @@ func Kill(name string) error {
 			}
 			for _, f := range strings.Fields(string(data)) {
 				if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
-					if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-						errs = append(errs, fmt.Errorf("cgroup: kill %d of %s: %w", pid, path, err))
+					if err := fn(pid, path); err != nil {
+						return err
 					}
 				}
 			}
 			return nil
 		})
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("cgroup: %w", err))
+			return fmt.Errorf("cgroup: %w", err)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // Remove removes group name and the groups under it from every hierarchy

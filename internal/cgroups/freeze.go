@@ -3,10 +3,10 @@ package cgroups
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -98,27 +98,12 @@ func joinFreezer(name, dir string) error {
 		return fmt.Errorf("cgroup: %w", err)
 	}
 	defer procs.Close()
-	for _, d := range dirs(name) {
-		err := filepath.WalkDir(d, func(path string, e fs.DirEntry, err error) error {
-			if err != nil || !e.IsDir() {
-				return err
-			}
-			data, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
-			if err != nil {
-				return err
-			}
-			for _, pid := range strings.Fields(string(data)) {
-				if _, err := procs.WriteString(pid); err != nil && !errors.Is(err, syscall.ESRCH) {
-					return fmt.Errorf("cgroup: freeze process %s of %s: %w", pid, name, err)
-				}
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
+	return eachProcess(name, func(pid int, _ string) error {
+		if _, err := procs.WriteString(strconv.Itoa(pid)); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("cgroup: freeze process %d of %s: %w", pid, name, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // waitFor polls done until it holds, fails, or freezeWait passes.
