@@ -76,7 +76,7 @@ const (
 	StateCreated State = "created"
 	StateRunning State = "running"
 	// StatePaused: running, every process frozen (Pauser).
-	StatePaused State = "paused"
+	StatePaused  State = "paused"
 	StateStopped State = "stopped" // ran, and its main process has exited
 	// StateFailed: the object broke while it ran (its supervisor was
 	// killed, say) and no exit of its main process was recorded; Message
