@@ -348,6 +348,14 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 }
 
 func (d *Driver) remove(ctx context.Context, c container.Summary) error {
+	if stateOf(c.State) == driver.StatePaused {
+		// a forced remove of a paused container kills it frozen, which
+		// runsc's sandbox does not survive cleanly (a zombie the engine
+		// cannot remove): thawed first
+		if _, err := d.api.ContainerUnpause(ctx, c.ID, client.ContainerUnpauseOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			return d.wrap(err, "unpause container "+strings.Join(c.Names, ","))
+		}
+	}
 	_, err := d.api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) && !isRemovalInProgress(err) {
 		return d.wrap(err, "remove container "+strings.Join(c.Names, ","))
