@@ -14,16 +14,20 @@ import (
 )
 
 // cpuTicks is the CPU time (user and system, in clock ticks) of the
-// processes in the native sandbox id's cgroup, read from the host.
+// workload's processes of the native sandbox id (its cgroup's "sandbox"
+// group), read from the host.
 func cpuTicks(t *testing.T, id string) int64 {
 	t.Helper()
-	procs := filepath.Join(cgroups.Root, "corral", id, "cgroup.procs")
+	procs := filepath.Join(cgroups.Root, "corral", id, "sandbox", "cgroup.procs")
 	if !cgroups.Unified() {
-		procs = filepath.Join(cgroups.Root, "pids", "corral", id, "cgroup.procs")
+		procs = filepath.Join(cgroups.Root, "pids", "corral", id, "sandbox", "cgroup.procs")
 	}
 	data, err := os.ReadFile(procs)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(strings.Fields(string(data))) == 0 {
+		t.Fatalf("no process in %s", procs)
 	}
 	var total int64
 	for _, pid := range strings.Fields(string(data)) {

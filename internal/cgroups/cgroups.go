@@ -260,7 +260,7 @@ func (p Procs) Close() {
 // it, thawing them first (a frozen process dies only once thawed).
 func Kill(name string) error {
 	var errs []error
-	if err := Freeze(name, false); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := thawAll(name); err != nil {
 		errs = append(errs, err)
 	}
 	err := eachProcess(name, func(pid int, group string) error {
@@ -307,6 +307,14 @@ func eachProcess(name string, fn func(pid int, group string) error) error {
 func Remove(name string) error {
 	var errs []error
 	if !Unified() {
+		entries, _ := os.ReadDir(freezerDir(name))
+		for _, e := range entries {
+			if e.IsDir() {
+				if err := os.Remove(filepath.Join(freezerDir(name), e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, fmt.Errorf("cgroup: remove %s: %w", filepath.Join(freezerDir(name), e.Name()), err))
+				}
+			}
+		}
 		if err := os.Remove(freezerDir(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("cgroup: remove %s: %w", freezerDir(name), err))
 		}

@@ -3,6 +3,7 @@ package cgroups
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,6 +67,28 @@ func Freeze(name string, frozen bool) error {
 		}
 	}
 	return nil
+}
+
+// thawAll thaws group name and every group under it that was frozen, not
+// waiting for the kernel: what Kill does first.
+func thawAll(name string) error {
+	dir, file, value := filepath.Join(Root, name), "cgroup.freeze", "0"
+	if !Unified() {
+		dir, file, value = freezerDir(name), "freezer.state", "THAWED"
+	}
+	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || !e.IsDir() {
+			return err
+		}
+		if err := write(filepath.Join(path, file), value); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // Frozen reports whether group name is frozen.

@@ -257,6 +257,10 @@ func (d *Driver) socket(id string, gen int64) string {
 // cgroup names the cgroup of a sandbox.
 func cgroup(id string) string { return cgroupParent + "/" + id }
 
+// workload names the group of a sandbox's processes under its cgroup (its
+// supervisor's is beside it): what a pause freezes.
+func workload(id string) string { return cgroup(id) + "/sandbox" }
+
 // cgroupParent is the cgroup of every native sandbox's cgroup.
 const cgroupParent = "corral"
 
@@ -335,7 +339,7 @@ func (d *Driver) observe(o *object) (driver.Object, error) {
 	}
 	if live {
 		obj.State = driver.StateRunning
-		if frozen, err := cgroups.Frozen(cgroup(o.ID)); err != nil {
+		if frozen, err := cgroups.Frozen(workload(o.ID)); err != nil {
 			return obj, err
 		} else if frozen {
 			obj.State = driver.StatePaused

@@ -9,8 +9,8 @@ import (
 )
 
 // Pause implements driver.Pauser: the cgroup freezer freezes every process
-// of the sandbox's cgroup (its main process and execs; the supervisor
-// stays awake to answer a stop).
+// of the sandbox's workload group (its main process and execs); the
+// supervisor, in a group beside it, stays awake to answer a stop.
 func (d *Driver) Pause(ctx context.Context, ref driver.Ref) error {
 	return d.freeze(ctx, ref, true)
 }
@@ -37,5 +37,5 @@ func (d *Driver) freeze(ctx context.Context, ref driver.Ref, frozen bool) error 
 	} else if !live {
 		return errdefs.NotFound("sandbox %s generation %d does not run", ref.ID, ref.Generation)
 	}
-	return cgroups.Freeze(cgroup(ref.ID), frozen)
+	return cgroups.Freeze(workload(ref.ID), frozen)
 }

@@ -357,7 +357,7 @@ func (d *Driver) stopIncarnation(ctx context.Context, id string, gen int64, opts
 		return err
 	}
 	// a paused incarnation is thawed: its processes then take the stop
-	if err := cgroups.Freeze(cgroup(id), false); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := cgroups.Freeze(workload(id), false); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	deadline := time.Now().Add(opts.Timeout + killGrace)
