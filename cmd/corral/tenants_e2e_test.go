@@ -552,7 +552,7 @@ func TestTenantsTokensAndQuotas(t *testing.T) {
 	mustCorralEnv(t, []string{"CORRAL_TOKEN=" + member}, "--home", home, "sandbox", "create", "--name", "by-env", "--", "sleep", "1d")
 	mustCorral(t, home, "--token", member, "sandbox", "stop", "by-env")
 	out := mustCorralEnv(t, cfgEnv, "sandbox", "list")
-	if !strings.Contains(out, "by-context") || !strings.Contains(out, "by-env") || strings.Contains(out, "c0") {
+	if !strings.Contains(out, "by-context") || !strings.Contains(out, "by-env") || regexpMatch(`(?m)^c0\s`, out) {
 		t.Errorf("the member's list:\n%s", out)
 	}
 	if _, errOut, code := corral(t, home, "--token", viewer, "sandbox", "delete", "by-env"); code == 0 || !strings.Contains(errOut, "needs the member role") {
