@@ -210,15 +210,21 @@ func newSandboxName(ctx context.Context, q *stmts, tenant, requestID, name strin
 // getSandbox returns the sandbox that where selects, with its last
 // request.
 func getSandbox(ctx context.Context, q *stmts, where string, args ...any) (*sandbox.Sandbox, error) {
+	sb, err := scanWithRequest(q.queryRow(ctx, sandboxWithRequest+where, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.ErrNotFound
+	}
+	return sb, err
+}
+
+// scanWithRequest reads a row of sandboxWithRequest: the sandbox with its
+// last request.
+func scanWithRequest(row scanner) (*sandbox.Sandbox, error) {
 	var (
 		sr sandboxRow
 		or operationRow
 	)
-	err := q.queryRow(ctx, sandboxWithRequest+where, args...).Scan(append(sr.dest(), or.dest()...)...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, errdefs.ErrNotFound
-	}
-	if err != nil {
+	if err := row.Scan(append(sr.dest(), or.dest()...)...); err != nil {
 		return nil, err
 	}
 	sb, err := sr.decode()
@@ -260,18 +266,10 @@ func getNamed(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Sand
 	defer rows.Close()
 	var found []*sandbox.Sandbox
 	for rows.Next() {
-		var (
-			sr sandboxRow
-			or operationRow
-		)
-		if err := rows.Scan(append(sr.dest(), or.dest()...)...); err != nil {
-			return nil, err
-		}
-		sb, err := sr.decode()
+		sb, err := scanWithRequest(rows)
 		if err != nil {
 			return nil, err
 		}
-		sb.LastRequest = or.decode()
 		found = append(found, sb)
 	}
 	if err := rows.Err(); err != nil {
