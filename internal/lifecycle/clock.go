@@ -140,33 +140,22 @@ func (m *Manager) lifecycleAct(d due) {
 	ctx, cancel := storeCtx()
 	defer cancel()
 	detail := "lifecycle: " + d.why
-	var err error
+	var (
+		sb  *sandbox.Sandbox
+		err error
+	)
 	switch d.action {
 	case policy.OnPause:
-		_, err = m.changeIntent(ctx, d.id, sandbox.OpPause, detail, pauseIntent)
+		sb, err = m.changeIntent(ctx, d.id, sandbox.OpPause, detail, pauseIntent)
 	case policy.OnStop:
-		_, err = m.changeIntent(ctx, d.id, sandbox.OpStop, detail, stopIntent)
+		sb, err = m.changeIntent(ctx, d.id, sandbox.OpStop, detail, stopIntent)
 	case policy.OnDelete:
-		_, err = m.deleteWith(ctx, d.id, false, detail)
+		sb, err = m.deleteWith(ctx, d.id, false, detail)
 	}
 	if err != nil {
 		m.log.Warn("lifecycle rule", "id", d.id, "action", d.action, "why", d.why, "err", err)
 		return
 	}
 	m.log.Info("lifecycle rule", "id", d.id, "action", d.action, "why", d.why)
-	// what the record now says reaches the clock at the actor's next step;
-	// until then it is not due again
-	m.clock.mu.Lock()
-	if w, ok := m.clock.watched[d.id]; ok {
-		switch d.action {
-		case policy.OnPause:
-			w.desired = sandbox.DesiredPaused
-		case policy.OnStop:
-			w.desired = sandbox.DesiredStopped
-		case policy.OnDelete:
-			w.desired = sandbox.DesiredDeleted
-		}
-		m.clock.watched[d.id] = w
-	}
-	m.clock.mu.Unlock()
+	m.clock.note(sb) // the new intent: not due again
 }
