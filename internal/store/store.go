@@ -152,6 +152,21 @@ type Store interface {
 	// (errdefs.ErrNotFound), and returns it.
 	RevokeToken(ctx context.Context, nameOrID string, at time.Time) (*sandbox.Token, error)
 
+	// CreateSnapshot inserts a snapshot being taken in its tenant, which
+	// must exist; a name taken there is errdefs.ErrAlreadyExists.
+	CreateSnapshot(ctx context.Context, s *sandbox.Snapshot) error
+	// FinishSnapshot makes a snapshot being taken ready with its manifest,
+	// files and bytes (errdefs.ErrNotFound when it is not being taken).
+	FinishSnapshot(ctx context.Context, s *sandbox.Snapshot) error
+	// GetSnapshot returns the snapshot of tenant ("" for any) with the
+	// given name, else id (errdefs.ErrNotFound), in any state.
+	GetSnapshot(ctx context.Context, tenant, nameOrID string) (*sandbox.Snapshot, error)
+	// ListSnapshots returns the snapshots of tenant ("" for every one), in
+	// every state, oldest first.
+	ListSnapshots(ctx context.Context, tenant string) ([]*sandbox.Snapshot, error)
+	// DeleteSnapshot removes a snapshot's record (errdefs.ErrNotFound).
+	DeleteSnapshot(ctx context.Context, id string) error
+
 	// Close flushes and closes the store.
 	Close() error
 }

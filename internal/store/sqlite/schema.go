@@ -196,6 +196,24 @@ var migrations = []string{
 		expires_at INTEGER NOT NULL,
 		revoked_at INTEGER
 	);`,
+
+	// Snapshots: their metadata; the content is in the snapshot store,
+	// by digest.
+	`CREATE TABLE snapshots (
+		id          TEXT PRIMARY KEY,
+		tenant      TEXT NOT NULL,
+		name        TEXT NOT NULL,
+		state       TEXT NOT NULL,
+		source      TEXT NOT NULL,
+		source_name TEXT NOT NULL,
+		spec        TEXT NOT NULL,
+		manifest    TEXT NOT NULL,
+		files       INTEGER NOT NULL,
+		bytes       INTEGER NOT NULL,
+		paused      TEXT NOT NULL,
+		created_at  INTEGER NOT NULL,
+		UNIQUE (tenant, name)
+	);`,
 }
 
 // SchemaVersion is the schema version this build writes.

@@ -142,7 +142,7 @@ func (s *Store) DeleteTenant(ctx context.Context, name string) error {
 		if err := affected(res, "tenant %q not found", name); err != nil {
 			return err
 		}
-		for _, table := range []string{"pools", "secrets", "credential_uses", "tokens"} {
+		for _, table := range []string{"pools", "secrets", "credential_uses", "tokens", "snapshots"} {
 			if _, err := q.exec(ctx, `DELETE FROM `+table+` WHERE tenant = ?`, name); err != nil {
 				return err
 			}
