@@ -279,6 +279,17 @@ type Workdirs interface {
 	Workdir(ctx context.Context, id string) (string, error)
 }
 
+// Seeder is a driver that can fill a created sandbox's /sandbox from a tar
+// stream (a snapshot's files) before its first start. Entries replace what
+// is there, so a seed cut short is made again whole. What it writes
+// belongs to the sandbox's user once the sandbox starts (GiveTree).
+type Seeder interface {
+	// Seed unpacks r (through safetar: nothing outside /sandbox is
+	// reached) into the /sandbox of the incarnation ref, which exists and
+	// has not started. errdefs.ErrNotFound when it does not exist.
+	Seed(ctx context.Context, ref Ref, r io.Reader) error
+}
+
 // Leftovers is a driver whose sandboxes keep storage apart from their
 // compute objects (Docker's workdir volumes), which can outlive them: a
 // create cut short by a delete may still make its volume after the delete

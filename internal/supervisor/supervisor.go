@@ -84,9 +84,10 @@ func Run(cfg Config) (int, error) {
 	}
 
 	if pol, ok, err := PolicyFromEnv(); err == nil && ok && pol.Process.RunAsUser != nil {
-		// The workdir volume is root's, and the engine gives the private
-		// /tmp the image's mode: the user must write to both.
-		_ = os.Chown(Workdir, *pol.Process.RunAsUser, *pol.Process.RunAsUser)
+		// The workdir volume is root's (and what a snapshot put in it),
+		// and the engine gives the private /tmp the image's mode: the
+		// user must write to both.
+		_ = GiveTree(Workdir, *pol.Process.RunAsUser, *pol.Process.RunAsUser)
 		_ = os.Chmod("/tmp", 0o777|os.ModeSticky)
 	}
 	c := Children{DropCaps: cfg.DropCaps}

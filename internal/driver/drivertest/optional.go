@@ -45,6 +45,7 @@ func (s *suite) optionalCases() []struct {
 		{"Leftovers", s.testLeftovers},
 		{"Tiers", s.testTiers},
 		{"Pause", s.testPause},
+		{"Seed", s.testSeed},
 	}
 }
 

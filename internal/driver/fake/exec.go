@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -18,16 +19,30 @@ var (
 	_ driver.LogReader = (*Driver)(nil)
 )
 
-// run is how the fake "runs" a command: it knows echo (its arguments),
-// cat (its input), true, false and exit N; anything else is not found
-// (127), as a shell says it. It returns what the command prints on its
-// standard output, or on its standard error for a missing command, and
-// its exit code.
-func run(command []string, stdin io.Reader) (string, int) {
+// run is how the fake "runs" a command in the sandbox whose /sandbox is
+// workdir: it knows echo (its arguments), cat (its input, or a file of
+// /sandbox), true, false and exit N; anything else is not found (127), as
+// a shell says it. It returns what the command prints on its standard
+// output, or on its standard error for a missing command, and its exit
+// code.
+func run(command []string, stdin io.Reader, workdir string) (string, int) {
 	switch command[0] {
 	case "echo":
 		return strings.Join(command[1:], " ") + "\n", 0
 	case "cat":
+		if len(command) == 2 {
+			rel, ok := strings.CutPrefix(command[1], "/sandbox/")
+			root, err := os.OpenRoot(workdir)
+			if !ok || err != nil {
+				return "", 1
+			}
+			defer root.Close()
+			data, err := root.ReadFile(rel)
+			if err != nil {
+				return "", 1
+			}
+			return string(data), 0
+		}
 		if stdin == nil {
 			return "", 0
 		}
@@ -69,7 +84,7 @@ func (d *Driver) Exec(ctx context.Context, id string, opts driver.ExecOptions) (
 			return errdefs.InvalidArgument("exec needs a command")
 		}
 		var out string
-		out, code = run(opts.Command, opts.Stdin)
+		out, code = run(opts.Command, opts.Stdin, d.workdir(id))
 		if code == 127 {
 			_, err = fmt.Fprintf(opts.Stderr, "fake: %s: not found\n", opts.Command[0])
 			return err

@@ -416,7 +416,7 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 			o.State, o.ExitCode = driver.StateRunning, 0
 			o.Starts++
 			if len(o.Command) > 0 {
-				out, _ := run(o.Command, nil) // the main process "prints" at once, then runs on
+				out, _ := run(o.Command, nil, d.workdir(ref.ID)) // the main process "prints" at once, then runs on
 				o.Output += out
 			}
 			return o, nil
@@ -463,12 +463,17 @@ func (d *Driver) freeze(ctx context.Context, op string, ref driver.Ref, from, to
 // Delete implements driver.Driver.
 func (d *Driver) Delete(ctx context.Context, id string) error {
 	return d.call(ctx, "delete", id, "", func() error {
-		return d.update(id, func(o *object) (*object, error) {
-			if d.mine(o) {
+		mine := false
+		err := d.update(id, func(o *object) (*object, error) {
+			if mine = d.mine(o); mine {
 				return nil, nil
 			}
 			return o, nil
 		})
+		if err != nil || !mine {
+			return err
+		}
+		return d.removeWorkdir(id)
 	})
 }
 

@@ -302,7 +302,7 @@ func (d *Driver) prepareWorkdir(o *object, pol policy.Policy, cfg *shim.SandboxC
 	if owner < 0 {
 		return nil
 	}
-	if err := os.Chown(cfg.Workdir, owner, owner); err != nil {
+	if err := supervisor.GiveTree(cfg.Workdir, owner, owner); err != nil {
 		return fmt.Errorf("native start: give /sandbox to host user %d: %w", owner, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/diskimage"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/policy"
+	"github.com/corral-sandbox/corral/internal/supervisor"
 )
 
 // These run inside the new namespaces the native driver starts a
@@ -287,7 +288,7 @@ func mountWorkdir(cfg SandboxConfig, dir string) error {
 	if err := diskimage.Mount(cfg.WorkdirImage, dir); err != nil {
 		return err
 	}
-	return os.Chown(dir, cfg.WorkdirOwner, cfg.WorkdirOwner)
+	return supervisor.GiveTree(dir, cfg.WorkdirOwner, cfg.WorkdirOwner)
 }
 
 // Within reports whether path lies inside (or is) root, both resolved on

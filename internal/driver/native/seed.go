@@ -1,0 +1,63 @@
+package native
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/corral-sandbox/corral/internal/diskimage"
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/safetar"
+)
+
+var _ driver.Seeder = (*Driver)(nil)
+
+// Seed implements driver.Seeder: into the workdir directory, or, for a
+// sandbox with limits.disk, into its disk image, made at its size and
+// mounted on the host for the copy. The start gives what it wrote to the
+// sandbox's user.
+func (d *Driver) Seed(ctx context.Context, ref driver.Ref, r io.Reader) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer d.lock(ref.ID)()
+	o, err := d.load(ref.ID)
+	if err != nil {
+		return err
+	}
+	if o.Generation != ref.Generation {
+		return errdefs.NotFound("sandbox %s generation %d was not created (generation %d was)", ref.ID, ref.Generation, o.Generation)
+	}
+	if live, err := alive(d.bundle(ref.ID, ref.Generation)); err != nil {
+		return err
+	} else if live {
+		return errdefs.FailedPrecondition("sandbox %s runs: a snapshot's files are put in before it starts", ref.ID)
+	}
+	dir := d.workdir(ref.ID)
+	if size := o.Policy.Limits.DiskBytes; size > 0 {
+		if o.ids() == nil {
+			return errdefs.InvalidArgument("limits.disk needs a gateway that runs as root (a loop device for the sandbox's disk)")
+		}
+		img := filepath.Join(d.sandboxDir(ref.ID), "disk.ext4")
+		if err := diskimage.Ensure(img, size, 0, 0); err != nil {
+			return fmt.Errorf("native seed: the disk of /sandbox: %w", err)
+		}
+		mnt, err := os.MkdirTemp(d.sandboxDir(ref.ID), "seed-")
+		if err != nil {
+			return err
+		}
+		defer os.Remove(mnt)
+		if err := diskimage.Mount(img, mnt); err != nil {
+			return fmt.Errorf("native seed: the disk of /sandbox: %w", err)
+		}
+		defer unix.Unmount(mnt, 0)
+		dir = mnt
+	}
+	_, err = safetar.UnpackDir(r, dir, safetar.Options{What: "the sandbox's /sandbox"})
+	return err
+}
