@@ -516,7 +516,12 @@ type CreateSandboxRequest struct {
 	// sandbox (renamed, with spec's labels) at once; with none ready, the
 	// pool's spec is created cold. The pool fixes the spec: spec may carry
 	// only labels then.
-	Pool          string `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pool string `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
+	// from_snapshot, when set, makes the sandbox from that snapshot (name or
+	// id): its /sandbox holds the snapshot's files before the first start,
+	// and it runs the snapshot's image, command, labels and policy except
+	// where spec sets them.
+	FromSnapshot  string `protobuf:"bytes,5,opt,name=from_snapshot,json=fromSnapshot,proto3" json:"from_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -575,6 +580,13 @@ func (x *CreateSandboxRequest) GetRequestId() string {
 func (x *CreateSandboxRequest) GetPool() string {
 	if x != nil {
 		return x.Pool
+	}
+	return ""
+}
+
+func (x *CreateSandboxRequest) GetFromSnapshot() string {
+	if x != nil {
+		return x.FromSnapshot
 	}
 	return ""
 }
@@ -3582,13 +3594,14 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"finishedAt\x12\x14\n" +
 	"\x05error\x18\v \x01(\tR\x05error\x12\x16\n" +
 	"\x06detail\x18\f \x01(\tR\x06detail\x12\x14\n" +
-	"\x05actor\x18\r \x01(\tR\x05actor\"\x89\x01\n" +
+	"\x05actor\x18\r \x01(\tR\x05actor\"\xae\x01\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04spec\x18\x02 \x01(\v2\x16.corral.v1.SandboxSpecR\x04spec\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x03 \x01(\tR\trequestId\x12\x12\n" +
-	"\x04pool\x18\x04 \x01(\tR\x04pool\"\x9d\x01\n" +
+	"\x04pool\x18\x04 \x01(\tR\x04pool\x12#\n" +
+	"\rfrom_snapshot\x18\x05 \x01(\tR\ffromSnapshot\"\x9d\x01\n" +
 	"\x15CreateSandboxResponse\x12,\n" +
 	"\asandbox\x18\x01 \x01(\v2\x12.corral.v1.SandboxR\asandbox\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12\x1b\n" +

@@ -82,9 +82,9 @@ func lastLine(out string) string {
 	return lines[len(lines)-1]
 }
 
-// target is what one run of an RPC names: a sandbox, a pool, a secret and
-// a tenant.
-type target struct{ sandbox, pool, secret, tenant, token string }
+// target is what one run of an RPC names: a sandbox, a pool, a secret, a
+// tenant, a token and a snapshot.
+type target struct{ sandbox, pool, secret, tenant, token, snapshot string }
 
 // rpcCase is how the table calls one RPC: its first request for a target;
 // whether it names something a tenant owns (another tenant's is then not
@@ -224,6 +224,29 @@ var rpcs = map[string]rpcCase{
 	"DeleteSecret": {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.DeleteSecretRequest{Name: tg.secret} }},
 	"SecretUsage":  {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.SecretUsageRequest{Name: tg.secret} }},
 
+	"CreateSnapshot": {addresses: true, req: func(tg target, n int) proto.Message {
+		return &corralv1.CreateSnapshotRequest{Sandbox: tg.sandbox, Name: fmt.Sprintf("sn-%d", n)}
+	}},
+	"GetSnapshot": {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.GetSnapshotRequest{Name: tg.snapshot} }},
+	"ListSnapshots": {req: func(target, int) proto.Message { return &corralv1.ListSnapshotsRequest{} },
+		foreign: func(r proto.Message, own string, _ func(string) string) (out []string) {
+			for _, s := range r.(*corralv1.ListSnapshotsResponse).Snapshots {
+				if s.Tenant != own {
+					out = append(out, s.Tenant+"/"+s.Name)
+				}
+			}
+			return out
+		}},
+	"DeleteSnapshot": {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.DeleteSnapshotRequest{Name: tg.snapshot} }},
+	"ExportSnapshot": {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.ExportSnapshotRequest{Name: tg.snapshot} }},
+	// an empty archive: refused as one, once the role allows the call
+	"ImportSnapshot": {req: func(_ target, n int) proto.Message {
+		return &corralv1.ImportSnapshotRequest{Name: fmt.Sprintf("im-%d", n)}
+	}},
+	"ForkSandbox": {addresses: true, req: func(tg target, n int) proto.Message {
+		return &corralv1.ForkSandboxRequest{Sandbox: tg.sandbox, Count: 1, NamePrefix: fmt.Sprintf("fk-%d", n)}
+	}},
+
 	"CreateTenant": {req: func(_ target, n int) proto.Message {
 		return &corralv1.CreateTenantRequest{Name: fmt.Sprintf("nt-%d", n)}
 	}},
@@ -242,7 +265,7 @@ var rpcs = map[string]rpcCase{
 
 // lastOnes run after every other RPC of an identity: they delete what the
 // others act on.
-var lastOnes = []string{"UnexposePort", "DeletePool", "DeleteSecret", "RevokeToken", "DeleteSandbox", "DeleteTenant"}
+var lastOnes = []string{"UnexposePort", "DeletePool", "DeleteSecret", "RevokeToken", "DeleteSnapshot", "DeleteSandbox", "DeleteTenant"}
 
 // call makes one call of md on conn with req and returns the first reply
 // (nil when the stream ended at once) and its error.
@@ -327,6 +350,7 @@ func TestEveryRPCByEveryRole(t *testing.T) {
 		return metadata.AppendToOutgoingContext(context.Background(), "corral-tenant", tenant)
 	}
 	sandboxes, secretsAPI := corralv1.NewSandboxServiceClient(local), corralv1.NewSecretServiceClient(local)
+	snapshotsAPI := corralv1.NewSnapshotServiceClient(local)
 	make := func(tenant, sandbox, pool, secret string) string {
 		ctx := in(tenant)
 		resp, err := sandboxes.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: sandbox, Spec: &corralv1.SandboxSpec{Command: []string{"sleep", "1d"}}})
@@ -340,6 +364,9 @@ func TestEveryRPCByEveryRole(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitPhase(t, sandboxes, resp.Sandbox.Id, "ready")
+		if _, err := snapshotsAPI.CreateSnapshot(ctx, &corralv1.CreateSnapshotRequest{Sandbox: sandbox, Name: "n-" + sandbox}); err != nil {
+			t.Fatal(err)
+		}
 		return resp.Sandbox.Id
 	}
 	own, other, otherByID := map[string]target{}, map[string]target{}, map[string]target{}
@@ -347,16 +374,18 @@ func TestEveryRPCByEveryRole(t *testing.T) {
 		make(id.tenant, "t-"+id.id, "p-"+id.id, "s-"+id.id)
 		xid := make(id.other, "x-"+id.id, "q-"+id.id, "r-"+id.id)
 		token(id.tenant, "viewer", "throw-"+id.id)
-		own[id.id] = target{sandbox: "t-" + id.id, pool: "p-" + id.id, secret: "s-" + id.id, tenant: id.tenant, token: "throw-" + id.id}
-		other[id.id] = target{sandbox: "x-" + id.id, pool: "q-" + id.id, secret: "r-" + id.id, tenant: id.other, token: "throw-" + id.id}
-		otherByID[id.id] = target{sandbox: xid, pool: "q-" + id.id, secret: "r-" + id.id, tenant: id.other}
+		own[id.id] = target{sandbox: "t-" + id.id, pool: "p-" + id.id, secret: "s-" + id.id, tenant: id.tenant, token: "throw-" + id.id,
+			snapshot: "n-t-" + id.id}
+		other[id.id] = target{sandbox: "x-" + id.id, pool: "q-" + id.id, secret: "r-" + id.id, tenant: id.other, token: "throw-" + id.id,
+			snapshot: "n-x-" + id.id}
+		otherByID[id.id] = target{sandbox: xid, pool: "q-" + id.id, secret: "r-" + id.id, tenant: id.other, snapshot: "n-x-" + id.id}
 	}
 
 	// Every RPC, from the descriptors; the rare ones that end the targets
 	// go last.
 	var methods []protoreflect.MethodDescriptor
 	for _, f := range []protoreflect.FileDescriptor{corralv1.File_corral_v1_sandbox_proto, corralv1.File_corral_v1_files_proto,
-		corralv1.File_corral_v1_secrets_proto, corralv1.File_corral_v1_tenants_proto} {
+		corralv1.File_corral_v1_secrets_proto, corralv1.File_corral_v1_tenants_proto, corralv1.File_corral_v1_snapshots_proto} {
 		for i := range f.Services().Len() {
 			s := f.Services().Get(i)
 			for j := range s.Methods().Len() {

@@ -63,6 +63,16 @@ var rules = map[string]caller.Role{
 	"/corral.v1.SecretService/DeleteSecret": caller.Member,
 	"/corral.v1.SecretService/SecretUsage":  caller.Viewer,
 
+	// A snapshot holds a sandbox's files: taking, exporting or using one
+	// is a member's, as the files are.
+	"/corral.v1.SnapshotService/CreateSnapshot": caller.Member,
+	"/corral.v1.SnapshotService/GetSnapshot":    caller.Viewer,
+	"/corral.v1.SnapshotService/ListSnapshots":  caller.Viewer,
+	"/corral.v1.SnapshotService/DeleteSnapshot": caller.Member,
+	"/corral.v1.SnapshotService/ExportSnapshot": caller.Member,
+	"/corral.v1.SnapshotService/ImportSnapshot": caller.Member,
+	"/corral.v1.SnapshotService/ForkSandbox":    caller.Member,
+
 	"/corral.v1.TenantService/CreateTenant": caller.Admin,
 	"/corral.v1.TenantService/GetTenant":    caller.Viewer, // its own tenant, with its use of the quota
 	"/corral.v1.TenantService/ListTenants":  caller.Admin,

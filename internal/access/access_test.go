@@ -18,7 +18,7 @@ import (
 func methods() []string {
 	var out []string
 	for _, f := range []protoreflect.FileDescriptor{corralv1.File_corral_v1_sandbox_proto, corralv1.File_corral_v1_files_proto,
-		corralv1.File_corral_v1_secrets_proto, corralv1.File_corral_v1_tenants_proto} {
+		corralv1.File_corral_v1_secrets_proto, corralv1.File_corral_v1_tenants_proto, corralv1.File_corral_v1_snapshots_proto} {
 		for i := range f.Services().Len() {
 			s := f.Services().Get(i)
 			for j := range s.Methods().Len() {

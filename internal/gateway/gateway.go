@@ -39,6 +39,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/sandboxfiles"
 	"github.com/corral-sandbox/corral/internal/secrets"
 	"github.com/corral-sandbox/corral/internal/service"
+	"github.com/corral-sandbox/corral/internal/snapshots"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
 	"github.com/corral-sandbox/corral/internal/tenants"
 	"github.com/corral-sandbox/corral/internal/tlsauth"
@@ -119,11 +120,15 @@ func Run(opts Options) error {
 	drv := compute.Driver
 	defer drv.Close()
 
+	content, err := snapshots.OpenContent(filepath.Join(opts.Home, "snapshots"))
+	if err != nil {
+		return fmt.Errorf("snapshots: %w", err)
+	}
 	lcfg := lifecycle.Config{
 		Store: st, Driver: drv, Instance: instance, Gateway: identity, Logger: log,
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
 		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace,
-		Failures: reintroduced(),
+		Failures: reintroduced(), Seeds: content,
 		SecretExists: func(ctx context.Context, tenant, name string) error {
 			_, err := st.GetSecret(ctx, tenant, name)
 			return err
@@ -137,9 +142,10 @@ func Run(opts Options) error {
 	mgr := lifecycle.New(lcfg)
 	secretsPart.Binders = mgr.Binders
 	ports.Core = mgr
+	snaps := snapshots.New(mgr, st, drv, content, log)
 	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: driverimages.New(drv, cfg.ImagePullPolicy), Ports: ports,
-		Pools: mgr.Pools(), Secrets: secretsPart, Tenants: tenants.New(st, mgr.Delete)}
-	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: mgr, ports: ports, core: core, startCtx: startCtx}
+		Pools: mgr.Pools(), Secrets: secretsPart, Tenants: tenants.New(st, mgr.Delete), Snapshots: snaps}
+	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: mgr, ports: ports, snaps: snaps, core: core, startCtx: startCtx}
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
 	cause := g.run(sig)
 	return g.shutdown(sig.hurry, cause)
@@ -184,6 +190,7 @@ type gateway struct {
 	log      *slog.Logger
 	mgr      *lifecycle.Manager
 	ports    *exposed.Ports
+	snaps    *snapshots.Snapshots
 	core     service.Core    // what the front ends serve
 	startCtx context.Context // ends at the first signal
 	servers  []server        // what serves the API and metrics, in the order opened
@@ -213,6 +220,9 @@ func (g *gateway) run(sig signals) error {
 		return nil
 	}
 	close(sig.late)
+	if err := g.snaps.Recover(g.startCtx); err != nil && g.startCtx.Err() == nil {
+		return fmt.Errorf("recovery of snapshots: %w", err)
+	}
 	if err := g.mgr.ReportForeign(g.startCtx); err != nil && g.startCtx.Err() == nil {
 		g.log.Warn("could not look for other gateways' objects", "err", err)
 	}

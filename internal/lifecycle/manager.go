@@ -8,6 +8,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,15 @@ type Config struct {
 	// Failures are the failures a test build re-introduces (none
 	// elsewhere).
 	Failures Failures
+	// Seeds, when set, gives the files of a snapshot's manifest, as a tar
+	// stream, to the sandboxes created from it.
+	Seeds Seeds
+}
+
+// Seeds gives snapshots' files (internal/snapshots).
+type Seeds interface {
+	// WriteTar writes the files of a manifest as a tar stream.
+	WriteTar(ctx context.Context, manifest string, w io.Writer) error
 }
 
 // Exposer serves sandboxes' exposed ports (internal/exposed).

@@ -25,6 +25,7 @@ type action struct {
 	policy string             // create: the policy's text, parsed by call
 	held   sandbox.Resources  // create: what its tenant's quota counts it at
 	stop   driver.StopOptions // stop
+	seed   string             // seed: the snapshot's manifest
 }
 
 // call makes the driver call of an action.
@@ -47,6 +48,8 @@ func (m *Manager) call(ctx context.Context, act action) error {
 		return d.Stop(ctx, act.ref, act.stop)
 	case sandbox.OpDriverDelete:
 		return d.Delete(ctx, act.ref.ID)
+	case sandbox.OpDriverSeed:
+		return m.seed(ctx, act)
 	case sandbox.OpDriverPause, sandbox.OpDriverResume:
 		p, ok := d.(driver.Pauser)
 		if !ok {
@@ -132,6 +135,17 @@ func (m *Manager) act(a *actor, sb *sandbox.Sandbox, act action) (again bool, re
 		return m.failed(a, sb, string(act.kind), err)
 	}
 	a.failures = 0
+	if act.kind == sandbox.OpDriverSeed {
+		// Once the files are in, the start goes on; a gateway that dies
+		// before this write seeds again, replacing what it put there.
+		if _, err := m.mutateStep(a, sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
+			cur.Spec.Seed = ""
+			return store.Mutation{}, nil
+		}); err != nil {
+			m.log.Error("record a seeded sandbox", "sandbox", sb.Name, "err", err)
+			return false, m.backoff(a.failures + 1)
+		}
+	}
 	if act.kind == sandbox.OpDriverDelete {
 		// The driver confirmed that no compute object of the sandbox is
 		// left (its delete of a missing one succeeds), which is all the next
@@ -209,6 +223,9 @@ func decide(s situation) (action, bool) {
 		return stop(startPhase), true // retire the old incarnation first
 	case obs.Generation != sb.Generation:
 		return create(startPhase), true // a new incarnation replaces the stopped one
+	case !running && sb.Spec.Seed != "":
+		return action{kind: sandbox.OpDriverSeed, phase: startPhase, gen: sb.Generation,
+			ref: driver.Ref{ID: sb.ID, Generation: sb.Generation}, seed: sb.Spec.Seed}, true
 	case !running:
 		return action{kind: sandbox.OpDriverStart, phase: startPhase, gen: sb.Generation,
 			ref: driver.Ref{ID: sb.ID, Generation: sb.Generation}}, true

@@ -75,6 +75,9 @@ func (m *Manager) create(ctx context.Context, tenant, name, requestID string, sp
 	if err := m.checkSecrets(ctx, tenant, name, pol); err != nil {
 		return nil, false, err
 	}
+	if _, ok := m.cfg.Driver.(driver.Seeder); spec.Seed != "" && (!ok || m.cfg.Seeds == nil) {
+		return nil, false, errdefs.NotImplemented("the %s driver cannot make sandboxes from snapshots", m.cfg.Driver.Name())
+	}
 	spec.Labels = maps.Clone(spec.Labels)
 	if pool != "" {
 		spec.Labels = map[string]string{sandbox.LabelPool: pool}
@@ -85,7 +88,11 @@ func (m *Manager) create(ctx context.Context, tenant, name, requestID string, sp
 		Desired: sandbox.DesiredRunning, Phase: sandbox.PhaseProvisioning, Generation: 1,
 		CreatedAt: now, UpdatedAt: now, Deadline: now.Add(m.cfg.ProvisioningTimeout), Resources: resources(pol),
 	}
-	got, created, err := m.cfg.Store.CreateSandbox(ctx, sb, m.request(ctx, sb, sandbox.OpCreate))
+	req := m.request(ctx, sb, sandbox.OpCreate)
+	if spec.SeedFrom != "" {
+		req.Detail = "from snapshot " + spec.SeedFrom
+	}
+	got, created, err := m.cfg.Store.CreateSandbox(ctx, sb, req)
 	if err != nil {
 		return nil, false, err
 	}

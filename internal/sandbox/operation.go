@@ -26,6 +26,9 @@ const (
 	OpDriverDelete OpKind = "driver.delete"
 	OpDriverPause  OpKind = "driver.pause"
 	OpDriverResume OpKind = "driver.resume"
+	// OpDriverSeed puts a snapshot's files in /sandbox before the first
+	// start.
+	OpDriverSeed OpKind = "driver.seed"
 )
 
 // IsRequest reports whether the kind is a caller's request, not a driver call.

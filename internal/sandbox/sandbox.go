@@ -70,6 +70,10 @@ type Spec struct {
 	MaxRestarts int `json:"max_restarts,omitempty"`
 	// Hosts pin names for the egress proxy: "NAME:IP" (--add-host).
 	Hosts []string `json:"hosts,omitempty"`
+	// Seed is the manifest of the snapshot (SeedFrom names it) whose files
+	// fill /sandbox before the first start; cleared once they are in.
+	Seed     string `json:"seed,omitempty"`
+	SeedFrom string `json:"seed_from,omitempty"`
 }
 
 // ValidateRestart checks and fills in the restart policy of a spec.

@@ -26,13 +26,10 @@ func toProto(sb *sandbox.Sandbox) *corralv1.Sandbox {
 		exit = &code
 	}
 	return &corralv1.Sandbox{
-		Id:     sb.ID,
-		Name:   sb.Name,
-		Tenant: sb.Tenant,
-		Spec: &corralv1.SandboxSpec{
-			Image: sb.Spec.Image, Command: sb.Spec.Command, Labels: sb.Spec.Labels, Policy: sb.Spec.Policy,
-			RestartPolicy: sb.Spec.RestartPolicy, MaxRestarts: int32(sb.Spec.MaxRestarts), AddHosts: sb.Spec.Hosts,
-		},
+		Id:            sb.ID,
+		Name:          sb.Name,
+		Tenant:        sb.Tenant,
+		Spec:          specToProto(sb.Spec),
 		ExitCode:      exit,
 		Restarts:      int32(sb.Restarts),
 		Phase:         string(sb.Phase),
@@ -57,6 +54,11 @@ func opToProto(op *sandbox.Operation) *corralv1.Operation {
 		Deadline: ts(op.Deadline), FinishedAt: ts(op.FinishedAt), Error: op.Error, Detail: op.Detail,
 		Actor: op.Actor,
 	}
+}
+
+func specToProto(s sandbox.Spec) *corralv1.SandboxSpec {
+	return &corralv1.SandboxSpec{Image: s.Image, Command: s.Command, Labels: s.Labels, Policy: s.Policy,
+		RestartPolicy: s.RestartPolicy, MaxRestarts: int32(s.MaxRestarts), AddHosts: s.Hosts}
 }
 
 func specFromProto(s *corralv1.SandboxSpec) sandbox.Spec {

@@ -64,6 +64,9 @@ type Core struct {
 	Secrets   Secrets
 	// Tenants, when set, serves the tenant API and checks bearer tokens.
 	Tenants Tenants
+	// Snapshots, when set, serves the snapshot API and creates from
+	// snapshots.
+	Snapshots Snapshots
 }
 
 // service implements corral.v1.SandboxService on the core.
@@ -73,11 +76,12 @@ type service struct {
 	images Imager
 	ports  Porter
 	pools  Pools
+	snaps  Snapshots
 }
 
 // New is the sandbox API served on the core.
 func New(c Core) corralv1.SandboxServiceServer {
-	return &service{m: c.Sandboxes, images: c.Images, ports: c.Ports, pools: c.Pools}
+	return &service{m: c.Sandboxes, images: c.Images, ports: c.Ports, pools: c.Pools, snaps: c.Snapshots}
 }
 
 // NewServer is a gRPC server with the API, health checking and
@@ -93,6 +97,9 @@ func NewServer(c Core, opts ...grpc.ServerOption) *grpc.Server {
 	}
 	if c.Tenants != nil {
 		corralv1.RegisterTenantServiceServer(srv, &tenantService{t: c.Tenants})
+	}
+	if c.Snapshots != nil {
+		corralv1.RegisterSnapshotServiceServer(srv, &snapshotService{s: c.Snapshots})
 	}
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -129,9 +136,21 @@ const (
 
 func (s *service) CreateSandbox(ctx context.Context, req *corralv1.CreateSandboxRequest) (*corralv1.CreateSandboxResponse, error) {
 	if req.GetPool() != "" {
+		if req.GetFromSnapshot() != "" {
+			return nil, status.Error(codes.InvalidArgument, "a create takes a pool or a snapshot, not both")
+		}
 		return s.claim(ctx, req)
 	}
-	sb, created, err := s.m.Create(ctx, req.GetName(), req.GetRequestId(), specFromProto(req.GetSpec()))
+	create := s.m.Create
+	if snap := req.GetFromSnapshot(); snap != "" {
+		if s.snaps == nil {
+			return nil, status.Error(codes.Unimplemented, "this gateway keeps no snapshots")
+		}
+		create = func(ctx context.Context, name, requestID string, spec sandbox.Spec) (*sandbox.Sandbox, bool, error) {
+			return s.snaps.CreateFrom(ctx, snap, name, requestID, spec)
+		}
+	}
+	sb, created, err := create(ctx, req.GetName(), req.GetRequestId(), specFromProto(req.GetSpec()))
 	if err != nil {
 		return nil, toGRPC(err)
 	}

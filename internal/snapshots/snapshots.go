@@ -1,0 +1,410 @@
+// Package snapshots keeps snapshots of sandboxes for every front end: a
+// sandbox's /sandbox at one instant (paused for the copy when it runs)
+// with what it was created with, in a content-addressed store; new
+// sandboxes made from one, on any driver; forks; export and import as one
+// archive. A snapshot's record is written, as creating, before its files
+// are copied and becomes ready only once its manifest is durable, so one
+// cut short is never listed, and Recover removes it (resuming the sandbox
+// it had paused) when the next gateway starts.
+package snapshots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/caller"
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/lifecycle"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+)
+
+// Records is what snapshots need of the lifecycle (*lifecycle.Manager).
+type Records interface {
+	Get(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+	Create(ctx context.Context, name, requestID string, spec sandbox.Spec) (*sandbox.Sandbox, bool, error)
+	Pause(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+	Resume(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+	Wait(ctx context.Context, nameOrID string, goal lifecycle.Goal, since int64, progress func(*sandbox.Sandbox)) (*sandbox.Sandbox, error)
+}
+
+// Store keeps snapshots' records (the gateway's store).
+type Store interface {
+	CreateSnapshot(ctx context.Context, s *sandbox.Snapshot) error
+	FinishSnapshot(ctx context.Context, s *sandbox.Snapshot) error
+	GetSnapshot(ctx context.Context, tenant, nameOrID string) (*sandbox.Snapshot, error)
+	ListSnapshots(ctx context.Context, tenant string) ([]*sandbox.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+	ListSandboxes(ctx context.Context, tenant string) ([]*sandbox.Sandbox, error)
+}
+
+// Snapshots is the snapshot part of the core.
+type Snapshots struct {
+	records Records
+	store   Store
+	driver  driver.Driver
+	content *Content
+	log     *slog.Logger
+}
+
+// New is the snapshots of the sandboxes of records, run by drv, kept in
+// store (records) and content (files).
+func New(records Records, st Store, drv driver.Driver, content *Content, log *slog.Logger) *Snapshots {
+	return &Snapshots{records: records, store: st, driver: drv, content: content, log: log}
+}
+
+// MaxForks bounds the sandboxes one fork makes.
+const MaxForks = 64
+
+// cleanupTimeout bounds what is undone after a snapshot that failed.
+const cleanupTimeout = 30 * time.Second
+
+// Take snapshots the /sandbox of a sandbox as name. A running sandbox is
+// paused for the copy and resumed after it; a stopped one is copied as it
+// is. memory asks for a checkpoint of its processes too.
+func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool) (*sandbox.Snapshot, error) {
+	if err := sandbox.ValidateSnapshotName(name); err != nil {
+		return nil, err
+	}
+	if memory {
+		return nil, errdefs.NotImplemented("memory snapshots (--memory) are not built yet: this snapshot would hold /sandbox's files only; take it without --memory")
+	}
+	wd, ok := s.driver.(driver.Workdirs)
+	if !ok {
+		return nil, errdefs.NotImplemented("the %s driver cannot reach sandboxes' files from the gateway: it cannot take snapshots", s.driver.Name())
+	}
+	sb, err := s.records.Get(ctx, nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	pause := false
+	switch {
+	case sb.Desired == sandbox.DesiredDeleted:
+		return nil, errdefs.FailedPrecondition("sandbox %q is being deleted", sb.Name)
+	case sb.Desired == sandbox.DesiredRunning && sb.Phase == sandbox.PhaseReady:
+		pause = true
+	case sb.Phase == sandbox.PhasePaused, sb.Phase == sandbox.PhaseStopped, sb.Phase == sandbox.PhaseExited:
+	default:
+		return nil, errdefs.FailedPrecondition("sandbox %q is %s: a snapshot is taken of a ready, paused or stopped sandbox", sb.Name, sb.Phase)
+	}
+	spec := sb.Spec
+	spec.Seed, spec.SeedFrom = "", ""
+	snap := &sandbox.Snapshot{ID: sandbox.NewID(), Tenant: sb.Tenant, Name: name, State: sandbox.SnapshotCreating,
+		Source: sb.ID, SourceName: sb.Name, Spec: spec, CreatedAt: time.Now().UTC()}
+	if pause {
+		snap.Paused = sb.ID
+	}
+	if err := s.store.CreateSnapshot(ctx, snap); err != nil {
+		return nil, err
+	}
+	resumed := !pause
+	resume := func() {
+		if resumed {
+			return
+		}
+		resumed = true
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if _, err := s.records.Resume(c, sb.ID); err != nil {
+			s.log.Error("resume a sandbox after its snapshot", "sandbox", sb.Name, "snapshot", name, "err", err)
+		}
+	}
+	release := s.content.Hold()
+	defer release()
+	err = func() error {
+		if pause {
+			p, err := s.records.Pause(ctx, sb.ID)
+			if err != nil {
+				return err
+			}
+			if _, err := s.records.Wait(ctx, sb.ID, lifecycle.GoalPaused, p.Revision, nil); err != nil {
+				return fmt.Errorf("pause %q for its snapshot: %w", sb.Name, err)
+			}
+		}
+		dir, err := wd.Workdir(ctx, sb.ID)
+		if err != nil {
+			return err
+		}
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			return fmt.Errorf("sandbox %q: open its /sandbox: %w", sb.Name, err)
+		}
+		defer root.Close()
+		manifest, st, err := s.content.Capture(ctx, root)
+		resume()
+		if err != nil {
+			return fmt.Errorf("snapshot %q of %q: %w", name, sb.Name, err)
+		}
+		snap.Manifest, snap.Files, snap.Bytes = manifest, st.Files, st.Bytes
+		return s.store.FinishSnapshot(ctx, snap)
+	}()
+	resume()
+	if err != nil {
+		s.forget(ctx, snap)
+		return nil, err
+	}
+	s.log.Info("snapshot taken", "snapshot", name, "sandbox", sb.Name, "files", snap.Files, "bytes", snap.Bytes)
+	return snap, nil
+}
+
+// forget removes the record of a snapshot that failed.
+func (s *Snapshots) forget(ctx context.Context, snap *sandbox.Snapshot) {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := s.store.DeleteSnapshot(c, snap.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		s.log.Error("remove a failed snapshot's record", "snapshot", snap.Name, "err", err)
+	}
+}
+
+// Get returns a ready snapshot of the caller's tenant by name or id.
+func (s *Snapshots) Get(ctx context.Context, nameOrID string) (*sandbox.Snapshot, error) {
+	snap, err := s.store.GetSnapshot(ctx, caller.From(ctx).Scope(), nameOrID)
+	if err == nil && snap.State != sandbox.SnapshotReady {
+		err = errdefs.ErrNotFound
+	}
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, errdefs.NotFound("snapshot %q not found", nameOrID)
+	}
+	return snap, err
+}
+
+// List returns the ready snapshots of the caller's tenant, oldest first.
+func (s *Snapshots) List(ctx context.Context) ([]*sandbox.Snapshot, error) {
+	all, err := s.store.ListSnapshots(ctx, caller.From(ctx).Scope())
+	if err != nil {
+		return nil, err
+	}
+	ready := all[:0]
+	for _, snap := range all {
+		if snap.State == sandbox.SnapshotReady {
+			ready = append(ready, snap)
+		}
+	}
+	return ready, nil
+}
+
+// Delete removes a snapshot and then the files nothing else keeps.
+func (s *Snapshots) Delete(ctx context.Context, nameOrID string) (*sandbox.Snapshot, error) {
+	snap, err := s.Get(ctx, nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.DeleteSnapshot(ctx, snap.ID); err != nil {
+		return nil, err
+	}
+	s.collect(ctx)
+	return snap, nil
+}
+
+// collect removes the blobs that no snapshot, and no sandbox still being
+// made from one, names.
+func (s *Snapshots) collect(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	n, err := s.content.Collect(func() ([]string, error) {
+		snaps, err := s.store.ListSnapshots(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		var keep []string
+		for _, snap := range snaps {
+			if snap.Manifest != "" {
+				keep = append(keep, snap.Manifest)
+			}
+		}
+		sbs, err := s.store.ListSandboxes(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		for _, sb := range sbs {
+			if sb.Spec.Seed != "" {
+				keep = append(keep, sb.Spec.Seed)
+			}
+		}
+		return keep, nil
+	})
+	if err != nil {
+		s.log.Error("collect snapshots' files", "err", err)
+	} else if n > 0 {
+		s.log.Info("snapshots' files collected", "blobs", n)
+	}
+}
+
+// CreateFrom records a sandbox made from a snapshot: spec's image,
+// command, labels, policy and restart policy, where set, override the
+// snapshot's.
+func (s *Snapshots) CreateFrom(ctx context.Context, snapshot, name, requestID string, spec sandbox.Spec) (*sandbox.Sandbox, bool, error) {
+	release := s.content.Hold() // its files stay until the record names them
+	defer release()
+	snap, err := s.Get(ctx, snapshot)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.records.Create(ctx, name, requestID, merge(snap, spec))
+}
+
+// merge is the spec of a sandbox made from snap, with what spec sets.
+func merge(snap *sandbox.Snapshot, spec sandbox.Spec) sandbox.Spec {
+	out := snap.Spec
+	if spec.Image != "" {
+		out.Image = spec.Image
+	}
+	if len(spec.Command) > 0 {
+		out.Command = spec.Command
+	}
+	if spec.Labels != nil {
+		out.Labels = spec.Labels
+	}
+	if spec.Policy != "" {
+		out.Policy = spec.Policy
+	}
+	if spec.RestartPolicy != "" {
+		out.RestartPolicy, out.MaxRestarts = spec.RestartPolicy, spec.MaxRestarts
+	}
+	if spec.Hosts != nil {
+		out.Hosts = spec.Hosts
+	}
+	out.Seed, out.SeedFrom = snap.Manifest, snap.Name
+	return out
+}
+
+// Fork takes a snapshot of a sandbox and makes count sandboxes from it,
+// prefix-1 … prefix-N, in parallel; the snapshot goes once they are
+// recorded (its files stay while they are being put in).
+func (s *Snapshots) Fork(ctx context.Context, nameOrID string, count int, prefix string) ([]*sandbox.Sandbox, error) {
+	if count < 1 || count > MaxForks {
+		return nil, errdefs.InvalidArgument("invalid fork count %d: want 1 to %d", count, MaxForks)
+	}
+	sb, err := s.records.Get(ctx, nameOrID)
+	if err != nil {
+		return nil, err
+	}
+	if prefix == "" {
+		prefix = sb.Name + "-fork"
+	}
+	names := make([]string, count)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", prefix, i+1)
+		if err := sandbox.ValidateName(names[i]); err != nil {
+			return nil, err
+		}
+	}
+	snapName := "fork-" + sandbox.ShortID(sandbox.NewID())
+	snap, err := s.Take(ctx, sb.ID, snapName, false)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if err := s.store.DeleteSnapshot(c, snap.ID); err != nil {
+			s.log.Error("remove a fork's snapshot", "snapshot", snapName, "err", err)
+		}
+	}()
+	out := make([]*sandbox.Sandbox, count)
+	errs := make([]error, count)
+	done := make(chan struct{})
+	for i := range count {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			spec := merge(snap, sandbox.Spec{})
+			spec.SeedFrom = sb.Name + " (a fork)"
+			out[i], _, errs[i] = s.records.Create(ctx, names[i], "", spec)
+		}()
+	}
+	for range count {
+		<-done
+	}
+	var failed []string
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", names[i], err))
+		}
+	}
+	if len(failed) > 0 {
+		return out, fmt.Errorf("fork of %q: %d of %d not made: %s", sb.Name, len(failed), count, strings.Join(failed, "; "))
+	}
+	return out, nil
+}
+
+// Export writes a snapshot as one archive.
+func (s *Snapshots) Export(ctx context.Context, nameOrID string, w io.Writer) error {
+	release := s.content.Hold()
+	defer release()
+	snap, err := s.Get(ctx, nameOrID)
+	if err != nil {
+		return err
+	}
+	meta := Meta{Name: snap.Name, SourceName: snap.SourceName, Spec: snap.Spec, CreatedAt: snap.CreatedAt, Files: snap.Files, Bytes: snap.Bytes}
+	return s.content.Export(ctx, w, meta, snap.Manifest)
+}
+
+// Import reads an exported archive into a snapshot of the caller's
+// tenant, named name or else as the archive says.
+func (s *Snapshots) Import(ctx context.Context, name string, r io.Reader) (*sandbox.Snapshot, error) {
+	if name != "" {
+		if err := sandbox.ValidateSnapshotName(name); err != nil {
+			return nil, err
+		}
+	}
+	release := s.content.Hold()
+	defer release()
+	meta, manifest, st, err := s.content.Import(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if name == "" {
+		name = meta.Name
+	}
+	if err := sandbox.ValidateSnapshotName(name); err != nil {
+		return nil, fmt.Errorf("the archive's name: %w (give one with --name)", err)
+	}
+	spec := meta.Spec
+	spec.Seed, spec.SeedFrom = "", ""
+	snap := &sandbox.Snapshot{ID: sandbox.NewID(), Tenant: caller.From(ctx).Tenant, Name: name, State: sandbox.SnapshotCreating,
+		SourceName: meta.SourceName, Spec: spec, CreatedAt: time.Now().UTC()}
+	if err := s.store.CreateSnapshot(ctx, snap); err != nil {
+		return nil, err
+	}
+	snap.Manifest, snap.Files, snap.Bytes = manifest, st.Files, st.Bytes
+	if err := s.store.FinishSnapshot(ctx, snap); err != nil {
+		s.forget(ctx, snap)
+		return nil, err
+	}
+	return snap, nil
+}
+
+// Recover removes what snapshots cut short by the previous gateway left:
+// their records (never listed), the sandboxes they paused resumed, and
+// files no snapshot keeps. It runs at the start, before requests.
+func (s *Snapshots) Recover(ctx context.Context) error {
+	snaps, err := s.store.ListSnapshots(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, snap := range snaps {
+		if snap.State == sandbox.SnapshotReady {
+			continue
+		}
+		if snap.Paused != "" {
+			sb, err := s.records.Get(ctx, snap.Paused)
+			if err == nil && sb.Desired == sandbox.DesiredPaused {
+				if _, err := s.records.Resume(ctx, sb.ID); err != nil {
+					return fmt.Errorf("resume %q, paused by a snapshot cut short: %w", sb.Name, err)
+				}
+				s.log.Info("sandbox resumed after a snapshot cut short", "sandbox", sb.Name, "snapshot", snap.Name)
+			}
+		}
+		if err := s.store.DeleteSnapshot(ctx, snap.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
+		s.log.Info("snapshot cut short removed", "snapshot", snap.Name)
+	}
+	s.collect(ctx)
+	return nil
+}
