@@ -129,6 +129,8 @@ type Client struct {
 	Secrets corralv1.SecretServiceClient
 	// Tenants is the tenant API: tenants, quotas and bearer tokens.
 	Tenants corralv1.TenantServiceClient
+	// Snapshots is the snapshot API: snapshots, forks, export and import.
+	Snapshots corralv1.SnapshotServiceClient
 
 	conn *grpc.ClientConn
 	addr string
@@ -191,7 +193,8 @@ func NewFor(target Context) (*Client, error) {
 // conn.
 func NewFromConn(conn *grpc.ClientConn, addr string) *Client {
 	return &Client{SandboxServiceClient: corralv1.NewSandboxServiceClient(conn), Files: corralv1.NewFileServiceClient(conn),
-		Secrets: corralv1.NewSecretServiceClient(conn), Tenants: corralv1.NewTenantServiceClient(conn), conn: conn, addr: addr}
+		Secrets: corralv1.NewSecretServiceClient(conn), Tenants: corralv1.NewTenantServiceClient(conn),
+		Snapshots: corralv1.NewSnapshotServiceClient(conn), conn: conn, addr: addr}
 }
 
 // callAs puts a bearer token and the tenant to act in on every call. A

@@ -40,6 +40,10 @@ type CreateOptions struct {
 	// Pool, when set, claims a ready sandbox of that warm pool; the spec
 	// may then carry only labels.
 	Pool string
+	// FromSnapshot, when set, makes the sandbox from that snapshot: its
+	// files, and its image, command, labels and policy except where the
+	// spec sets them.
+	FromSnapshot string
 	// RequestID makes the create retryable: a second create with the same
 	// id returns the sandbox the first one made.
 	RequestID string
@@ -66,7 +70,8 @@ type Created struct {
 // runs (Running), returning its record then. A sandbox that reaches the
 // error phase instead fails it, with the reason.
 func (c *Client) Create(ctx context.Context, name string, spec *Spec, opts CreateOptions) (*Created, error) {
-	resp, err := c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, Spec: spec, RequestId: opts.RequestID, Pool: opts.Pool})
+	resp, err := c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, Spec: spec, RequestId: opts.RequestID, Pool: opts.Pool,
+		FromSnapshot: opts.FromSnapshot})
 	if err != nil {
 		return nil, c.Explain(err)
 	}

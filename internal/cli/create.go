@@ -18,14 +18,14 @@ import (
 
 func newCreateCmd(g *globals) *cobra.Command {
 	var (
-		name, image, policyFile, requestID, format, restart, pool string
-		maxRestarts                                               int32
-		labels, addHosts                                          []string
-		detach                                                    bool
-		timeout                                                   time.Duration
+		name, image, policyFile, requestID, format, restart, pool, fromSnapshot string
+		maxRestarts                                                             int32
+		labels, addHosts                                                        []string
+		detach                                                                  bool
+		timeout                                                                 time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "create --name NAME [--pool POOL | --image IMG [--policy FILE] [-- CMD ARGS...]] [--label k=v] [--detach]",
+		Use:   "create --name NAME [--pool POOL | --from-snapshot SNAPSHOT | --image IMG [--policy FILE] [-- CMD ARGS...]] [--label k=v] [--detach]",
 		Short: "Create a sandbox and wait until it is ready",
 		Long: `Create a sandbox. Without --detach, wait until it is ready (exit 0) or
 in error (exit 1), showing its progress on stderr; then print its id.
@@ -33,7 +33,10 @@ With --image, the image is pulled first when the gateway's pull policy
 says a create would pull it, with the pull's progress on stderr.
 With --pool, a ready sandbox of that pool is claimed at once (it takes the
 name and labels); when the pool has none ready, the pool's spec is created
-cold, and a line on stderr says so.`,
+cold, and a line on stderr says so.
+With --from-snapshot, /sandbox holds the snapshot's files before the first
+start, and the sandbox runs the snapshot's image, command, labels and
+policy, except what --image, a command, --label or --policy give.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(format); err != nil {
 				return err
@@ -62,12 +65,21 @@ cold, and a line on stderr says so.`,
 			}
 			defer c.Close()
 			ctx := cmd.Context()
-			if image != "" {
-				if err := pullForCreate(ctx, c, image, g.stderr); err != nil {
+			pull := image
+			if fromSnapshot != "" && image == "" {
+				snap, err := c.GetSnapshot(ctx, fromSnapshot)
+				if err != nil {
+					return err
+				}
+				pull = snap.Spec.GetImage()
+			}
+			if pull != "" {
+				if err := pullForCreate(ctx, c, pull, g.stderr); err != nil {
 					return err
 				}
 			}
-			resp, err := c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, Spec: spec, RequestId: requestID, Pool: pool})
+			resp, err := c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, Spec: spec, RequestId: requestID, Pool: pool,
+				FromSnapshot: fromSnapshot})
 			if err != nil {
 				return c.Explain(err)
 			}
@@ -95,6 +107,7 @@ cold, and a line on stderr says so.`,
 	f.StringVar(&name, "name", "", "sandbox name: a DNS label (lower-case letters, digits, '-')")
 	f.StringVar(&image, "image", "", "image to run (default: the gateway's default_image)")
 	f.StringVar(&pool, "pool", "", "claim a ready sandbox of this warm pool (see corral pool)")
+	f.StringVar(&fromSnapshot, "from-snapshot", "", "make the sandbox from this snapshot: its files, image, command, labels and policy (see corral snapshot)")
 	f.StringVar(&policyFile, "policy", "", "YAML policy file")
 	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
 	f.StringArrayVar(&addHosts, "add-host", nil, "pin a name for the egress proxy: NAME:IP (repeatable), as docker run --add-host")

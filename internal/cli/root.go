@@ -70,7 +70,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.context, "context", "", "talk to the gateway of this context (see corral context)")
 	root.PersistentFlags().StringVar(&g.token, "token", "", "a bearer token to call as (default $CORRAL_TOKEN, else the context's)")
 	root.PersistentFlags().StringVar(&g.tenant, "tenant", "", "the tenant to act in, for an admin (default $CORRAL_TENANT, else the context's, else your own)")
-	root.AddCommand(newGatewayCmd(g), newSandboxCmd(g), newImageCmd(g), newPoolCmd(g), supervisecmd.New(), newContextCmd(), newPolicyCmd(g), newMCPCmd(g), newSecretCmd(g),
+	root.AddCommand(newGatewayCmd(g), newSandboxCmd(g), newImageCmd(g), newPoolCmd(g), newSnapshotCmd(g), supervisecmd.New(), newContextCmd(), newPolicyCmd(g), newMCPCmd(g), newSecretCmd(g),
 		newTenantCmd(g), newTokenCmd(g))
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
@@ -91,7 +91,7 @@ func newSandboxCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(
 		newCreateCmd(g), newGetCmd(g), newListCmd(g), newStopCmd(g), newStartCmd(g), newPauseCmd(g), newResumeCmd(g),
 		newDeleteCmd(g), newHistoryCmd(g), newWatchCmd(g), newExecCmd(g), newLogsCmd(g), newUpdateCmd(g), newCpCmd(g),
-		newSandboxPolicyCmd(g), newDenialsCmd(g),
+		newSandboxPolicyCmd(g), newDenialsCmd(g), newSandboxSnapshotCmd(g), newForkCmd(g),
 		newPortForwardCmd(g), newExposeCmd(g), newUnexposeCmd(g), newPortsCmd(g),
 	)
 	return cmd
