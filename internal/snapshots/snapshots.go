@@ -305,6 +305,7 @@ func (s *Snapshots) Fork(ctx context.Context, nameOrID string, count int, prefix
 		if err := s.store.DeleteSnapshot(c, snap.ID); err != nil {
 			s.log.Error("remove a fork's snapshot", "snapshot", snapName, "err", err)
 		}
+		s.collect(c) // what the forks do not still need
 	}()
 	out := make([]*sandbox.Sandbox, count)
 	errs := make([]error, count)

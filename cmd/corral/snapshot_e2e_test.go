@@ -1,0 +1,195 @@
+package main
+
+import (
+	"archive/tar"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// describeTree lists a tree as a snapshot must keep it: each entry's name,
+// type and mode, modification time (nanoseconds), contents or link
+// target, and the first name of a file it shares with another (a hard
+// link).
+func describeTree(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	inodes := map[uint64]string{}
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		line := fmt.Sprintf("%s %v %d", rel, fi.Mode(), fi.ModTime().UnixNano())
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			line += " -> " + target
+		case fi.Mode().IsRegular():
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			line += fmt.Sprintf(" %q", data)
+			ino := fi.Sys().(*syscall.Stat_t).Ino
+			if first, ok := inodes[ino]; ok {
+				line += " linked to " + first
+			}
+			inodes[ino] = rel
+		}
+		out = append(out, line)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sameLines(t *testing.T, what string, want, got []string) {
+	t.Helper()
+	if strings.Join(want, "\n") == strings.Join(got, "\n") {
+		return
+	}
+	for i := range min(len(want), len(got)) {
+		if want[i] != got[i] {
+			t.Fatalf("%s: entry %d differs:\nwant %s\ngot  %s", what, i, want[i], got[i])
+		}
+	}
+	t.Fatalf("%s: %d entries, want %d", what, len(got), len(want))
+}
+
+// nativeWorkdir is the host directory of a native sandbox's /sandbox.
+func nativeWorkdir(home, id string) string {
+	return filepath.Join(home, "native", "sandboxes", id, "workdir")
+}
+
+// treeScript makes 1,000 files in /sandbox, in 17 directories, each with
+// its own contents, mode and modification time (to the nanosecond), with
+// symlinks (one out of /sandbox), a hard link and an empty directory.
+const treeScript = `set -e; cd /sandbox
+for i in $(seq 1 1000); do
+	d=d$((i % 17)); mkdir -p $d
+	printf 'file %d %0*d' $i $((i % 50)) 0 > $d/f$i
+	chmod 6$((i % 8))$((i % 5)) $d/f$i
+	touch -d @$((1700000000 + i)).$((100000000 + i)) $d/f$i
+done
+ln -s f17 d0/rel-link; ln -s /etc/hostname abs-link; ln d1/f1 d1/hard-link
+mkdir -m 711 empty; chmod 750 d2; touch -d @1600000000.5 d3`
+
+// A snapshot of a sandbox with 1,000 files restores byte-identical
+// (contents, modes, links, mtimes) on the other driver, both ways, through
+// export and import; the restored files are the sandbox user's to write;
+// a fork of 5 gives 5 independent sandboxes; a hostile archive is refused
+// and nothing of it is listed.
+func TestSnapshotAcrossDrivers(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireDocker(t)
+	nhome, dhome, dir := t.TempDir(), t.TempDir(), t.TempDir()
+	nativeGateway(t, nhome)
+	dockerGateway(t, dhome, newLabel(t))
+
+	src := strings.TrimSpace(mustCorral(t, nhome, "sandbox", "create", "--name", "src", "--", "sleep", "1d"))
+	mustCorral(t, nhome, "sandbox", "exec", "src", "--", "sh", "-c", treeScript)
+	want := describeTree(t, nativeWorkdir(nhome, src))
+	if len(want) < 1000 {
+		t.Fatalf("the tree has %d entries", len(want))
+	}
+	out := mustCorral(t, nhome, "sandbox", "snapshot", "src", "base")
+	if !strings.Contains(out, fmt.Sprintf("base: %d files", len(want))) {
+		t.Errorf("snapshot printed %q", out)
+	}
+	mustCorral(t, nhome, "sandbox", "exec", "src", "--", "sh", "-c", "echo later > /sandbox/later")
+	if out := mustCorral(t, nhome, "sandbox", "get", "src", "-o", "json"); !strings.Contains(out, `"phase": "ready"`) {
+		t.Fatalf("the snapshot left its sandbox:\n%s", out)
+	}
+
+	// native → Docker
+	archive := filepath.Join(dir, "base.tar")
+	mustCorral(t, nhome, "snapshot", "export", "base", archive)
+	mustCorral(t, dhome, "snapshot", "import", archive)
+	dst := strings.TrimSpace(mustCorral(t, dhome, "sandbox", "create", "--name", "dst", "--from-snapshot", "base",
+		"--image", testenv.TestImage))
+	sameLines(t, "native → Docker", want, describeTree(t, dockerWorkdir(t, dst)))
+	if out := mustCorral(t, dhome, "sandbox", "exec", "dst", "--", "sh", "-c", "id -u; echo more >> /sandbox/d1/f1; cat /sandbox/d1/f1"); out != "1000\nfile 1 0more\n" {
+		t.Errorf("the restored files, written by the sandbox's user: %q", out)
+	}
+	if out := mustCorral(t, dhome, "sandbox", "history", "dst"); !strings.Contains(out, "driver.seed") {
+		t.Errorf("the journal of a sandbox made from a snapshot:\n%s", out)
+	}
+
+	// Docker → native
+	mustCorral(t, dhome, "sandbox", "snapshot", "dst", "back")
+	back := describeTree(t, dockerWorkdir(t, dst))
+	archive = filepath.Join(dir, "back.tar")
+	mustCorral(t, dhome, "snapshot", "export", "back", archive)
+	mustCorral(t, nhome, "snapshot", "import", archive, "--name", "from-docker")
+	again := strings.TrimSpace(mustCorral(t, nhome, "sandbox", "create", "--name", "again", "--from-snapshot", "from-docker", "--image", "host"))
+	sameLines(t, "Docker → native", back, describeTree(t, nativeWorkdir(nhome, again)))
+
+	// fork of 5: each its own /sandbox
+	ids := strings.Fields(mustCorral(t, nhome, "sandbox", "fork", "src", "--count", "5", "--name-prefix", "f"))
+	if len(ids) != 5 {
+		t.Fatalf("fork printed %d ids", len(ids))
+	}
+	for i := 1; i <= 5; i++ {
+		mustCorral(t, nhome, "sandbox", "exec", fmt.Sprintf("f-%d", i), "--", "sh", "-c", fmt.Sprintf("echo %d > /sandbox/who", i))
+	}
+	for i := 1; i <= 5; i++ {
+		out := mustCorral(t, nhome, "sandbox", "exec", fmt.Sprintf("f-%d", i), "--", "sh", "-c", "cat /sandbox/who /sandbox/later")
+		if out != fmt.Sprintf("%d\nlater\n", i) {
+			t.Errorf("fork %d reads %q", i, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(nativeWorkdir(nhome, src), "who")); err == nil {
+		t.Error("a fork's write is seen in the sandbox it was forked from")
+	}
+	if out := mustCorral(t, nhome, "snapshot", "list"); strings.Contains(out, "fork-") {
+		t.Errorf("the fork's snapshot is left:\n%s", out)
+	}
+
+	// a hostile archive
+	evil := filepath.Join(dir, "evil.tar")
+	f, err := os.Create(evil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := tar.NewWriter(f)
+	meta := []byte(`{"version":1,"name":"evil","spec":{}}`)
+	tw.WriteHeader(&tar.Header{Name: "corral-snapshot.json", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(meta))})
+	tw.Write(meta)
+	tw.WriteHeader(&tar.Header{Name: "sandbox/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "sandbox/etc", Typeflag: tar.TypeSymlink, Linkname: "/etc"})
+	tw.WriteHeader(&tar.Header{Name: "sandbox/etc/corral-evil", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	tw.Write([]byte("x"))
+	tw.Close()
+	f.Close()
+	_, errOut, code := corral(t, nhome, "snapshot", "import", evil)
+	if code == 0 || !strings.Contains(errOut, `entry "sandbox/etc/corral-evil"`) || !strings.Contains(errOut, "leads outside") {
+		t.Errorf("import of a hostile archive: %d %q", code, errOut)
+	}
+	if _, err := os.Stat("/etc/corral-evil"); err == nil {
+		os.Remove("/etc/corral-evil")
+		t.Fatal("a hostile archive wrote /etc/corral-evil")
+	}
+	if out := mustCorral(t, nhome, "snapshot", "list"); strings.Contains(out, "evil") {
+		t.Errorf("a refused import is listed:\n%s", out)
+	}
+
+	// deleting a snapshot leaves the sandboxes made from it whole
+	mustCorral(t, nhome, "snapshot", "delete", "base", "from-docker")
+	sameLines(t, "after the snapshot's delete", back, describeTree(t, nativeWorkdir(nhome, again)))
+	for _, h := range []string{nhome, dhome} {
+		mustCorral(t, h, "sandbox", "delete", "--all")
+	}
+}
