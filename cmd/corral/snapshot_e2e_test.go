@@ -4,12 +4,15 @@ import (
 	"archive/tar"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -191,5 +194,73 @@ func TestSnapshotAcrossDrivers(t *testing.T) {
 	sameLines(t, "after the snapshot's delete", back, describeTree(t, nativeWorkdir(nhome, again)))
 	for _, h := range []string{nhome, dhome} {
 		mustCorral(t, h, "sandbox", "delete", "--all")
+	}
+}
+
+// A gateway killed in the middle of a snapshot (its sandbox paused for the
+// copy) lists no half snapshot after its restart and has resumed the
+// sandbox; one killed in the middle of a restore puts the files in again
+// and the sandbox converges with them.
+func TestSnapshotAndRestoreCutShortBySIGKILL(t *testing.T) {
+	home := t.TempDir()
+	g := startGateway(t, home)
+	id := strings.TrimSpace(mustCorral(t, home, "sandbox", "create", "--name", "box", "--", "sleep", "1d"))
+	wd := filepath.Join(stateDir(home), "workdirs", id)
+	if err := os.MkdirAll(wd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wd, "file"), []byte("kept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	setFaults(t, home, faults.Rule{Op: "workdir", Sandbox: id, Action: "hold"})
+	snap := exec.Command(bin, "--home", home, "sandbox", "snapshot", "box", "s1")
+	if err := snap.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Wait()
+	waitHeld(t, home, "workdir", id)
+	if sb := getJSON(t, home, "box"); sb["phase"] != "paused" {
+		t.Fatalf("during its snapshot, the sandbox is %v", sb["phase"])
+	}
+	g.signal(syscall.SIGKILL)
+	g.exitCode(30 * time.Second)
+	setFaults(t, home)
+	g = startGateway(t, home)
+	if out := mustCorral(t, home, "snapshot", "list"); strings.Contains(out, "s1") {
+		t.Fatalf("a snapshot cut short is listed:\n%s", out)
+	}
+	if _, errOut, code := corral(t, home, "snapshot", "get", "s1"); code == 0 || !strings.Contains(errOut, `snapshot "s1" not found`) {
+		t.Fatalf("snapshot get of one cut short: %d %q", code, errOut)
+	}
+	waitPhase(t, api(t, home), "box", "ready")
+	if sb := getJSON(t, home, "box"); sb["generation"] != float64(1) || sb["desired_state"] != "running" {
+		t.Fatalf("after the restart, the sandbox is %v", sb)
+	}
+
+	mustCorral(t, home, "sandbox", "snapshot", "box", "s1")
+	setFaults(t, home, faults.Rule{Op: "seed", Action: "hold"})
+	held := strings.TrimSpace(mustCorral(t, home, "sandbox", "create", "--name", "copy", "--from-snapshot", "s1", "--detach"))
+	waitHeld(t, home, "seed", held)
+	g.signal(syscall.SIGKILL)
+	g.exitCode(30 * time.Second)
+	setFaults(t, home)
+	startGateway(t, home)
+	copyID := waitPhase(t, api(t, home), "copy", "ready").Id
+	data, err := os.ReadFile(filepath.Join(stateDir(home), "workdirs", copyID, "file"))
+	if err != nil || string(data) != "kept\n" {
+		t.Fatalf("the restored file: %q, %v", data, err)
+	}
+	hist := mustCorral(t, home, "sandbox", "history", "copy")
+	if !strings.Contains(hist, "interrupted") || strings.Count(hist, "driver.seed") < 2 {
+		t.Errorf("the journal of a restore cut short:\n%s", hist)
+	}
+	mustCorral(t, home, "sandbox", "delete", "--all")
+	mustCorral(t, home, "snapshot", "delete", "s1")
+	if objs := fakeObjects(t, home); len(objs) != 0 {
+		t.Fatalf("driver objects left: %v", objs)
+	}
+	if left, _ := os.ReadDir(filepath.Join(stateDir(home), "workdirs")); len(left) != 0 {
+		t.Errorf("workdirs left: %d", len(left))
 	}
 }
