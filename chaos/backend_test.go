@@ -59,7 +59,7 @@ func (b *fakeBackend) args() []string { return []string{"--driver", "fake"} }
 
 func (b *fakeBackend) faults(rng *rand.Rand) {
 	var rules []faults.Rule
-	ops := []string{"create", "start", "stop", "delete", "inspect", "pause", "resume"}
+	ops := []string{"create", "start", "stop", "delete", "inspect", "pause", "resume", "workdir", "seed"}
 	for range rng.IntN(3) {
 		rule := faults.Rule{Op: ops[rng.IntN(len(ops))], After: rng.IntN(3) == 0}
 		switch rng.IntN(3) {
@@ -234,8 +234,8 @@ func (b *nativeBackend) killSupervisor(pick int) {
 func (b *nativeBackend) clear() {}
 
 // objects is the driver's view, and every live supervisor besides: one
-// whose sandbox the driver does not list, or of an old generation, is a
-// leak.
+// whose sandbox the driver does not list as running or paused, or of an
+// old generation, is a leak.
 func (b *nativeBackend) objects() map[string]driver.Object {
 	d, err := native.New(driver.Config{Label: b.label, StateDir: b.dir}, native.Options{})
 	out := objectsOf(b.t, d, err)
@@ -245,7 +245,7 @@ func (b *nativeBackend) objects() map[string]driver.Object {
 	}
 	for pid, bundle := range procs {
 		id, gen := filepath.Base(filepath.Dir(bundle)), strings.TrimPrefix(filepath.Base(bundle), "gen-")
-		if o, ok := out[id]; !ok || strconv.FormatInt(o.Generation, 10) != gen || o.State != driver.StateRunning {
+		if o, ok := out[id]; !ok || strconv.FormatInt(o.Generation, 10) != gen || (o.State != driver.StateRunning && o.State != driver.StatePaused) {
 			out[fmt.Sprintf("supervisor %d (%s)", pid, bundle)] = driver.Object{State: driver.StateRunning}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -71,6 +72,12 @@ func TestTorture(t *testing.T) {
 			violations := r.check()
 			created += len(r.created)
 			t.Logf("seed %d: %d kill points, %d sandboxes created, %d at the final check", seed, r.kills, len(r.created), r.checked)
+			r.mu.Lock()
+			logs := r.log.String()
+			r.mu.Unlock()
+			t.Logf("seed %d: %d snapshots taken, %d cut short and removed, %d sandboxes resumed after one, %d created from one", seed,
+				strings.Count(logs, `msg="snapshot taken"`), strings.Count(logs, `msg="snapshot cut short removed"`),
+				strings.Count(logs, `msg="sandbox resumed after a snapshot cut short"`), strings.Count(logs, `msg="sandbox created"`)-strings.Count(logs, `from_snapshot=""`))
 			if r.preInit > 0 {
 				t.Logf("seed %d: %d SIGTERMs arrived before the gateway took its home lock", seed, r.preInit)
 			}
@@ -172,6 +179,7 @@ const (
 	journalUnreadable   kind = "journal-unreadable"    // the journal could not be read
 	undeletable         kind = "undeletable"           // a sandbox could not be deleted
 	storeDamaged        kind = "store-damaged"         // the store is damaged
+	halfSnapshot        kind = "half-snapshot"         // a snapshot listed but not whole, or left half taken
 )
 
 // violation is one invariant broken.
@@ -219,6 +227,7 @@ func newRunOn(t *testing.T, seed int64, driverName, isolation string) *run {
 	for i := range 6 {
 		r.names = append(r.names, fmt.Sprintf("s%d", i))
 	}
+	r.names = append(r.names, "fork-1", "fork-2")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("gateway logs:\n%s", r.log.String())
@@ -255,7 +264,13 @@ func (r *run) start() *gateway {
 	return g
 }
 
-func (r *run) client() (corralv1.SandboxServiceClient, func()) {
+// api is a gateway's sandbox and snapshot services on one connection.
+type api struct {
+	corralv1.SandboxServiceClient
+	snapshots corralv1.SnapshotServiceClient
+}
+
+func (r *run) client() (api, func()) {
 	// Redial within milliseconds: gRPC's default backoff after a failed
 	// dial (1 s, growing) outlasts a whole kill point, so a client that met
 	// a gateway down would not reach the next one at all.
@@ -264,7 +279,7 @@ func (r *run) client() (corralv1.SandboxServiceClient, func()) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return corralv1.NewSandboxServiceClient(conn), func() { conn.Close() }
+	return api{corralv1.NewSandboxServiceClient(conn), corralv1.NewSnapshotServiceClient(conn)}, func() { conn.Close() }
 }
 
 // clients sends random requests until stop is closed; some give up early.
@@ -313,7 +328,7 @@ func (r *run) settled(name string) bool {
 	return d.open == 0 && d.uncertain != r.kills+1
 }
 
-func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
+func (r *run) request(c api, rng *rand.Rand) {
 	name := r.names[rng.IntN(len(r.names))]
 	timeout := time.Second
 	if rng.IntN(4) == 0 {
@@ -322,14 +337,19 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var err error
-	switch op := rng.IntN(12); {
+	snapshot := fmt.Sprintf("snap-%d", rng.IntN(3))
+	switch op := rng.IntN(15); {
 	case op < 3:
 		r.mu.Lock()
 		sent := r.deletesOf(name).sent
 		settled := r.settled(name) // no delete can land after this create but the ones sent from now on
 		r.mu.Unlock()
+		req := &corralv1.CreateSandboxRequest{Name: name, RequestId: fmt.Sprintf("%s-%d", name, rng.IntN(3)), Spec: r.backend.spec()}
+		if rng.IntN(3) == 0 {
+			req.FromSnapshot, req.RequestId = snapshot, req.RequestId+"-from-"+snapshot
+		}
 		var resp *corralv1.CreateSandboxResponse
-		resp, err = c.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: name, RequestId: fmt.Sprintf("%s-%d", name, rng.IntN(3)), Spec: r.backend.spec()})
+		resp, err = c.CreateSandbox(ctx, req)
 		if err == nil {
 			r.mu.Lock()
 			r.created[resp.Sandbox.Name] = true
@@ -352,6 +372,17 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 		}
 	case op < 11:
 		_, err = c.ResumeSandbox(ctx, &corralv1.ResumeSandboxRequest{Name: name})
+	case op < 13:
+		_, err = c.snapshots.CreateSnapshot(ctx, &corralv1.CreateSnapshotRequest{Sandbox: name, Name: snapshot})
+		err = snapshotRefusal(err)
+	case op < 14:
+		if rng.IntN(2) == 0 {
+			_, err = c.snapshots.DeleteSnapshot(ctx, &corralv1.DeleteSnapshotRequest{Name: snapshot})
+			break
+		}
+		// forks are named like the other sandboxes: fork-1 and fork-2
+		_, err = c.snapshots.ForkSandbox(ctx, &corralv1.ForkSandboxRequest{Sandbox: name, Count: 2, NamePrefix: "fork"})
+		err = snapshotRefusal(err)
 	default:
 		r.mu.Lock()
 		r.deleteAsked[name] = true
@@ -381,6 +412,19 @@ func (r *run) request(c corralv1.SandboxServiceClient, rng *rand.Rand) {
 	if status.Code(err) == codes.Unavailable {
 		time.Sleep(5 * time.Millisecond) // the gateway is down; do not spin
 	}
+}
+
+// snapshotRefusal is nil for what a snapshot or a fork may rightly be
+// refused: a sandbox not ready, paused or stopped (or gone while it was
+// paused for the copy), a fork's name taken, and the driver's failure
+// injected into the call that reaches the sandbox's files (a snapshot
+// waits for it, as no reconciler step does).
+func snapshotRefusal(err error) error {
+	msg := status.Convert(err).Message()
+	if status.Code(err) == codes.FailedPrecondition && !strings.Contains(msg, "still pending") || strings.Contains(msg, "fake workdir: chaos") {
+		return nil
+	}
+	return err
 }
 
 func containsAny(s string, subs ...string) bool {
@@ -588,7 +632,11 @@ func (r *run) check() []violation {
 				v = append(v, violated(driverDisagrees, "sandbox %s is believed running but its compute is paused", sb.Name))
 			}
 		case sb.DesiredState == "paused" && sb.Phase == "paused" && (!ok || o.State != driver.StatePaused || o.Generation != sb.Generation):
-			v = append(v, violated(driverDisagrees, "sandbox %s is paused but its compute is %+v (found %v)", sb.Name, o, ok))
+			// a supervisor killed by the backend's last fault: the gateway
+			// must see it, as for a ready one
+			if err := testenv.Until(5*time.Second, func() error { return r.stillPaused(c, sb.Name) }); err != nil {
+				v = append(v, violated(driverDisagrees, "sandbox %s is paused but its compute is %+v (found %v): %v", sb.Name, o, ok, err))
+			}
 		case sb.DesiredState == "running" && sb.Phase == "ready" && (!running || o.Generation != sb.Generation):
 			// An exit the driver reports may take the gateway a moment
 			// (Docker's die event, looked at again 200 ms later): it must
@@ -646,7 +694,21 @@ func (r *run) check() []violation {
 	}) != nil {
 		v = append(v, violated(undeletable, "not everything could be deleted: records %v, objects %d", left.GetSandboxes(), len(r.backend.objects())))
 	}
-	// 6. the store is intact
+	// 6. every snapshot listed is whole: it exports to its last byte, every
+	// file checked against its digest; and it deletes
+	if snaps, err := c.snapshots.ListSnapshots(ctx, &corralv1.ListSnapshotsRequest{}); err != nil {
+		v = append(v, violated(halfSnapshot, "list snapshots: %v", err))
+	} else {
+		for _, snap := range snaps.Snapshots {
+			if err := exportAll(ctx, c, snap.Name); err != nil {
+				v = append(v, violated(halfSnapshot, "snapshot %s is listed but does not export whole: %v", snap.Name, err))
+			}
+			if _, err := c.snapshots.DeleteSnapshot(ctx, &corralv1.DeleteSnapshotRequest{Name: snap.Id}); err != nil {
+				v = append(v, violated(halfSnapshot, "delete snapshot %s: %v", snap.Name, err))
+			}
+		}
+	}
+	// 7. the store is intact, and holds no snapshot left half taken
 	g.cmd.Process.Signal(syscall.SIGTERM)
 	<-g.done
 	st, err := sqlite.Open(ctx, filepath.Join(r.home, "corral.db"))
@@ -657,7 +719,26 @@ func (r *run) check() []violation {
 	if err := st.IntegrityCheck(ctx); err != nil {
 		v = append(v, violated(storeDamaged, "integrity_check: %v", err))
 	}
+	if snaps, err := st.ListSnapshots(ctx, ""); err != nil || len(snaps) > 0 {
+		v = append(v, violated(halfSnapshot, "after every snapshot's delete, the store keeps %d (%v)", len(snaps), err))
+	}
 	return v
+}
+
+// exportAll reads a snapshot's export to its end.
+func exportAll(ctx context.Context, c api, name string) error {
+	stream, err := c.snapshots.ExportSnapshot(ctx, &corralv1.ExportSnapshotRequest{Name: name})
+	if err != nil {
+		return err
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
 }
 
 // restartFailed starts, as an operator would, the sandboxes whose compute
@@ -665,7 +746,7 @@ func (r *run) check() []violation {
 func (r *run) restartFailed(c corralv1.SandboxServiceClient, list []*corralv1.Sandbox) []violation {
 	var v []violation
 	for _, sb := range list {
-		if sb.DesiredState == "running" && sb.Phase == "error" && strings.Contains(sb.Reason, "compute failed") {
+		if (sb.DesiredState == "running" || sb.DesiredState == "paused") && sb.Phase == "error" && strings.Contains(sb.Reason, "compute failed") {
 			if _, err := c.StartSandbox(context.Background(), &corralv1.StartSandboxRequest{Name: sb.Id}); err != nil {
 				v = append(v, refusal(err, "start of %s after its compute failed: %v", sb.Name, err))
 			}
@@ -739,6 +820,22 @@ func TestHarnessCatchesTheFailuresOfDesign(t *testing.T) {
 
 // stillReady is an error while the record of name says ready and its
 // compute does not run.
+// stillPaused is stillReady for a paused record: its compute must be
+// frozen, or the record must say otherwise.
+func (r *run) stillPaused(c corralv1.SandboxServiceClient, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sb, err := c.GetSandbox(ctx, &corralv1.GetSandboxRequest{Name: name})
+	if err != nil {
+		return err
+	}
+	o, ok := r.backend.objects()[sb.Id]
+	if sb.Phase == "paused" && (!ok || o.State != driver.StatePaused || o.Generation != sb.Generation) {
+		return fmt.Errorf("still paused, compute %+v", o)
+	}
+	return nil
+}
+
 func (r *run) stillReady(c corralv1.SandboxServiceClient, name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

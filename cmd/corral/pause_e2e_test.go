@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -122,6 +123,31 @@ func TestNativePause(t *testing.T) {
 	if out := mustCorral(t, home, "sandbox", "exec", "auto", "--", "echo", "awake"); out != "awake\n" {
 		t.Errorf("exec into a paused sandbox with auto_resume: %q", out)
 	}
+
+	// a paused sandbox whose compute fails under it is in error, not
+	// believed paused
+	mustCorral(t, home, "sandbox", "pause", "auto")
+	autoID := getJSON(t, home, "auto")["id"].(string)
+	procs, err := testenv.Supervisors(filepath.Join(home, "native"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for pid, bundle := range procs {
+		if strings.Contains(bundle, autoID) && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("killed %d supervisors of %s among %v", killed, autoID, procs)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if sb := getJSON(t, home, "auto"); sb["phase"] != "error" || !strings.Contains(sb["reason"].(string), "compute failed") {
+			return fmt.Errorf("%v: %v", sb["phase"], sb["reason"])
+		}
+		return nil
+	})
+	mustCorral(t, home, "sandbox", "start", "auto")
 
 	mustCorral(t, home, "sandbox", "pause", "count")
 	mustCorral(t, home, "sandbox", "delete", "count")

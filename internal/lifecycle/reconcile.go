@@ -97,7 +97,7 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 		m.remove(a, sb)
 		return false, 0
 	}
-	if (sb.Desired == sandbox.DesiredRunning || sb.Desired == sandbox.DesiredPaused) && found && obs.Generation == sb.Generation {
+	if runs(sb.Desired) && found && obs.Generation == sb.Generation {
 		switch obs.State {
 		case driver.StateStopped:
 			return m.exited(a, sb, obs.ExitCode)
@@ -109,7 +109,7 @@ func (m *Manager) step(a *actor) (again bool, retryIn time.Duration) {
 	act, ok := decide(situation{sb: sb, obs: obs, found: found, force: m.forced(a), failures: a.failures,
 		stopTimeout: m.cfg.StopTimeout})
 	if !ok {
-		if sb.Desired == sandbox.DesiredRunning || sb.Desired == sandbox.DesiredPaused {
+		if runs(sb.Desired) {
 			if err := m.ensureEgress(sb); err != nil {
 				return m.failed(a, sb, "egress.attach", err)
 			}
@@ -233,6 +233,12 @@ func decide(s situation) (action, bool) {
 	return action{}, false
 }
 
+// runs reports whether an intent has an incarnation run (frozen or not),
+// whose exit or failure is recorded.
+func runs(d sandbox.DesiredState) bool {
+	return d == sandbox.DesiredRunning || d == sandbox.DesiredPaused
+}
+
 // deleteAction removes every compute object of a sandbox.
 func deleteAction(sb *sandbox.Sandbox) action {
 	return action{kind: sandbox.OpDriverDelete, phase: sandbox.PhaseDeleting, gen: sb.Generation,
@@ -325,7 +331,9 @@ func (m *Manager) converge(a *actor, sb *sandbox.Sandbox) {
 // rests in phase exited with the exit code.
 func (m *Manager) exited(a *actor, sb *sandbox.Sandbox, code int) (bool, time.Duration) {
 	now := m.now()
-	restart := sb.Spec.ShouldRestart(code) && sb.Restarts < sb.Spec.MaxRestarts
+	// a main process that ended while paused (killed: a frozen one cannot
+	// exit) is recorded, never restarted: the intent is a frozen process
+	restart := sb.Desired == sandbox.DesiredRunning && sb.Spec.ShouldRestart(code) && sb.Restarts < sb.Spec.MaxRestarts
 	if restart && (a.restartGen != sb.Generation || a.restartDue.IsZero()) {
 		wait := m.restartBackoff(sb.Restarts + 1)
 		a.restartGen, a.restartDue = sb.Generation, now.Add(wait)
@@ -373,7 +381,7 @@ func (m *Manager) broke(a *actor, sb *sandbox.Sandbox, message string) {
 		return
 	}
 	_, err := m.mutateStep(a, sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
-		if cur.Generation != sb.Generation || cur.Desired != sandbox.DesiredRunning {
+		if cur.Generation != sb.Generation || !runs(cur.Desired) {
 			return store.Mutation{}, errNoChange
 		}
 		cur.Phase, cur.Reason = sandbox.PhaseError, reason
@@ -390,7 +398,7 @@ func (m *Manager) recordExit(a *actor, sb *sandbox.Sandbox, code int, reason str
 		return
 	}
 	_, err := m.mutateStep(a, sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
-		if cur.Generation != sb.Generation || cur.Desired != sandbox.DesiredRunning {
+		if cur.Generation != sb.Generation || !runs(cur.Desired) {
 			return store.Mutation{}, errNoChange
 		}
 		cur.Phase, cur.Reason, cur.ExitCode = sandbox.PhaseExited, reason, &code

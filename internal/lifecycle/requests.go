@@ -97,7 +97,7 @@ func (m *Manager) create(ctx context.Context, tenant, name, requestID string, sp
 		return nil, false, err
 	}
 	if created {
-		m.log.Info("sandbox created", "sandbox", name, "id", sb.ID, "tenant", tenant)
+		m.log.Info("sandbox created", "sandbox", name, "id", sb.ID, "tenant", tenant, "from_snapshot", spec.SeedFrom)
 		m.events.publish(Event{Type: EventAdded, Sandbox: got})
 	}
 	m.kick(got.ID)
@@ -158,15 +158,18 @@ func stopIntent(sb *sandbox.Sandbox) error {
 }
 
 // Start sets a sandbox's intent to running; a stopped, exited or failed
-// sandbox gets a new generation, so nothing of its old incarnation can be
-// mistaken for it.
+// sandbox (paused ones included) gets a new generation, so nothing of its
+// old incarnation can be mistaken for it; a paused one is thawed.
 func (m *Manager) Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
 	return m.changeIntent(ctx, nameOrID, sandbox.OpStart, "", func(sb *sandbox.Sandbox) error {
 		switch sb.Desired {
 		case sandbox.DesiredDeleted:
 			return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be started", sb.Name)
 		case sandbox.DesiredPaused:
-			return resume(sb) // the same incarnation, thawed
+			if sb.Phase != sandbox.PhaseExited && sb.Phase != sandbox.PhaseError {
+				return resume(sb) // the same incarnation, thawed
+			}
+			// its incarnation ended while it was paused: a new one
 		case sandbox.DesiredRunning:
 			if sb.Phase != sandbox.PhaseExited && sb.Phase != sandbox.PhaseError {
 				return errNoChange

@@ -15,7 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/caller"
@@ -147,6 +146,9 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 	resume()
 	if err != nil {
 		s.forget(ctx, snap)
+		if now, gerr := s.records.Get(context.WithoutCancel(ctx), sb.ID); ctx.Err() == nil && (gerr != nil || now.Desired == sandbox.DesiredDeleted) {
+			return nil, errdefs.FailedPrecondition("sandbox %q was deleted during its snapshot", sb.Name)
+		}
 		return nil, err
 	}
 	s.log.Info("snapshot taken", "snapshot", name, "sandbox", sb.Name, "files", snap.Files, "bytes", snap.Bytes)
@@ -293,6 +295,12 @@ func (s *Snapshots) Fork(ctx context.Context, nameOrID string, count int, prefix
 		if err := sandbox.ValidateName(names[i]); err != nil {
 			return nil, err
 		}
+		if _, err := s.records.Get(ctx, names[i]); !errors.Is(err, errdefs.ErrNotFound) {
+			if err == nil {
+				err = errdefs.AlreadyExists("sandbox %q already exists: fork with another --name-prefix", names[i])
+			}
+			return nil, err
+		}
 	}
 	snapName := "fork-" + sandbox.ShortID(sandbox.NewID())
 	snap, err := s.Take(ctx, sb.ID, snapName, false)
@@ -321,14 +329,15 @@ func (s *Snapshots) Fork(ctx context.Context, nameOrID string, count int, prefix
 	for range count {
 		<-done
 	}
-	var failed []string
+	var failed []error
 	for i, err := range errs {
 		if err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v", names[i], err))
+			failed = append(failed, fmt.Errorf("%s: %w", names[i], err))
 		}
 	}
 	if len(failed) > 0 {
-		return out, fmt.Errorf("fork of %q: %d of %d not made: %s", sb.Name, len(failed), count, strings.Join(failed, "; "))
+		// the errors keep their classes: a name taken meanwhile is AlreadyExists
+		return out, fmt.Errorf("fork of %q: %d of %d not made: %w", sb.Name, len(failed), count, errors.Join(failed...))
 	}
 	return out, nil
 }

@@ -13,15 +13,17 @@ import (
 const scanInterval = 500 * time.Millisecond
 
 // Watch implements driver.Watcher. It holds a connection to every live
-// supervisor, whose end tells at once that the supervisor is gone (its main
-// process ended, or it was killed), and reports objects whose state changed
-// between scans.
+// supervisor (of a running or a paused sandbox), whose end tells at once
+// that the supervisor is gone (its main process ended, or it was killed),
+// and reports objects whose state changed between scans, and new ones
+// that ended before a scan saw them.
 func (d *Driver) Watch(ctx context.Context, changed func(id string)) error {
 	type seen struct {
 		gen   int64
 		state driver.State
 	}
 	last := map[string]seen{}
+	scanned := false              // a scan has been made: an object it did not see is new
 	watching := map[string]bool{} // "id-generation"
 	ended := make(chan string, 16)
 	tick := time.NewTicker(scanInterval)
@@ -34,12 +36,19 @@ func (d *Driver) Watch(ctx context.Context, changed func(id string)) error {
 		next := make(map[string]seen, len(objs))
 		for _, o := range objs {
 			now := seen{o.Generation, o.State}
-			if prev, ok := last[o.ID]; ok && prev != now {
+			prev, seenBefore := last[o.ID]
+			switch {
+			case seenBefore && prev != now:
+				changed(o.ID)
+			case !seenBefore && scanned && (o.State == driver.StateStopped || o.State == driver.StateFailed):
+				// ended before any scan saw it run (paused, then its
+				// supervisor killed, within one interval): the gateway
+				// last saw it running
 				changed(o.ID)
 			}
 			next[o.ID] = now
 			key := d.socket(o.ID, o.Generation)
-			if o.State == driver.StateRunning && !watching[key] {
+			if (o.State == driver.StateRunning || o.State == driver.StatePaused) && !watching[key] {
 				watching[key] = true
 				go func(id, socket string) {
 					waitEnd(ctx, socket)
@@ -51,7 +60,7 @@ func (d *Driver) Watch(ctx context.Context, changed func(id string)) error {
 				}(o.ID, key)
 			}
 		}
-		last = next
+		last, scanned = next, true
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
