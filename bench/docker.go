@@ -55,8 +55,15 @@ var pauseOps = []string{"pause", "resume"}
 // pauseDocker times pause→paused and resume→ready of one running sandbox
 // beside the Engine API's pause and unpause of one running container.
 func pauseDocker(g *gateway, api *client.Client, t *table, n, warmup int) error {
+	return pauseBeside(g, api, t, "pause", "resume", dockerCommand, n, warmup)
+}
+
+// pauseBeside times the pause→paused and resume→ready of one sandbox of
+// g running command, as the operations pause and resume of t, beside the
+// engine's pause and unpause of one container.
+func pauseBeside(g *gateway, api *client.Client, t *table, pause, resume string, command []string, n, warmup int) error {
 	ctx := context.Background()
-	if _, err := g.create("bench-pause", &corralv1.SandboxSpec{Command: dockerCommand}); err != nil {
+	if _, err := g.create("bench-pause", &corralv1.SandboxSpec{Command: command}); err != nil {
 		return err
 	}
 	defer g.remove("bench-pause")
@@ -89,10 +96,10 @@ func pauseDocker(g *gateway, api *client.Client, t *table, n, warmup int) error 
 			return err
 		}
 		if i >= warmup {
-			t.add("pause", "corral", paused)
-			t.add("pause", "docker", direct)
-			t.add("resume", "corral", resumed)
-			t.add("resume", "docker", unpaused)
+			t.add(pause, "corral", paused)
+			t.add(pause, "docker", direct)
+			t.add(resume, "corral", resumed)
+			t.add(resume, "docker", unpaused)
 		}
 	}
 	return nil

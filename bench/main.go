@@ -21,11 +21,15 @@
 //     overhead;
 //   - files: corral sandbox cp of a 1 GiB file and of 10,000 small files
 //     in and out, on both drivers, against docker cp of the same data, with
-//     the gateway's RSS growth during each copy.
+//     the gateway's RSS growth during each copy;
+//   - snapshots: a snapshot of a 1 GiB /sandbox, a restore of it and a fork
+//     of 10 on the Docker driver, against docker commit, docker run of the
+//     committed image and 10 of those at once; pause and resume on the
+//     native driver against docker pause and unpause.
 //
 // Peer and corral runs are interleaved; warm-up runs are discarded.
 //
-//	go run ./bench [-driver docker|native|images|gvisor|files|core|egress|tti|interfaces|all] [-n 20] [-warmup 2]
+//	go run ./bench [-driver docker|native|images|gvisor|files|snapshots|core|egress|tti|interfaces|all] [-n 20] [-warmup 2]
 package main
 
 import (
@@ -81,7 +85,7 @@ func main() {
 }
 
 // benchmarks are the values of -driver.
-var benchmarks = []string{"all", "docker", "native", "images", "gvisor", "files", "core", "egress", "tti", "tti-native", "interfaces"}
+var benchmarks = []string{"all", "docker", "native", "images", "gvisor", "files", "snapshots", "core", "egress", "tti", "tti-native", "interfaces"}
 
 // report is everything one run measured.
 type report struct {
@@ -108,7 +112,7 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 			return nil, err
 		}
 	}
-	if which == "all" || which == "docker" || which == "tti" || which == "gvisor" {
+	if which == "all" || which == "docker" || which == "tti" || which == "gvisor" || which == "snapshots" {
 		// at once, rather than after minutes of retries: an engine, and its test image (made here when missing)
 		if err := testenv.EnsureTestImage(context.Background()); err != nil {
 			return nil, fmt.Errorf("docker: %w", err)
@@ -167,6 +171,21 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 		if err := printFigures(filesTitle, figs); err != nil {
 			return nil, err
 		}
+	}
+	if which == "all" || which == "snapshots" {
+		sn, sw := min(n, 5), min(warmup, 1) // a GiB a run
+		if quick {
+			sn, sw = 1, 0
+		}
+		t, err := benchSnapshots(bin, filepath.Join(dir, "snapshots"), sn, sw)
+		if err != nil {
+			return nil, fmt.Errorf("snapshots: %w", err)
+		}
+		fmt.Printf("\n%s\n", t.Title)
+		if err := t.print(); err != nil {
+			return nil, err
+		}
+		r.Tables = append(r.Tables, t)
 	}
 	var drivers []string
 	for _, d := range []string{"docker", "native"} {
