@@ -304,3 +304,43 @@ func TestDamagedBlobIsAnError(t *testing.T) {
 		t.Fatalf("restore of a damaged blob: %v", err)
 	}
 }
+
+// A sandbox's /sandbox is hostile: a link out of it is kept as a link and
+// never followed, a fifo (which would block a reader) is left out.
+func TestCaptureFollowsNoLinkAndOpensNoFifo(t *testing.T) {
+	c, err := OpenContent(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, secret := t.TempDir(), filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secret, []byte("host secret"), 0o600)
+	for _, err := range []error{
+		os.Symlink(secret, filepath.Join(src, "out")),
+		os.Symlink(filepath.Dir(secret), filepath.Join(src, "dir-out")),
+		syscall.Mkfifo(filepath.Join(src, "fifo"), 0o644),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	manifest, _ := capture(t, c, src)
+	got := describe(t, restore(t, c, manifest))
+	want := []string{
+		fmt.Sprintf("dir-out %v %d -> %s", os.ModeSymlink|0o777, mtimeOf(t, filepath.Join(src, "dir-out")), filepath.Dir(secret)),
+		fmt.Sprintf("out %v %d -> %s", os.ModeSymlink|0o777, mtimeOf(t, filepath.Join(src, "out")), secret),
+	}
+	equalTrees(t, want, got)
+	var buf bytes.Buffer
+	if err := c.WriteTar(context.Background(), manifest, &buf); err != nil || bytes.Contains(buf.Bytes(), []byte("host secret")) {
+		t.Fatalf("the snapshot holds what a link points to: %v", err)
+	}
+}
+
+func mtimeOf(t *testing.T, p string) int64 {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.ModTime().UnixNano()
+}
