@@ -82,6 +82,8 @@ type ForkOptions struct {
 	// NamePrefix names the forks PREFIX-1 … PREFIX-N ("": the sandbox's
 	// name and "-fork").
 	NamePrefix string
+	// Labels, when set, are the forks' labels instead of the sandbox's.
+	Labels map[string]string
 	// Detach returns once they are recorded, without waiting until they
 	// run.
 	Detach bool
@@ -90,7 +92,8 @@ type ForkOptions struct {
 // Fork makes count sandboxes from a snapshot of a sandbox, in parallel,
 // and, unless detach, waits until each runs.
 func (c *Client) Fork(ctx context.Context, sandbox string, count int, opts ForkOptions) ([]*Sandbox, error) {
-	resp, err := c.Snapshots.ForkSandbox(ctx, &corralv1.ForkSandboxRequest{Sandbox: sandbox, Count: int32(count), NamePrefix: opts.NamePrefix})
+	resp, err := c.Snapshots.ForkSandbox(ctx, &corralv1.ForkSandboxRequest{Sandbox: sandbox, Count: int32(count), NamePrefix: opts.NamePrefix,
+		Labels: opts.Labels})
 	if err != nil {
 		return resp.GetSandboxes(), c.Explain(err)
 	}

@@ -530,7 +530,9 @@ type ForkSandboxRequest struct {
 	Count int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
 	// name_prefix names them PREFIX-1 … PREFIX-N ("": the sandbox's name
 	// and "-fork").
-	NamePrefix    string `protobuf:"bytes,3,opt,name=name_prefix,json=namePrefix,proto3" json:"name_prefix,omitempty"`
+	NamePrefix string `protobuf:"bytes,3,opt,name=name_prefix,json=namePrefix,proto3" json:"name_prefix,omitempty"`
+	// labels, when set, are the forks' labels instead of the sandbox's.
+	Labels        map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -584,6 +586,13 @@ func (x *ForkSandboxRequest) GetNamePrefix() string {
 		return x.NamePrefix
 	}
 	return ""
+}
+
+func (x *ForkSandboxRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 // ForkSandboxResponse is the new sandboxes, in order.
@@ -664,12 +673,16 @@ const file_corral_v1_snapshots_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"?\n" +
 	"\x15ImportSnapshotRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"e\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xe3\x01\n" +
 	"\x12ForkSandboxRequest\x12\x18\n" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x1f\n" +
 	"\vname_prefix\x18\x03 \x01(\tR\n" +
-	"namePrefix\"G\n" +
+	"namePrefix\x12A\n" +
+	"\x06labels\x18\x04 \x03(\v2).corral.v1.ForkSandboxRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
 	"\x13ForkSandboxResponse\x120\n" +
 	"\tsandboxes\x18\x01 \x03(\v2\x12.corral.v1.SandboxR\tsandboxes2\xa3\x04\n" +
 	"\x0fSnapshotService\x12G\n" +
@@ -693,7 +706,7 @@ func file_corral_v1_snapshots_proto_rawDescGZIP() []byte {
 	return file_corral_v1_snapshots_proto_rawDescData
 }
 
-var file_corral_v1_snapshots_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_corral_v1_snapshots_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_corral_v1_snapshots_proto_goTypes = []any{
 	(*Snapshot)(nil),              // 0: corral.v1.Snapshot
 	(*CreateSnapshotRequest)(nil), // 1: corral.v1.CreateSnapshotRequest
@@ -706,34 +719,36 @@ var file_corral_v1_snapshots_proto_goTypes = []any{
 	(*ImportSnapshotRequest)(nil), // 8: corral.v1.ImportSnapshotRequest
 	(*ForkSandboxRequest)(nil),    // 9: corral.v1.ForkSandboxRequest
 	(*ForkSandboxResponse)(nil),   // 10: corral.v1.ForkSandboxResponse
-	(*SandboxSpec)(nil),           // 11: corral.v1.SandboxSpec
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
-	(*Sandbox)(nil),               // 13: corral.v1.Sandbox
+	nil,                           // 11: corral.v1.ForkSandboxRequest.LabelsEntry
+	(*SandboxSpec)(nil),           // 12: corral.v1.SandboxSpec
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*Sandbox)(nil),               // 14: corral.v1.Sandbox
 }
 var file_corral_v1_snapshots_proto_depIdxs = []int32{
-	11, // 0: corral.v1.Snapshot.spec:type_name -> corral.v1.SandboxSpec
-	12, // 1: corral.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	12, // 0: corral.v1.Snapshot.spec:type_name -> corral.v1.SandboxSpec
+	13, // 1: corral.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 2: corral.v1.ListSnapshotsResponse.snapshots:type_name -> corral.v1.Snapshot
-	13, // 3: corral.v1.ForkSandboxResponse.sandboxes:type_name -> corral.v1.Sandbox
-	1,  // 4: corral.v1.SnapshotService.CreateSnapshot:input_type -> corral.v1.CreateSnapshotRequest
-	2,  // 5: corral.v1.SnapshotService.GetSnapshot:input_type -> corral.v1.GetSnapshotRequest
-	3,  // 6: corral.v1.SnapshotService.ListSnapshots:input_type -> corral.v1.ListSnapshotsRequest
-	5,  // 7: corral.v1.SnapshotService.DeleteSnapshot:input_type -> corral.v1.DeleteSnapshotRequest
-	6,  // 8: corral.v1.SnapshotService.ExportSnapshot:input_type -> corral.v1.ExportSnapshotRequest
-	8,  // 9: corral.v1.SnapshotService.ImportSnapshot:input_type -> corral.v1.ImportSnapshotRequest
-	9,  // 10: corral.v1.SnapshotService.ForkSandbox:input_type -> corral.v1.ForkSandboxRequest
-	0,  // 11: corral.v1.SnapshotService.CreateSnapshot:output_type -> corral.v1.Snapshot
-	0,  // 12: corral.v1.SnapshotService.GetSnapshot:output_type -> corral.v1.Snapshot
-	4,  // 13: corral.v1.SnapshotService.ListSnapshots:output_type -> corral.v1.ListSnapshotsResponse
-	0,  // 14: corral.v1.SnapshotService.DeleteSnapshot:output_type -> corral.v1.Snapshot
-	7,  // 15: corral.v1.SnapshotService.ExportSnapshot:output_type -> corral.v1.SnapshotChunk
-	0,  // 16: corral.v1.SnapshotService.ImportSnapshot:output_type -> corral.v1.Snapshot
-	10, // 17: corral.v1.SnapshotService.ForkSandbox:output_type -> corral.v1.ForkSandboxResponse
-	11, // [11:18] is the sub-list for method output_type
-	4,  // [4:11] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	11, // 3: corral.v1.ForkSandboxRequest.labels:type_name -> corral.v1.ForkSandboxRequest.LabelsEntry
+	14, // 4: corral.v1.ForkSandboxResponse.sandboxes:type_name -> corral.v1.Sandbox
+	1,  // 5: corral.v1.SnapshotService.CreateSnapshot:input_type -> corral.v1.CreateSnapshotRequest
+	2,  // 6: corral.v1.SnapshotService.GetSnapshot:input_type -> corral.v1.GetSnapshotRequest
+	3,  // 7: corral.v1.SnapshotService.ListSnapshots:input_type -> corral.v1.ListSnapshotsRequest
+	5,  // 8: corral.v1.SnapshotService.DeleteSnapshot:input_type -> corral.v1.DeleteSnapshotRequest
+	6,  // 9: corral.v1.SnapshotService.ExportSnapshot:input_type -> corral.v1.ExportSnapshotRequest
+	8,  // 10: corral.v1.SnapshotService.ImportSnapshot:input_type -> corral.v1.ImportSnapshotRequest
+	9,  // 11: corral.v1.SnapshotService.ForkSandbox:input_type -> corral.v1.ForkSandboxRequest
+	0,  // 12: corral.v1.SnapshotService.CreateSnapshot:output_type -> corral.v1.Snapshot
+	0,  // 13: corral.v1.SnapshotService.GetSnapshot:output_type -> corral.v1.Snapshot
+	4,  // 14: corral.v1.SnapshotService.ListSnapshots:output_type -> corral.v1.ListSnapshotsResponse
+	0,  // 15: corral.v1.SnapshotService.DeleteSnapshot:output_type -> corral.v1.Snapshot
+	7,  // 16: corral.v1.SnapshotService.ExportSnapshot:output_type -> corral.v1.SnapshotChunk
+	0,  // 17: corral.v1.SnapshotService.ImportSnapshot:output_type -> corral.v1.Snapshot
+	10, // 18: corral.v1.SnapshotService.ForkSandbox:output_type -> corral.v1.ForkSandboxResponse
+	12, // [12:19] is the sub-list for method output_type
+	5,  // [5:12] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_snapshots_proto_init() }
@@ -748,7 +763,7 @@ func file_corral_v1_snapshots_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_snapshots_proto_rawDesc), len(file_corral_v1_snapshots_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

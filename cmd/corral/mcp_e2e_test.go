@@ -103,7 +103,8 @@ func TestMCPOverStdio(t *testing.T) {
 		names = append(names, tool.Name)
 	}
 	for _, want := range []string{"sandbox_create", "sandbox_list", "sandbox_get", "sandbox_exec", "sandbox_stop", "sandbox_start",
-		"sandbox_pause", "sandbox_resume", "sandbox_delete", "sandbox_logs", "fs_read", "fs_write", "fs_list", "fs_stat", "fs_remove", "fs_mkdir", "port_expose"} {
+		"sandbox_pause", "sandbox_resume", "sandbox_delete", "sandbox_logs", "fs_read", "fs_write", "fs_list", "fs_stat", "fs_remove", "fs_mkdir", "port_expose",
+		"sandbox_snapshot", "sandbox_fork", "snapshot_list", "snapshot_delete"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("no tool %s among %v", want, names)
 		}
@@ -169,6 +170,30 @@ func TestMCPOverStdio(t *testing.T) {
 	if got := s.must("sandbox_resume", map[string]any{"name": "agent-1"}); got["phase"] != "ready" {
 		t.Errorf("sandbox_resume: %v", got)
 	}
+	// a snapshot to come back to, and forks to try paths from
+	if got := s.must("sandbox_snapshot", map[string]any{"name": "agent-1", "snapshot": "plan"}); got["name"] != "plan" || got["files"] == float64(0) {
+		t.Errorf("sandbox_snapshot: %v", got)
+	}
+	if _, toolErr := s.call("sandbox_fork", map[string]any{"name": "agent-1", "count": 2}); !strings.Contains(toolErr, "2 more would pass it") {
+		t.Errorf("a fork past the session's bound: %q", toolErr)
+	}
+	forks := s.must("sandbox_fork", map[string]any{"name": "agent-1", "count": 1, "name_prefix": "try"})
+	if list, _ := forks["sandboxes"].([]any); len(list) != 1 {
+		t.Fatalf("sandbox_fork: %v", forks)
+	}
+	for _, name := range []string{"try-1", "back"} {
+		if name == "back" {
+			s.must("sandbox_create", map[string]any{"name": "back", "from_snapshot": "plan"})
+		}
+		if got := s.must("sandbox_exec", map[string]any{"name": name, "command": []string{"cat", "/sandbox/notes/plan.txt"}}); got["stdout"] != "step 1\n" {
+			t.Errorf("%s made from the snapshot reads %v", name, got)
+		}
+		s.must("sandbox_delete", map[string]any{"name": name})
+	}
+	if got := s.must("snapshot_list", map[string]any{}); !strings.Contains(fmt.Sprint(got), "plan") {
+		t.Errorf("snapshot_list: %v", got)
+	}
+	s.must("snapshot_delete", map[string]any{"snapshot": "plan"})
 	s.must("sandbox_delete", map[string]any{"name": "agent-1"})
 	if _, toolErr := s.call("sandbox_get", map[string]any{"name": "agent-1"}); toolErr != `sandbox "agent-1" not found` {
 		t.Errorf("sandbox_get after sandbox_delete: %q", toolErr)

@@ -210,6 +210,7 @@ func newForkCmd(g *globals) *cobra.Command {
 	var (
 		count   int
 		prefix  string
+		labels  []string
 		detach  bool
 		timeout time.Duration
 	)
@@ -222,12 +223,19 @@ NAME-fork). Each gets its own copy of /sandbox: a write in one is not seen
 in another. Prints their ids.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			parsed, err := parseLabels(labels)
+			if err != nil {
+				return err
+			}
+			if len(parsed) == 0 {
+				parsed = nil // the sandbox's
+			}
 			c, err := g.dial()
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			forks, err := c.Fork(cmd.Context(), args[0], count, corral.ForkOptions{NamePrefix: prefix, Detach: true})
+			forks, err := c.Fork(cmd.Context(), args[0], count, corral.ForkOptions{NamePrefix: prefix, Labels: parsed, Detach: true})
 			if err != nil {
 				return err
 			}
@@ -246,6 +254,7 @@ in another. Prints their ids.`,
 	}
 	cmd.Flags().IntVar(&count, "count", 1, "how many sandboxes to make")
 	cmd.Flags().StringVar(&prefix, "name-prefix", "", "name them PREFIX-1 … PREFIX-N (default: NAME-fork)")
+	cmd.Flags().StringArrayVar(&labels, "label", nil, "the forks' labels, key=value (repeatable; default: the sandbox's)")
 	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "return once they are recorded, without waiting")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0: until ready or error)")
 	return cmd

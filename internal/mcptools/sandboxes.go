@@ -30,6 +30,34 @@ type createIn struct {
 	Policy  string            `json:"policy,omitempty" jsonschema:"the sandbox's policy as YAML text (filesystem_policy, network_policies, process, limits, isolation); default: no network, the default limits"`
 	Labels  map[string]string `json:"labels,omitempty" jsonschema:"labels to put on the sandbox"`
 	Pool    string            `json:"pool,omitempty" jsonschema:"claim a ready sandbox of this warm pool at once (then image, command and policy are the pool's)"`
+	// FromSnapshot makes the sandbox from a snapshot.
+	FromSnapshot string `json:"from_snapshot,omitempty" jsonschema:"make the sandbox from this snapshot: /sandbox holds its files, and it runs its image, command and policy unless given here"`
+}
+
+type snapshotIn struct {
+	Name     string `json:"name" jsonschema:"the sandbox's name or id"`
+	Snapshot string `json:"snapshot" jsonschema:"the new snapshot's name: a DNS label"`
+}
+
+type snapshotOut struct {
+	Name    string `json:"name"`
+	Sandbox string `json:"sandbox,omitempty" jsonschema:"the sandbox it was taken of"`
+	Files   int64  `json:"files" jsonschema:"its entries: files, directories, links"`
+	Bytes   int64  `json:"bytes" jsonschema:"what its files hold"`
+}
+
+type snapshotsOut struct {
+	Snapshots []snapshotOut `json:"snapshots"`
+}
+
+type snapshotNameIn struct {
+	Snapshot string `json:"snapshot" jsonschema:"the snapshot's name or id"`
+}
+
+type forkIn struct {
+	Name       string `json:"name" jsonschema:"the sandbox's name or id"`
+	Count      int    `json:"count" jsonschema:"how many sandboxes to make from its snapshot, at least 1"`
+	NamePrefix string `json:"name_prefix,omitempty" jsonschema:"name them PREFIX-1 … PREFIX-N (default: the sandbox's name and -fork)"`
 }
 
 type listIn struct {
@@ -118,6 +146,12 @@ func (t *Tools) addSandboxTools(s *mcp.Server) {
 			return sb, err
 		}))
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_logs", Description: "Return what a sandbox's main process printed."}, t.logs)
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_snapshot", Description: "Take a snapshot of a sandbox's /sandbox (the sandbox is paused for the instant of the copy), " +
+		"to come back to with sandbox_create from_snapshot, or to try several paths from with sandbox_fork."}, t.snapshot)
+	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_fork", Description: "Make count sandboxes from a snapshot of one, at once, each with its own copy of /sandbox, " +
+		"and wait until they run. Returns them."}, t.fork)
+	mcp.AddTool(s, &mcp.Tool{Name: "snapshot_list", Description: "List the snapshots, oldest first."}, t.snapshots)
+	mcp.AddTool(s, &mcp.Tool{Name: "snapshot_delete", Description: "Delete a snapshot; sandboxes made from it keep their files."}, t.deleteSnapshot)
 	mcp.AddTool(s, &mcp.Tool{Name: "port_expose", Description: "Serve a port of a sandbox's loopback on the gateway's host, and return the address. " +
 		"Connections reach the sandbox only while it runs."}, t.expose)
 }
@@ -125,17 +159,8 @@ func (t *Tools) addSandboxTools(s *mcp.Server) {
 func (t *Tools) create(ctx context.Context, _ *mcp.CallToolRequest, in createIn) (*mcp.CallToolResult, summary, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	held, err := t.Created(ctx)
-	if err != nil {
-		return nil, summary{}, toolError(err)
-	}
-	if len(held) >= t.opts.MaxSandboxes {
-		names := make([]string, len(held))
-		for i, sb := range held {
-			names[i] = sb.Name
-		}
-		return nil, summary{}, fmt.Errorf("this MCP session holds %d sandboxes (%s), the most it may (--max-sandboxes %d): delete one first",
-			len(held), strings.Join(names, ", "), t.opts.MaxSandboxes)
+	if err := t.room(ctx, 1); err != nil {
+		return nil, summary{}, err
 	}
 	labels := maps.Clone(in.Labels)
 	if labels == nil {
@@ -145,14 +170,89 @@ func (t *Tools) create(ctx context.Context, _ *mcp.CallToolRequest, in createIn)
 	spec := &client.Spec{Image: in.Image, Command: in.Command, Policy: in.Policy, Labels: labels}
 	if in.Pool != "" {
 		spec = &client.Spec{Labels: labels}
-	} else if len(spec.Command) == 0 {
+	} else if len(spec.Command) == 0 && in.FromSnapshot == "" {
 		spec.Command = []string{"sleep", "infinity"}
 	}
-	created, err := t.c.Create(ctx, in.Name, spec, client.CreateOptions{Pool: in.Pool})
+	created, err := t.c.Create(ctx, in.Name, spec, client.CreateOptions{Pool: in.Pool, FromSnapshot: in.FromSnapshot})
 	if err != nil {
 		return nil, summary{}, toolError(err)
 	}
 	return nil, summarize(created.Sandbox), nil
+}
+
+// room refuses what would take this session past the sandboxes it may
+// hold; t.mu is held.
+func (t *Tools) room(ctx context.Context, more int) error {
+	held, err := t.Created(ctx)
+	if err != nil {
+		return toolError(err)
+	}
+	if len(held)+more > t.opts.MaxSandboxes {
+		names := make([]string, len(held))
+		for i, sb := range held {
+			names[i] = sb.Name
+		}
+		return fmt.Errorf("this MCP session holds %d sandboxes (%s), and at most %d (--max-sandboxes %d): %d more would pass it; delete some first",
+			len(held), strings.Join(names, ", "), t.opts.MaxSandboxes, t.opts.MaxSandboxes, more)
+	}
+	return nil
+}
+
+func snapshotOf(s *client.Snapshot) snapshotOut {
+	return snapshotOut{Name: s.Name, Sandbox: s.Sandbox, Files: s.Files, Bytes: s.Bytes}
+}
+
+func (t *Tools) snapshot(ctx context.Context, _ *mcp.CallToolRequest, in snapshotIn) (*mcp.CallToolResult, snapshotOut, error) {
+	snap, err := t.c.Snapshot(ctx, in.Name, in.Snapshot, false)
+	if err != nil {
+		return nil, snapshotOut{}, toolError(err)
+	}
+	return nil, snapshotOf(snap), nil
+}
+
+func (t *Tools) snapshots(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, snapshotsOut, error) {
+	list, err := t.c.ListSnapshots(ctx)
+	if err != nil {
+		return nil, snapshotsOut{}, toolError(err)
+	}
+	out := snapshotsOut{Snapshots: make([]snapshotOut, len(list))}
+	for i, s := range list {
+		out.Snapshots[i] = snapshotOf(s)
+	}
+	return nil, out, nil
+}
+
+func (t *Tools) deleteSnapshot(ctx context.Context, _ *mcp.CallToolRequest, in snapshotNameIn) (*mcp.CallToolResult, snapshotOut, error) {
+	snap, err := t.c.DeleteSnapshot(ctx, in.Snapshot)
+	if err != nil {
+		return nil, snapshotOut{}, toolError(err)
+	}
+	return nil, snapshotOf(snap), nil
+}
+
+func (t *Tools) fork(ctx context.Context, _ *mcp.CallToolRequest, in forkIn) (*mcp.CallToolResult, listOut, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.room(ctx, max(in.Count, 1)); err != nil {
+		return nil, listOut{}, err
+	}
+	src, err := t.c.Get(ctx, in.Name)
+	if err != nil {
+		return nil, listOut{}, toolError(err)
+	}
+	labels := maps.Clone(src.GetSpec().GetLabels())
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[SessionLabel] = t.opts.Session // the forks are this session's
+	forks, err := t.c.Fork(ctx, in.Name, in.Count, client.ForkOptions{NamePrefix: in.NamePrefix, Labels: labels})
+	out := listOut{Sandboxes: make([]summary, 0, len(forks))}
+	for _, sb := range forks {
+		if sb != nil {
+			out.Sandboxes = append(out.Sandboxes, summarize(sb))
+		}
+	}
+	return nil, out, toolError(err)
 }
 
 func (t *Tools) list(ctx context.Context, _ *mcp.CallToolRequest, in listIn) (*mcp.CallToolResult, listOut, error) {

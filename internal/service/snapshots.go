@@ -19,7 +19,7 @@ type Snapshots interface {
 	Delete(ctx context.Context, nameOrID string) (*sandbox.Snapshot, error)
 	Export(ctx context.Context, nameOrID string, w io.Writer) error
 	Import(ctx context.Context, name string, r io.Reader) (*sandbox.Snapshot, error)
-	Fork(ctx context.Context, nameOrID string, count int, prefix string) ([]*sandbox.Sandbox, error)
+	Fork(ctx context.Context, nameOrID string, count int, prefix string, labels map[string]string) ([]*sandbox.Sandbox, error)
 	CreateFrom(ctx context.Context, snapshot, name, requestID string, spec sandbox.Spec) (*sandbox.Sandbox, bool, error)
 }
 
@@ -102,7 +102,7 @@ func (s *snapshotService) ImportSnapshot(stream grpc.ClientStreamingServer[corra
 }
 
 func (s *snapshotService) ForkSandbox(ctx context.Context, req *corralv1.ForkSandboxRequest) (*corralv1.ForkSandboxResponse, error) {
-	forks, err := s.s.Fork(ctx, req.GetSandbox(), int(req.GetCount()), req.GetNamePrefix())
+	forks, err := s.s.Fork(ctx, req.GetSandbox(), int(req.GetCount()), req.GetNamePrefix(), req.GetLabels())
 	if err != nil {
 		return nil, toGRPC(err)
 	}

@@ -82,6 +82,12 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 	if err != nil {
 		return nil, err
 	}
+	if sb.Desired == sandbox.DesiredRunning && (sb.Phase == sandbox.PhaseProvisioning || sb.Phase == sandbox.PhaseStarting) {
+		// on its way to ready (just resumed, or started): the copy waits
+		if sb, err = s.records.Wait(ctx, sb.ID, lifecycle.GoalRunning, sb.Revision, nil); err != nil {
+			return nil, err
+		}
+	}
 	pause := false
 	switch {
 	case sb.Desired == sandbox.DesiredDeleted:
@@ -110,7 +116,11 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 		resumed = true
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		if _, err := s.records.Resume(c, sb.ID); err != nil {
+		r, err := s.records.Resume(c, sb.ID)
+		if err == nil {
+			_, err = s.records.Wait(c, sb.ID, lifecycle.GoalRunning, r.Revision, nil) // returned as it was: ready
+		}
+		if err != nil {
 			s.log.Error("resume a sandbox after its snapshot", "sandbox", sb.Name, "snapshot", name, "err", err)
 		}
 	}
@@ -276,9 +286,10 @@ func merge(snap *sandbox.Snapshot, spec sandbox.Spec) sandbox.Spec {
 }
 
 // Fork takes a snapshot of a sandbox and makes count sandboxes from it,
-// prefix-1 … prefix-N, in parallel; the snapshot goes once they are
-// recorded (its files stay while they are being put in).
-func (s *Snapshots) Fork(ctx context.Context, nameOrID string, count int, prefix string) ([]*sandbox.Sandbox, error) {
+// prefix-1 … prefix-N, in parallel, with labels when set (else the
+// sandbox's); the snapshot goes once they are recorded (its files stay
+// while they are being put in).
+func (s *Snapshots) Fork(ctx context.Context, nameOrID string, count int, prefix string, labels map[string]string) ([]*sandbox.Sandbox, error) {
 	if count < 1 || count > MaxForks {
 		return nil, errdefs.InvalidArgument("invalid fork count %d: want 1 to %d", count, MaxForks)
 	}
@@ -321,7 +332,7 @@ func (s *Snapshots) Fork(ctx context.Context, nameOrID string, count int, prefix
 	for i := range count {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			spec := merge(snap, sandbox.Spec{})
+			spec := merge(snap, sandbox.Spec{Labels: labels})
 			spec.SeedFrom = sb.Name + " (a fork)"
 			out[i], _, errs[i] = s.records.Create(ctx, names[i], "", spec)
 		}()
