@@ -34,8 +34,8 @@ func TestPythonSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pytest: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "15 passed") {
-		t.Fatalf("pytest passed, but not its 15 tests:\n%s", out)
+	if !strings.Contains(string(out), "16 passed") {
+		t.Fatalf("pytest passed, but not its 17 tests:\n%s", out)
 	}
 }
 
@@ -117,7 +117,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "# pass 16") {
-		t.Fatalf("node --test passed, but not its 16 tests:\n%s", out)
+	if !strings.Contains(string(out), "# pass 17") {
+		t.Fatalf("node --test passed, but not its 17 tests:\n%s", out)
 	}
 }

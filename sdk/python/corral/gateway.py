@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 import grpc
 
-from .v1 import files_pb2_grpc, sandbox_pb2_grpc, tenants_pb2_grpc
+from .v1 import files_pb2_grpc, sandbox_pb2_grpc, snapshots_pb2_grpc, tenants_pb2_grpc
 
 # The HTTP/2 windows the gateway uses for file copies.
 _OPTIONS = [
@@ -160,6 +160,7 @@ class Gateway:
         self.sandboxes = sandbox_pb2_grpc.SandboxServiceStub(self.channel)
         self.files = files_pb2_grpc.FileServiceStub(self.channel)
         self.tenants = tenants_pb2_grpc.TenantServiceStub(self.channel)
+        self.snapshots = snapshots_pb2_grpc.SnapshotServiceStub(self.channel)
 
     def close(self):
         self.channel.close()

@@ -9,7 +9,7 @@ import grpc
 
 from . import errors
 from .gateway import Gateway
-from .v1 import files_pb2, sandbox_pb2
+from .v1 import files_pb2, sandbox_pb2, snapshots_pb2
 
 _CHUNK = 256 << 10
 
@@ -77,20 +77,25 @@ class Sandbox:
 
     @classmethod
     def create(cls, name, image=None, command=None, policy=None, labels=None, pool=None, *,
-               gateway=None, wait=True, timeout=None):
+               gateway=None, wait=True, timeout=None, from_snapshot=None):
         """Create sandbox ``name`` and, unless ``wait`` is False, wait until it
         runs. ``policy`` is YAML text; ``pool`` claims a ready sandbox of that
-        warm pool (then image, command and policy are the pool's). Without a
-        command the sandbox keeps running, ready for :meth:`exec`."""
+        warm pool (then image, command and policy are the pool's);
+        ``from_snapshot`` makes it from a snapshot (its files, and its image,
+        command, labels and policy unless given). Without a command (nor a
+        snapshot's) the sandbox keeps running, ready for :meth:`exec`."""
         owns = gateway is None
         gw = gateway or Gateway()
         if pool:
             spec = sandbox_pb2.SandboxSpec(labels=labels or {})
+        elif from_snapshot:
+            spec = sandbox_pb2.SandboxSpec(image=image or "", command=command or [], policy=policy or "", labels=labels or {})
         else:
             spec = sandbox_pb2.SandboxSpec(image=image or "", command=command or ["sleep", "infinity"],
                                            policy=policy or "", labels=labels or {})
         try:
-            resp = _call(gw, gw.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(name=name, spec=spec, pool=pool or ""))
+            resp = _call(gw, gw.sandboxes.CreateSandbox, sandbox_pb2.CreateSandboxRequest(
+                name=name, spec=spec, pool=pool or "", from_snapshot=from_snapshot or ""))
             sb = cls(gw, resp.sandbox, owns)
             if wait:
                 sb.wait("running", resp.sandbox.revision, timeout=timeout)
@@ -208,6 +213,37 @@ class Sandbox:
         """Start the stopped sandbox and wait until it runs."""
         self._record = _call(self._gw, self._gw.sandboxes.StartSandbox, sandbox_pb2.StartSandboxRequest(name=self.id))
         return self.wait("running", self._record.revision) if wait else self
+
+    def pause(self, wait=True):
+        """Freeze every process of the sandbox, memory kept, and wait until it
+        is paused."""
+        self._record = _call(self._gw, self._gw.sandboxes.PauseSandbox, sandbox_pb2.PauseSandboxRequest(name=self.id))
+        return self.wait("paused", self._record.revision) if wait else self
+
+    def resume(self, wait=True):
+        """Thaw the paused sandbox (the same processes go on) and wait until
+        it runs."""
+        self._record = _call(self._gw, self._gw.sandboxes.ResumeSandbox, sandbox_pb2.ResumeSandboxRequest(name=self.id))
+        return self.wait("running", self._record.revision) if wait else self
+
+    def snapshot(self, name):
+        """Take a snapshot ``name`` of the sandbox's /sandbox (paused for the
+        instant of the copy) and return its record; make sandboxes from it
+        with ``Sandbox.create(..., from_snapshot=name)``."""
+        return _call(self._gw, self._gw.snapshots.CreateSnapshot,
+                     snapshots_pb2.CreateSnapshotRequest(sandbox=self.id, name=name))
+
+    def fork(self, count, name_prefix="", labels=None, wait=True):
+        """Make ``count`` sandboxes from a snapshot of this one, at once, each
+        with its own /sandbox, named NAME_PREFIX-1 …; wait until they run, and
+        return them (on this sandbox's gateway)."""
+        resp = _call(self._gw, self._gw.snapshots.ForkSandbox, snapshots_pb2.ForkSandboxRequest(
+            sandbox=self.id, count=count, name_prefix=name_prefix, labels=labels or {}))
+        forks = [Sandbox(self._gw, r) for r in resp.sandboxes]
+        if wait:
+            for f in forks:
+                f.wait("running", f._record.revision)
+        return forks
 
     def delete(self, force=False, wait=True):
         """Delete the sandbox, in any phase, and wait until it is gone."""

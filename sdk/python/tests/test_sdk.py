@@ -17,6 +17,7 @@ import pytest
 
 import corral
 from corral import Gateway, Sandbox
+import corral.v1.snapshots_pb2
 from corral.v1 import sandbox_pb2, tenants_pb2
 
 
@@ -53,6 +54,34 @@ def test_lifecycle_exec_files_logs_ports():
         assert sb.phase == "ready"
     with pytest.raises(corral.NotFound):
         Sandbox.connect("py-life")
+
+
+def test_pause_snapshot_fork():
+    with Sandbox.create("py-snap") as sb:
+        sb.files.write("state.txt", "before\n")
+        sb.pause()
+        assert sb.phase == "paused"
+        with pytest.raises(corral.FailedPrecondition):
+            sb.exec(["true"])
+        sb.resume()
+        assert sb.phase == "ready"
+        snap = sb.snapshot("py-base")
+        assert (snap.name, snap.sandbox, snap.files) == ("py-base", "py-snap", 1)
+        forks = sb.fork(2, name_prefix="py-try")
+        try:
+            assert [f.name for f in forks] == ["py-try-1", "py-try-2"]
+            forks[0].files.write("state.txt", "changed\n")
+            assert forks[1].files.read("state.txt") == b"before\n"  # each has its own copy
+        finally:
+            for f in forks:
+                f.delete(force=True)
+        with Sandbox.create("py-back", from_snapshot="py-base", gateway=sb._gw) as back:
+            assert back.files.read("state.txt") == b"before\n"
+        gw = Gateway()
+        try:
+            gw.snapshots.DeleteSnapshot(corral.v1.snapshots_pb2.DeleteSnapshotRequest(name="py-base"))
+        finally:
+            gw.close()
 
 
 def test_exec_timeout():

@@ -17,7 +17,10 @@ import {
   SandboxServiceClient,
   SandboxSpec,
 } from "./gen/corral/v1/sandbox.js";
+import { ForkSandboxResponse, Snapshot, SnapshotServiceClient } from "./gen/corral/v1/snapshots.js";
 import { TenantServiceClient } from "./gen/corral/v1/tenants.js";
+
+export type { Snapshot };
 
 /** An error the gateway answered with (or the failure to reach it), with its one-line reason. */
 export class CorralError extends Error {
@@ -173,6 +176,8 @@ export class Gateway {
   readonly files: FileServiceClient;
   /** The tenant API: tenants, quotas and bearer tokens. */
   readonly tenants: TenantServiceClient;
+  /** The snapshot API: snapshots, forks, export and import. */
+  readonly snapshots: SnapshotServiceClient;
   /** The tenant the gateway's calls name (the token's own when unset). */
   readonly tenant?: string;
 
@@ -213,12 +218,14 @@ export class Gateway {
     this.sandboxes = new SandboxServiceClient(target, creds, options);
     this.files = new FileServiceClient(target, creds, options);
     this.tenants = new TenantServiceClient(target, creds, options);
+    this.snapshots = new SnapshotServiceClient(target, creds, options);
   }
 
   close(): void {
     this.sandboxes.close();
     this.files.close();
     this.tenants.close();
+    this.snapshots.close();
   }
 }
 
@@ -250,6 +257,8 @@ export interface CreateOptions {
   labels?: { [key: string]: string };
   /** Claim a ready sandbox of this warm pool (then image, command and policy are the pool's). */
   pool?: string;
+  /** Make it from this snapshot: its files, and its image, command, labels and policy unless given. */
+  fromSnapshot?: string;
   /** Wait until it runs (default true). */
   wait?: boolean;
   gateway?: Gateway;
@@ -306,11 +315,12 @@ export class Sandbox {
     const owns = !opts.gateway;
     const gw = opts.gateway ?? new Gateway();
     try {
+      const command = opts.command ?? (opts.fromSnapshot ? [] : ["sleep", "infinity"]);
       const spec: SandboxSpec = opts.pool
         ? SandboxSpec.fromPartial({ labels: opts.labels ?? {} })
-        : SandboxSpec.fromPartial({ image: opts.image ?? "", command: opts.command ?? ["sleep", "infinity"], policy: opts.policy ?? "", labels: opts.labels ?? {} });
+        : SandboxSpec.fromPartial({ image: opts.image ?? "", command, policy: opts.policy ?? "", labels: opts.labels ?? {} });
       const resp = await unary<CreateSandboxResponse>(gw, (cb) =>
-        gw.sandboxes.createSandbox({ name: opts.name, spec, requestId: "", pool: opts.pool ?? "" }, cb));
+        gw.sandboxes.createSandbox({ name: opts.name, spec, requestId: "", pool: opts.pool ?? "", fromSnapshot: opts.fromSnapshot ?? "" }, cb));
       const sb = new Sandbox(gw, resp.sandbox!, owns);
       if (opts.wait !== false) await sb.wait("running", resp.sandbox!.revision);
       return sb;
@@ -337,8 +347,8 @@ export class Sandbox {
     return this;
   }
 
-  /** Waits until the sandbox reaches goal ("running", "stopped" or "deleted") after the request that returned revision since. */
-  wait(goal: "running" | "stopped" | "deleted", since = 0): Promise<this> {
+  /** Waits until the sandbox reaches goal ("running", "stopped", "paused" or "deleted") after the request that returned revision since. */
+  wait(goal: "running" | "stopped" | "paused" | "deleted", since = 0): Promise<this> {
     return new Promise((resolve, reject) => {
       const stream = this.gateway.sandboxes.waitSandbox({ name: this.id, goal, sinceRevision: since });
       let done = false;
@@ -426,6 +436,32 @@ export class Sandbox {
   async start(): Promise<this> {
     this.record = await unary<SandboxRecord>(this.gateway, (cb) => this.gateway.sandboxes.startSandbox({ name: this.id }, cb));
     return this.wait("running", this.record.revision);
+  }
+
+  /** Freezes every process of the sandbox, memory kept, and waits until it is paused. */
+  async pause(): Promise<this> {
+    this.record = await unary<SandboxRecord>(this.gateway, (cb) => this.gateway.sandboxes.pauseSandbox({ name: this.id }, cb));
+    return this.wait("paused", this.record.revision);
+  }
+
+  /** Thaws the paused sandbox (the same processes go on) and waits until it runs. */
+  async resume(): Promise<this> {
+    this.record = await unary<SandboxRecord>(this.gateway, (cb) => this.gateway.sandboxes.resumeSandbox({ name: this.id }, cb));
+    return this.wait("running", this.record.revision);
+  }
+
+  /** Takes a snapshot of the sandbox's /sandbox (paused for the instant of the copy); create from it with fromSnapshot. */
+  snapshot(name: string): Promise<Snapshot> {
+    return unary<Snapshot>(this.gateway, (cb) => this.gateway.snapshots.createSnapshot({ sandbox: this.id, name, memory: false }, cb));
+  }
+
+  /** Makes count sandboxes from a snapshot of this one, at once, each with its own /sandbox, and waits until they run. */
+  async fork(count: number, opts: { namePrefix?: string; labels?: { [key: string]: string } } = {}): Promise<Sandbox[]> {
+    const resp = await unary<ForkSandboxResponse>(this.gateway, (cb) =>
+      this.gateway.snapshots.forkSandbox({ sandbox: this.id, count, namePrefix: opts.namePrefix ?? "", labels: opts.labels ?? {} }, cb));
+    const forks = resp.sandboxes.map((r) => new Sandbox(this.gateway, r, false));
+    for (const f of forks) await f.wait("running", f.record.revision);
+    return forks;
   }
 
   /** Deletes the sandbox, in any phase, and waits until it is gone. */

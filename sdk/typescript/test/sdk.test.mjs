@@ -63,6 +63,37 @@ async function withSandbox(opts, fn) {
   }
 }
 
+test("pause, resume, a snapshot, a fork and a sandbox made from the snapshot", async () => {
+  const sb = await Sandbox.create({ name: "ts-snap" });
+  try {
+    await sb.files.write("state.txt", "before\n");
+    await sb.pause();
+    assert.equal(sb.phase, "paused");
+    await assert.rejects(sb.exec(["true"]), corral.FailedPreconditionError);
+    await sb.resume();
+    assert.equal(sb.phase, "ready");
+    const snap = await sb.snapshot("ts-base");
+    assert.deepEqual([snap.name, snap.sandbox, Number(snap.files)], ["ts-base", "ts-snap", 1]);
+    const forks = await sb.fork(2, { namePrefix: "ts-try" });
+    try {
+      assert.deepEqual(forks.map((f) => f.name), ["ts-try-1", "ts-try-2"]);
+      await forks[0].files.write("state.txt", "changed\n");
+      assert.equal((await forks[1].files.read("state.txt")).toString(), "before\n"); // each its own copy
+    } finally {
+      for (const f of forks) await f.delete({ force: true });
+    }
+    const back = await Sandbox.create({ name: "ts-back", fromSnapshot: "ts-base", gateway: sb.gateway });
+    try {
+      assert.equal((await back.files.read("state.txt")).toString(), "before\n");
+    } finally {
+      await back.delete({ force: true });
+    }
+    await new Promise((resolve, reject) => sb.gateway.snapshots.deleteSnapshot({ name: "ts-base" }, (err) => (err ? reject(err) : resolve())));
+  } finally {
+    await sb.delete({ force: true });
+  }
+});
+
 test("an exec with a timeout", () =>
   withSandbox({ name: "ts-timeout" }, async (sb) => {
     await assert.rejects(sb.exec(["sleep", "30"], { timeout: 1 }), corral.TimeoutError);

@@ -241,6 +241,13 @@ export interface CreateSandboxRequest {
    * only labels then.
    */
   pool: string;
+  /**
+   * from_snapshot, when set, makes the sandbox from that snapshot (name or
+   * id): its /sandbox holds the snapshot's files before the first start,
+   * and it runs the snapshot's image, command, labels and policy except
+   * where spec sets them.
+   */
+  fromSnapshot: string;
 }
 
 /** CreateSandboxResponse is the sandbox a create made (or found). */
@@ -1752,7 +1759,7 @@ export const Operation: MessageFns<Operation> = {
 };
 
 function createBaseCreateSandboxRequest(): CreateSandboxRequest {
-  return { name: "", spec: undefined, requestId: "", pool: "" };
+  return { name: "", spec: undefined, requestId: "", pool: "", fromSnapshot: "" };
 }
 
 export const CreateSandboxRequest: MessageFns<CreateSandboxRequest> = {
@@ -1768,6 +1775,9 @@ export const CreateSandboxRequest: MessageFns<CreateSandboxRequest> = {
     }
     if (message.pool !== "") {
       writer.uint32(34).string(message.pool);
+    }
+    if (message.fromSnapshot !== "") {
+      writer.uint32(42).string(message.fromSnapshot);
     }
     return writer;
   },
@@ -1817,6 +1827,14 @@ export const CreateSandboxRequest: MessageFns<CreateSandboxRequest> = {
             message.pool = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.fromSnapshot = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1839,6 +1857,11 @@ export const CreateSandboxRequest: MessageFns<CreateSandboxRequest> = {
         ? globalThis.String(object.request_id)
         : "",
       pool: isSet(object.pool) ? globalThis.String(object.pool) : "",
+      fromSnapshot: isSet(object.fromSnapshot)
+        ? globalThis.String(object.fromSnapshot)
+        : isSet(object.from_snapshot)
+        ? globalThis.String(object.from_snapshot)
+        : "",
     };
   },
 
@@ -1856,6 +1879,9 @@ export const CreateSandboxRequest: MessageFns<CreateSandboxRequest> = {
     if (message.pool !== "") {
       obj.pool = message.pool;
     }
+    if (message.fromSnapshot !== "") {
+      obj.fromSnapshot = message.fromSnapshot;
+    }
     return obj;
   },
 
@@ -1870,6 +1896,7 @@ export const CreateSandboxRequest: MessageFns<CreateSandboxRequest> = {
       : undefined;
     message.requestId = object.requestId ?? "";
     message.pool = object.pool ?? "";
+    message.fromSnapshot = object.fromSnapshot ?? "";
     return message;
   },
 };
