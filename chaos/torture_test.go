@@ -820,23 +820,19 @@ func TestHarnessCatchesTheFailuresOfDesign(t *testing.T) {
 
 // stillReady is an error while the record of name says ready and its
 // compute does not run.
+func (r *run) stillReady(c corralv1.SandboxServiceClient, name string) error {
+	return r.still(c, name, "ready", driver.StateRunning)
+}
+
 // stillPaused is stillReady for a paused record: its compute must be
 // frozen, or the record must say otherwise.
 func (r *run) stillPaused(c corralv1.SandboxServiceClient, name string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	sb, err := c.GetSandbox(ctx, &corralv1.GetSandboxRequest{Name: name})
-	if err != nil {
-		return err
-	}
-	o, ok := r.backend.objects()[sb.Id]
-	if sb.Phase == "paused" && (!ok || o.State != driver.StatePaused || o.Generation != sb.Generation) {
-		return fmt.Errorf("still paused, compute %+v", o)
-	}
-	return nil
+	return r.still(c, name, "paused", driver.StatePaused)
 }
 
-func (r *run) stillReady(c corralv1.SandboxServiceClient, name string) error {
+// still returns an error while the record of name is in phase but its
+// compute is not in state at its generation.
+func (r *run) still(c corralv1.SandboxServiceClient, name, phase string, state driver.State) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	sb, err := c.GetSandbox(ctx, &corralv1.GetSandboxRequest{Name: name})
@@ -844,8 +840,8 @@ func (r *run) stillReady(c corralv1.SandboxServiceClient, name string) error {
 		return err
 	}
 	o, ok := r.backend.objects()[sb.Id]
-	if sb.Phase == "ready" && (!ok || o.State != driver.StateRunning || o.Generation != sb.Generation) {
-		return fmt.Errorf("still ready, compute %+v", o)
+	if sb.Phase == phase && (!ok || o.State != state || o.Generation != sb.Generation) {
+		return fmt.Errorf("still %s, compute %+v", phase, o)
 	}
 	return nil
 }

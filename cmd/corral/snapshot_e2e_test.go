@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,62 +14,6 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
-
-// describeTree lists a tree as a snapshot must keep it: each entry's name,
-// type and mode, modification time (nanoseconds), contents or link
-// target, and the first name of a file it shares with another (a hard
-// link).
-func describeTree(t *testing.T, dir string) []string {
-	t.Helper()
-	var out []string
-	inodes := map[uint64]string{}
-	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "." {
-			return nil
-		}
-		line := fmt.Sprintf("%s %v %d", rel, fi.Mode(), fi.ModTime().UnixNano())
-		switch {
-		case fi.Mode()&os.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			line += " -> " + target
-		case fi.Mode().IsRegular():
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			line += fmt.Sprintf(" %q", data)
-			ino := fi.Sys().(*syscall.Stat_t).Ino
-			if first, ok := inodes[ino]; ok {
-				line += " linked to " + first
-			}
-			inodes[ino] = rel
-		}
-		out = append(out, line)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func sameLines(t *testing.T, what string, want, got []string) {
-	t.Helper()
-	if strings.Join(want, "\n") == strings.Join(got, "\n") {
-		return
-	}
-	for i := range min(len(want), len(got)) {
-		if want[i] != got[i] {
-			t.Fatalf("%s: entry %d differs:\nwant %s\ngot  %s", what, i, want[i], got[i])
-		}
-	}
-	t.Fatalf("%s: %d entries, want %d", what, len(got), len(want))
-}
 
 // nativeWorkdir is the host directory of a native sandbox's /sandbox.
 func nativeWorkdir(home, id string) string {
@@ -104,7 +47,7 @@ func TestSnapshotAcrossDrivers(t *testing.T) {
 
 	src := strings.TrimSpace(mustCorral(t, nhome, "sandbox", "create", "--name", "src", "--", "sleep", "1d"))
 	mustCorral(t, nhome, "sandbox", "exec", "src", "--", "sh", "-c", treeScript)
-	want := describeTree(t, nativeWorkdir(nhome, src))
+	want := testenv.DescribeTree(t, nativeWorkdir(nhome, src))
 	if len(want) < 1000 {
 		t.Fatalf("the tree has %d entries", len(want))
 	}
@@ -123,7 +66,7 @@ func TestSnapshotAcrossDrivers(t *testing.T) {
 	mustCorral(t, dhome, "snapshot", "import", archive)
 	dst := strings.TrimSpace(mustCorral(t, dhome, "sandbox", "create", "--name", "dst", "--from-snapshot", "base",
 		"--image", testenv.TestImage))
-	sameLines(t, "native → Docker", want, describeTree(t, dockerWorkdir(t, dst)))
+	testenv.SameTree(t, "native → Docker", want, testenv.DescribeTree(t, dockerWorkdir(t, dst)))
 	if out := mustCorral(t, dhome, "sandbox", "exec", "dst", "--", "sh", "-c", "id -u; echo more >> /sandbox/d1/f1; cat /sandbox/d1/f1"); out != "1000\nfile 1 0more\n" {
 		t.Errorf("the restored files, written by the sandbox's user: %q", out)
 	}
@@ -133,12 +76,12 @@ func TestSnapshotAcrossDrivers(t *testing.T) {
 
 	// Docker → native
 	mustCorral(t, dhome, "sandbox", "snapshot", "dst", "back")
-	back := describeTree(t, dockerWorkdir(t, dst))
+	back := testenv.DescribeTree(t, dockerWorkdir(t, dst))
 	archive = filepath.Join(dir, "back.tar")
 	mustCorral(t, dhome, "snapshot", "export", "back", archive)
 	mustCorral(t, nhome, "snapshot", "import", archive, "--name", "from-docker")
 	again := strings.TrimSpace(mustCorral(t, nhome, "sandbox", "create", "--name", "again", "--from-snapshot", "from-docker", "--image", "host"))
-	sameLines(t, "Docker → native", back, describeTree(t, nativeWorkdir(nhome, again)))
+	testenv.SameTree(t, "Docker → native", back, testenv.DescribeTree(t, nativeWorkdir(nhome, again)))
 
 	// fork of 5: each its own /sandbox
 	ids := strings.Fields(mustCorral(t, nhome, "sandbox", "fork", "src", "--count", "5", "--name-prefix", "f"))
@@ -191,7 +134,7 @@ func TestSnapshotAcrossDrivers(t *testing.T) {
 
 	// deleting a snapshot leaves the sandboxes made from it whole
 	mustCorral(t, nhome, "snapshot", "delete", "base", "from-docker")
-	sameLines(t, "after the snapshot's delete", back, describeTree(t, nativeWorkdir(nhome, again)))
+	testenv.SameTree(t, "after the snapshot's delete", back, testenv.DescribeTree(t, nativeWorkdir(nhome, again)))
 	for _, h := range []string{nhome, dhome} {
 		mustCorral(t, h, "sandbox", "delete", "--all")
 	}

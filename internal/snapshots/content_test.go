@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/safetar"
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
 // makeTree fills dir with n files in nested directories, with varied modes
@@ -60,44 +60,6 @@ func makeTree(t *testing.T, dir string, n int) {
 	}
 }
 
-// describe lists a tree: each entry's name, type, mode, mtime, contents
-// (or link target) and whether it shares its inode with another name.
-func describe(t *testing.T, dir string) []string {
-	t.Helper()
-	var out []string
-	inodes := map[uint64]string{}
-	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "." {
-			return nil
-		}
-		line := fmt.Sprintf("%s %v %d", rel, fi.Mode(), fi.ModTime().UnixNano())
-		switch {
-		case fi.Mode()&os.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			line += " -> " + target
-		case fi.Mode().IsRegular():
-			data, _ := os.ReadFile(p)
-			line += fmt.Sprintf(" %q", data)
-			ino := fi.Sys().(*syscall.Stat_t).Ino
-			if first, ok := inodes[ino]; ok {
-				line += " linked to " + first
-			}
-			inodes[ino] = rel
-		}
-		out = append(out, line)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func capture(t *testing.T, c *Content, dir string) (string, Stats) {
 	t.Helper()
 	root, err := os.OpenRoot(dir)
@@ -127,18 +89,6 @@ func restore(t *testing.T, c *Content, manifest string) string {
 	return dir
 }
 
-func equalTrees(t *testing.T, want, got []string) {
-	t.Helper()
-	if strings.Join(want, "\n") != strings.Join(got, "\n") {
-		for i := range min(len(want), len(got)) {
-			if want[i] != got[i] {
-				t.Fatalf("entry %d differs:\nwant %s\ngot  %s", i, want[i], got[i])
-			}
-		}
-		t.Fatalf("%d entries, want %d", len(got), len(want))
-	}
-}
-
 func TestCaptureRestoresTheTreeAsItWas(t *testing.T) {
 	c, err := OpenContent(t.TempDir())
 	if err != nil {
@@ -146,12 +96,12 @@ func TestCaptureRestoresTheTreeAsItWas(t *testing.T) {
 	}
 	src := t.TempDir()
 	makeTree(t, src, 1000)
-	want := describe(t, src)
+	want := testenv.DescribeTree(t, src)
 	manifest, st := capture(t, c, src)
 	if st.Files != int64(len(want)) {
 		t.Errorf("stats say %d entries, the tree has %d", st.Files, len(want))
 	}
-	equalTrees(t, want, describe(t, restore(t, c, manifest)))
+	testenv.SameTree(t, "restored", want, testenv.DescribeTree(t, restore(t, c, manifest)))
 
 	// identical files are kept once: 100 files share one contents
 	blobs := 0
@@ -200,7 +150,7 @@ func TestExportAndImportKeepTheTree(t *testing.T) {
 	if imported != manifest {
 		t.Errorf("the imported manifest is %s, the exported one %s", imported, manifest)
 	}
-	equalTrees(t, describe(t, src), describe(t, restore(t, other, imported)))
+	testenv.SameTree(t, "restored", testenv.DescribeTree(t, src), testenv.DescribeTree(t, restore(t, other, imported)))
 }
 
 // hostile builds an archive: valid metadata, then the given entries.
@@ -324,12 +274,12 @@ func TestCaptureFollowsNoLinkAndOpensNoFifo(t *testing.T) {
 		}
 	}
 	manifest, _ := capture(t, c, src)
-	got := describe(t, restore(t, c, manifest))
+	got := testenv.DescribeTree(t, restore(t, c, manifest))
 	want := []string{
 		fmt.Sprintf("dir-out %v %d -> %s", os.ModeSymlink|0o777, mtimeOf(t, filepath.Join(src, "dir-out")), filepath.Dir(secret)),
 		fmt.Sprintf("out %v %d -> %s", os.ModeSymlink|0o777, mtimeOf(t, filepath.Join(src, "out")), secret),
 	}
-	equalTrees(t, want, got)
+	testenv.SameTree(t, "restored", want, got)
 	var buf bytes.Buffer
 	if err := c.WriteTar(context.Background(), manifest, &buf); err != nil || bytes.Contains(buf.Bytes(), []byte("host secret")) {
 		t.Fatalf("the snapshot holds what a link points to: %v", err)

@@ -25,17 +25,25 @@ func (d *Driver) freeze(ctx context.Context, ref driver.Ref, frozen bool) error 
 		return err
 	}
 	defer d.lock(ref.ID)()
-	o, err := d.load(ref.ID)
-	if err != nil {
-		return err
-	}
-	if o.Generation != ref.Generation {
-		return errdefs.NotFound("sandbox %s generation %d does not run (generation %d does)", ref.ID, ref.Generation, o.Generation)
-	}
-	if live, err := alive(d.bundle(ref.ID, ref.Generation)); err != nil {
+	if _, live, err := d.incarnation(ref); err != nil {
 		return err
 	} else if !live {
 		return errdefs.NotFound("sandbox %s generation %d does not run", ref.ID, ref.Generation)
 	}
 	return cgroups.Freeze(workload(ref.ID), frozen)
+}
+
+// incarnation is the object of ref, when it is of ref's generation
+// (errdefs.ErrNotFound otherwise), and whether its supervisor lives. The
+// sandbox is locked.
+func (d *Driver) incarnation(ref driver.Ref) (*object, bool, error) {
+	o, err := d.load(ref.ID)
+	if err != nil {
+		return nil, false, err
+	}
+	if o.Generation != ref.Generation {
+		return nil, false, errdefs.NotFound("sandbox %s has no generation %d (generation %d is its newest)", ref.ID, ref.Generation, o.Generation)
+	}
+	live, err := alive(d.bundle(ref.ID, ref.Generation))
+	return o, live, err
 }

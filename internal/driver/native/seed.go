@@ -26,16 +26,11 @@ func (d *Driver) Seed(ctx context.Context, ref driver.Ref, r io.Reader) error {
 		return err
 	}
 	defer d.lock(ref.ID)()
-	o, err := d.load(ref.ID)
+	o, live, err := d.incarnation(ref)
 	if err != nil {
 		return err
 	}
-	if o.Generation != ref.Generation {
-		return errdefs.NotFound("sandbox %s generation %d was not created (generation %d was)", ref.ID, ref.Generation, o.Generation)
-	}
-	if live, err := alive(d.bundle(ref.ID, ref.Generation)); err != nil {
-		return err
-	} else if live {
+	if live {
 		return errdefs.FailedPrecondition("sandbox %s runs: a snapshot's files are put in before it starts", ref.ID)
 	}
 	dir := d.workdir(ref.ID)
