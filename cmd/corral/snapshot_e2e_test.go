@@ -207,3 +207,29 @@ func TestSnapshotAndRestoreCutShortBySIGKILL(t *testing.T) {
 		t.Errorf("workdirs left: %d", len(left))
 	}
 }
+
+// A sandbox whose /sandbox is its own disk (limits.disk) snapshots while it
+// runs and while it is stopped, and a sandbox made from the snapshot gets
+// a disk of its own with the files.
+func TestSnapshotOfADisk(t *testing.T) {
+	home := t.TempDir()
+	nativeGateway(t, home)
+	policy := filepath.Join(t.TempDir(), "disk.yaml")
+	if err := os.WriteFile(policy, []byte("version: 1\nlimits: {disk: 16Mi}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCorral(t, home, "sandbox", "create", "--name", "disk", "--policy", policy, "--", "sleep", "1d")
+	mustCorral(t, home, "sandbox", "exec", "disk", "--", "sh", "-c", "echo on-disk > /sandbox/f")
+	mustCorral(t, home, "sandbox", "snapshot", "disk", "running")
+	mustCorral(t, home, "sandbox", "stop", "disk")
+	mustCorral(t, home, "sandbox", "snapshot", "disk", "stopped")
+	mustCorral(t, home, "sandbox", "start", "disk")
+	for _, snap := range []string{"running", "stopped"} {
+		name := "from-" + snap
+		mustCorral(t, home, "sandbox", "create", "--name", name, "--from-snapshot", snap)
+		if out := mustCorral(t, home, "sandbox", "exec", name, "--", "sh", "-c", "cat /sandbox/f; df -k /sandbox | tail -1"); !strings.HasPrefix(out, "on-disk\n/dev/loop") {
+			t.Errorf("%s: %q; want the file, on a disk of its own", name, out)
+		}
+	}
+	mustCorral(t, home, "sandbox", "delete", "--all")
+}

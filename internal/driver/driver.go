@@ -7,6 +7,7 @@ package driver
 import (
 	"context"
 	"io"
+	"os"
 	"strconv"
 	"time"
 
@@ -277,6 +278,17 @@ type Workdirs interface {
 	// errdefs.ErrFailedPrecondition saying why it cannot be reached while
 	// the sandbox is stopped, or errdefs.ErrNotFound.
 	Workdir(ctx context.Context, id string) (string, error)
+}
+
+// WorkdirOpener is a driver whose sandboxes' /sandbox can be opened from
+// the gateway's host whether they run (paused, for a consistent copy) or
+// not, a limits.disk image included, which Workdirs cannot give as a path.
+type WorkdirOpener interface {
+	// OpenWorkdir returns the sandbox's /sandbox as an os.Root and what
+	// releases it once the root is closed (unmounting what it mounted for
+	// the call), or errdefs.ErrNotFound, or errdefs.ErrFailedPrecondition
+	// saying why it cannot be reached now.
+	OpenWorkdir(ctx context.Context, id string) (*os.Root, func(), error)
 }
 
 // Seeder is a driver that can fill a created sandbox's /sandbox from a tar

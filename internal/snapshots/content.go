@@ -38,6 +38,9 @@ type Content struct {
 	gc sync.RWMutex
 }
 
+// collectPoll is how often Collect looks whether the store is free.
+const collectPoll = 200 * time.Millisecond
+
 // Hold keeps Collect from running until release is called. Whoever writes
 // blobs, or reads a manifest to name it in a new record, holds it until
 // the record that names the manifest is written.
@@ -330,12 +333,19 @@ func (c *Content) writeTar(ctx context.Context, manifest string, tw *tar.Writer,
 	return tw.Flush()
 }
 
-// Collect removes every blob that no manifest keep returns lists (nor is
-// one of them), and returns how many it removed. It waits for every Hold to
-// be released, and new ones wait for it; keep is asked once it holds the
-// store alone.
-func (c *Content) Collect(keepers func() ([]string, error)) (int, error) {
-	c.gc.Lock()
+// Collect removes every blob that no manifest keepers returns lists (nor
+// is one of them), and returns how many it removed. It runs once no Hold is
+// held, looking again every collectPoll until ctx ends: it never makes a
+// Hold wait (a writer that waited would). keepers is asked once it holds
+// the store alone.
+func (c *Content) Collect(ctx context.Context, keepers func() ([]string, error)) (int, error) {
+	for !c.gc.TryLock() {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(collectPoll):
+		}
+	}
 	defer c.gc.Unlock()
 	keep, err := keepers()
 	if err != nil {

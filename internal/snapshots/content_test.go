@@ -223,7 +223,15 @@ func TestCollectKeepsWhatManifestsList(t *testing.T) {
 	os.WriteFile(filepath.Join(a, "only-a"), []byte("a"), 0o644)
 	ma, _ := capture(t, c, a)
 	mb, _ := capture(t, c, b)
-	removed, err := c.Collect(func() ([]string, error) { return []string{mb}, nil })
+	// a collection waits for a hold, never the reverse
+	release := c.Hold()
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	if _, err := c.Collect(short, func() ([]string, error) { return nil, nil }); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a collection while the store is held: %v", err)
+	}
+	cancel()
+	release()
+	removed, err := c.Collect(context.Background(), func() ([]string, error) { return []string{mb}, nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/caller"
@@ -50,6 +51,9 @@ type Snapshots struct {
 	driver  driver.Driver
 	content *Content
 	log     *slog.Logger
+
+	mu         sync.Mutex
+	collecting bool // a collection runs or waits for the store
 }
 
 // New is the snapshots of the sandboxes of records, run by drv, kept in
@@ -64,6 +68,10 @@ const MaxForks = 64
 // cleanupTimeout bounds what is undone after a snapshot that failed.
 const cleanupTimeout = 30 * time.Second
 
+// collectWait bounds how long a collection waits for the snapshots being
+// written; the next one removes what it left.
+const collectWait = 10 * time.Minute
+
 // Take snapshots the /sandbox of a sandbox as name. A running sandbox is
 // paused for the copy and resumed after it; a stopped one is copied as it
 // is. memory asks for a checkpoint of its processes too.
@@ -74,8 +82,8 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 	if memory {
 		return nil, errdefs.NotImplemented("memory snapshots (--memory) are not built yet: this snapshot would hold /sandbox's files only; take it without --memory")
 	}
-	wd, ok := s.driver.(driver.Workdirs)
-	if !ok {
+	_, opens := s.driver.(driver.WorkdirOpener)
+	if _, ok := s.driver.(driver.Workdirs); !ok && !opens {
 		return nil, errdefs.NotImplemented("the %s driver cannot reach sandboxes' files from the gateway: it cannot take snapshots", s.driver.Name())
 	}
 	sb, err := s.records.Get(ctx, nameOrID)
@@ -136,16 +144,12 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 				return fmt.Errorf("pause %q for its snapshot: %w", sb.Name, err)
 			}
 		}
-		dir, err := wd.Workdir(ctx, sb.ID)
+		root, done, err := s.openWorkdir(ctx, sb)
 		if err != nil {
 			return err
 		}
-		root, err := os.OpenRoot(dir)
-		if err != nil {
-			return fmt.Errorf("sandbox %q: open its /sandbox: %w", sb.Name, err)
-		}
-		defer root.Close()
 		manifest, st, err := s.content.Capture(ctx, root)
+		done()
 		resume()
 		if err != nil {
 			return fmt.Errorf("snapshot %q of %q: %w", name, sb.Name, err)
@@ -163,6 +167,28 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 	}
 	s.log.Info("snapshot taken", "snapshot", name, "sandbox", sb.Name, "files", snap.Files, "bytes", snap.Bytes)
 	return snap, nil
+}
+
+// openWorkdir opens a sandbox's /sandbox from the gateway's host, through
+// the driver's WorkdirOpener when it has one (a disk image included), else
+// its Workdirs directory, and returns what releases it.
+func (s *Snapshots) openWorkdir(ctx context.Context, sb *sandbox.Sandbox) (*os.Root, func(), error) {
+	if o, ok := s.driver.(driver.WorkdirOpener); ok {
+		root, release, err := o.OpenWorkdir(ctx, sb.ID)
+		if err != nil {
+			return nil, nil, err
+		}
+		return root, func() { root.Close(); release() }, nil
+	}
+	dir, err := s.driver.(driver.Workdirs).Workdir(ctx, sb.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox %q: open its /sandbox: %w", sb.Name, err)
+	}
+	return root, func() { root.Close() }, nil
 }
 
 // forget removes the record of a snapshot that failed.
@@ -214,11 +240,29 @@ func (s *Snapshots) Delete(ctx context.Context, nameOrID string) (*sandbox.Snaps
 	return snap, nil
 }
 
-// collect removes the blobs that no snapshot, and no sandbox still being
-// made from one, names.
+// collect removes, in the background, the blobs that no snapshot and no
+// sandbox still being made from one names, once no snapshot is being
+// written; a collection asked for while one waits is that one.
 func (s *Snapshots) collect(ctx context.Context) {
-	ctx = context.WithoutCancel(ctx)
-	n, err := s.content.Collect(func() ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.collecting {
+		return
+	}
+	s.collecting = true
+	go func() {
+		s.collectNow(context.WithoutCancel(ctx))
+		s.mu.Lock()
+		s.collecting = false
+		s.mu.Unlock()
+	}()
+}
+
+// collectNow is collect, waiting for it.
+func (s *Snapshots) collectNow(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, collectWait)
+	defer cancel()
+	n, err := s.content.Collect(ctx, func() ([]string, error) {
 		snaps, err := s.store.ListSnapshots(ctx, "")
 		if err != nil {
 			return nil, err
@@ -354,9 +398,9 @@ func (s *Snapshots) Fork(ctx context.Context, nameOrID string, count int, prefix
 }
 
 // Export writes a snapshot as one archive.
+// A snapshot deleted meanwhile may lose its files under the export, which
+// then fails saying which is missing.
 func (s *Snapshots) Export(ctx context.Context, nameOrID string, w io.Writer) error {
-	release := s.content.Hold()
-	defer release()
 	snap, err := s.Get(ctx, nameOrID)
 	if err != nil {
 		return err

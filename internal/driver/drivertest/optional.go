@@ -46,6 +46,7 @@ func (s *suite) optionalCases() []struct {
 		{"Tiers", s.testTiers},
 		{"Pause", s.testPause},
 		{"Seed", s.testSeed},
+		{"OpenWorkdir", s.testOpenWorkdir},
 	}
 }
 

@@ -85,3 +85,41 @@ func (s *suite) testSeed(t *testing.T) {
 		t.Errorf("seed of a sandbox that does not exist: %v; want not found", err)
 	}
 }
+
+// testOpenWorkdir: a created sandbox's /sandbox opens from the host, what
+// is written there is in the sandbox once it starts, and it opens again
+// while the sandbox runs; a missing sandbox is not found.
+func (s *suite) testOpenWorkdir(t *testing.T) {
+	d := s.driver(t)
+	o := capability[driver.WorkdirOpener](t, d, "cannot open /sandbox from the host")
+	spec := d.spec(1)
+	d.create(spec)
+	root, release, err := o.OpenWorkdir(ctx(t), spec.ID)
+	if err != nil {
+		t.Fatalf("open the workdir of a created sandbox: %v", err)
+	}
+	if err := root.WriteFile("from-the-host", []byte("opened\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root.Close()
+	release()
+	d.start(spec.ID, 1)
+	if ex, ok := d.Driver.(driver.Execer); ok {
+		var out bytes.Buffer
+		if code, err := ex.Exec(ctx(t), spec.ID, driver.ExecOptions{Command: []string{"cat", "/sandbox/from-the-host"}, Stdout: &out, Stderr: &bytes.Buffer{}}); err != nil || code != 0 || out.String() != "opened\n" {
+			t.Errorf("cat in the sandbox: %d, %q, %v", code, out.String(), err)
+		}
+	}
+	root, release, err = o.OpenWorkdir(ctx(t), spec.ID)
+	if err != nil {
+		t.Fatalf("open the workdir of a running sandbox: %v", err)
+	}
+	if _, err := root.Stat("from-the-host"); err != nil {
+		t.Errorf("the running sandbox's workdir: %v", err)
+	}
+	root.Close()
+	release()
+	if _, _, err := o.OpenWorkdir(ctx(t), sandbox.NewID()); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("open the workdir of a sandbox that does not exist: %v; want not found", err)
+	}
+}

@@ -390,3 +390,40 @@ func loopsBacking(t *testing.T, id string) []string {
 	}
 	return held
 }
+
+// A sandbox's /sandbox on its own disk (limits.disk) opens from the host
+// while it runs (in its supervisor's mount namespace, not following a link
+// the sandbox planted) and while it is stopped (the image mounted for the
+// call, and unmounted after, so that the next start mounts it again).
+func TestOpenWorkdirOfADisk(t *testing.T) {
+	d := newTestDriver(t, "corral.test")
+	s := startSandbox(t, d, "disk", "version: 1\nlimits: {disk: 16Mi}\n")
+	s.mustExec("sh", "-c", "echo on-disk > /sandbox/f; ln -s /etc /sandbox/etc-link")
+	read := func(what string) {
+		t.Helper()
+		root, release, err := d.OpenWorkdir(ctx(t), s.id)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		data, err := root.ReadFile("f")
+		if err != nil || string(data) != "on-disk\n" {
+			t.Errorf("%s: /sandbox/f is %q, %v", what, data, err)
+		}
+		if _, err := root.ReadFile("etc-link/hostname"); err == nil {
+			t.Errorf("%s: a link out of /sandbox was followed", what)
+		}
+		root.Close()
+		release()
+	}
+	read("running")
+	if err := d.Stop(ctx(t), driver.Ref{ID: s.id, Generation: 1}, driver.StopOptions{Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	read("stopped")
+	if err := d.Start(ctx(t), driver.Ref{ID: s.id, Generation: 1}); err != nil {
+		t.Fatalf("a start after the disk was opened from the host: %v", err)
+	}
+	if got := s.mustExec("cat", "/sandbox/f"); got != "on-disk\n" {
+		t.Errorf("after the start: %q", got)
+	}
+}
