@@ -33,6 +33,10 @@ import (
 // blob it lists. Blobs are checked against their digest when read.
 type Content struct {
 	dir string
+	// keepFree is what a snapshot leaves free on the store's file system
+	// (which the gateway's store shares): a write that would go under it
+	// is refused (DefaultKeepFree when 0).
+	keepFree func(size uint64) uint64
 	// gc is held shared (Hold) while blobs are written that no record
 	// names yet, and alone while unnamed blobs are removed (Collect).
 	gc sync.RWMutex
@@ -104,16 +108,63 @@ func (c *Content) path(digest string) string {
 	return filepath.Join(c.dir, "sha256", hexd[:2], hexd)
 }
 
+// DefaultKeepFree is what snapshots leave free on a file system of size
+// bytes: 5% of it, at least 1 GiB.
+func DefaultKeepFree(size uint64) uint64 { return max(size/20, 1<<30) }
+
+// checkEvery is how many bytes a blob's write goes between looks at the
+// free space.
+const checkEvery = 32 << 20
+
+// room refuses a write when the store's file system has less free than it
+// keeps free.
+func (c *Content) room() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(c.dir, &st); err != nil {
+		return err
+	}
+	keepFree := c.keepFree
+	if keepFree == nil {
+		keepFree = DefaultKeepFree
+	}
+	keep := keepFree(st.Blocks * uint64(st.Bsize))
+	if free := st.Bavail * uint64(st.Bsize); free < keep {
+		return errdefs.ResourceExhausted("the snapshot store's disk (%s) has %d MiB free, under the %d MiB snapshots leave free: the snapshot is not taken",
+			c.dir, free>>20, keep>>20)
+	}
+	return nil
+}
+
+// roomWriter is a blob's file that looks at the free space as it grows.
+type roomWriter struct {
+	c       *Content
+	f       *os.File
+	pending int64 // written since the last look
+}
+
+func (w *roomWriter) Write(p []byte) (int, error) {
+	if w.pending += int64(len(p)); w.pending >= checkEvery {
+		w.pending = 0
+		if err := w.c.room(); err != nil {
+			return 0, err
+		}
+	}
+	return w.f.Write(p)
+}
+
 // put writes r as a blob and returns its digest and size. The caller
-// holds the store (Hold).
+// holds the store (Hold). It refuses to fill the disk (room).
 func (c *Content) put(r io.Reader) (string, int64, error) {
+	if err := c.room(); err != nil {
+		return "", 0, err
+	}
 	f, err := os.CreateTemp(c.tmp(), "blob-")
 	if err != nil {
 		return "", 0, err
 	}
 	defer os.Remove(f.Name()) // after the rename, nothing
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), r)
+	n, err := io.Copy(io.MultiWriter(&roomWriter{c: c, f: f}, h), r)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
