@@ -80,7 +80,8 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 		return nil, err
 	}
 	if memory {
-		return nil, errdefs.NotImplemented("memory snapshots (--memory) are not built yet: this snapshot would hold /sandbox's files only; take it without --memory")
+		return nil, errdefs.NotImplemented("memory snapshots (--memory) are not built: runsc here refuses to checkpoint a sandbox on the host's " +
+			"network stack, which the gVisor tier runs on, and CRIU cannot run on this kernel (docs/design.md, Snapshots); take it without --memory: /sandbox's files")
 	}
 	_, opens := s.driver.(driver.WorkdirOpener)
 	if _, ok := s.driver.(driver.Workdirs); !ok && !opens {
