@@ -35,9 +35,12 @@ type Quota struct {
 	// max_cpu_millis bounds their CPU limits' sum, in thousandths of a CPU.
 	MaxCpuMillis int64 `protobuf:"varint,3,opt,name=max_cpu_millis,json=maxCpuMillis,proto3" json:"max_cpu_millis,omitempty"`
 	// max_disk_bytes bounds their limits.disk's sum.
-	MaxDiskBytes  int64 `protobuf:"varint,4,opt,name=max_disk_bytes,json=maxDiskBytes,proto3" json:"max_disk_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxDiskBytes int64 `protobuf:"varint,4,opt,name=max_disk_bytes,json=maxDiskBytes,proto3" json:"max_disk_bytes,omitempty"`
+	// max_snapshot_bytes bounds what the tenant's snapshots' files hold
+	// together, each counted whole.
+	MaxSnapshotBytes int64 `protobuf:"varint,5,opt,name=max_snapshot_bytes,json=maxSnapshotBytes,proto3" json:"max_snapshot_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Quota) Reset() {
@@ -98,6 +101,13 @@ func (x *Quota) GetMaxDiskBytes() int64 {
 	return 0
 }
 
+func (x *Quota) GetMaxSnapshotBytes() int64 {
+	if x != nil {
+		return x.MaxSnapshotBytes
+	}
+	return 0
+}
+
 // Usage is what a tenant's sandboxes hold.
 type Usage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -108,7 +118,9 @@ type Usage struct {
 	// cpu_millis is the sum of their CPU limits.
 	CpuMillis int64 `protobuf:"varint,3,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
 	// disk_bytes is the sum of their limits.disk.
-	DiskBytes     int64 `protobuf:"varint,4,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	DiskBytes int64 `protobuf:"varint,4,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	// snapshot_bytes is what the tenant's snapshots' files hold.
+	SnapshotBytes int64 `protobuf:"varint,5,opt,name=snapshot_bytes,json=snapshotBytes,proto3" json:"snapshot_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -167,6 +179,13 @@ func (x *Usage) GetCpuMillis() int64 {
 func (x *Usage) GetDiskBytes() int64 {
 	if x != nil {
 		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *Usage) GetSnapshotBytes() int64 {
+	if x != nil {
+		return x.SnapshotBytes
 	}
 	return 0
 }
@@ -928,19 +947,21 @@ var File_corral_v1_tenants_proto protoreflect.FileDescriptor
 
 const file_corral_v1_tenants_proto_rawDesc = "" +
 	"\n" +
-	"\x17corral/v1/tenants.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa2\x01\n" +
+	"\x17corral/v1/tenants.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x01\n" +
 	"\x05Quota\x12#\n" +
 	"\rmax_sandboxes\x18\x01 \x01(\x05R\fmaxSandboxes\x12(\n" +
 	"\x10max_memory_bytes\x18\x02 \x01(\x03R\x0emaxMemoryBytes\x12$\n" +
 	"\x0emax_cpu_millis\x18\x03 \x01(\x03R\fmaxCpuMillis\x12$\n" +
-	"\x0emax_disk_bytes\x18\x04 \x01(\x03R\fmaxDiskBytes\"\x86\x01\n" +
+	"\x0emax_disk_bytes\x18\x04 \x01(\x03R\fmaxDiskBytes\x12,\n" +
+	"\x12max_snapshot_bytes\x18\x05 \x01(\x03R\x10maxSnapshotBytes\"\xad\x01\n" +
 	"\x05Usage\x12\x1c\n" +
 	"\tsandboxes\x18\x01 \x01(\x05R\tsandboxes\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x03 \x01(\x03R\tcpuMillis\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xe2\x01\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\x12%\n" +
+	"\x0esnapshot_bytes\x18\x05 \x01(\x03R\rsnapshotBytes\"\xe2\x01\n" +
 	"\x06Tenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x05quota\x18\x02 \x01(\v2\x10.corral.v1.QuotaR\x05quota\x12&\n" +

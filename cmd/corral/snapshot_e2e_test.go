@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -232,4 +233,32 @@ func TestSnapshotOfADisk(t *testing.T) {
 		}
 	}
 	mustCorral(t, home, "sandbox", "delete", "--all")
+}
+
+// A tenant's quota bounds what its snapshots hold: one past it is refused
+// saying so, and leaves no snapshot; `tenant get` shows the use.
+func TestSnapshotQuota(t *testing.T) {
+	home := t.TempDir()
+	startGateway(t, home)
+	id := strings.TrimSpace(mustCorral(t, home, "sandbox", "create", "--name", "box", "--", "sleep", "1d"))
+	wd := filepath.Join(stateDir(home), "workdirs", id)
+	if err := os.MkdirAll(wd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wd, "data"), make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCorral(t, home, "tenant", "update", "default", "--max-snapshot-size", "1Mi")
+	_, errOut, code := corral(t, home, "sandbox", "snapshot", "box", "big")
+	if code == 0 || !strings.Contains(errOut, "tenant default's quota of 1Mi of snapshots is used up") {
+		t.Fatalf("a snapshot past the quota: %d %q", code, errOut)
+	}
+	if out := mustCorral(t, home, "snapshot", "list"); strings.Contains(out, "big") {
+		t.Fatalf("a refused snapshot is listed:\n%s", out)
+	}
+	mustCorral(t, home, "tenant", "update", "default", "--max-snapshot-size", "10Mi")
+	mustCorral(t, home, "sandbox", "snapshot", "box", "big")
+	if out := mustCorral(t, home, "tenant", "get"); !regexp.MustCompile(`snapshots\s+2Mi\s+10Mi`).MatchString(out) {
+		t.Errorf("tenant get:\n%s", out)
+	}
 }

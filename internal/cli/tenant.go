@@ -36,10 +36,10 @@ are in "default", as are the local socket's.`,
 
 // quotaFlags are a quota as flags give it.
 type quotaFlags struct {
-	sandboxes          int
-	memory, cpus, disk string
-	set                []string // the quota fields the flags set
-	quota              corralv1.Quota
+	sandboxes                     int
+	memory, cpus, disk, snapshots string
+	set                           []string // the quota fields the flags set
+	quota                         corralv1.Quota
 }
 
 func (q *quotaFlags) add(cmd *cobra.Command) {
@@ -47,6 +47,7 @@ func (q *quotaFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&q.memory, "max-memory", "", "most memory, the sum of limits.memory, such as 8Gi (0: no bound)")
 	cmd.Flags().StringVar(&q.cpus, "max-cpus", "", "most CPUs, the sum of limits.cpus, such as 4 or 2.5 (0: no bound)")
 	cmd.Flags().StringVar(&q.disk, "max-disk", "", "most disk, the sum of limits.disk, such as 100Gi (0: no bound)")
+	cmd.Flags().StringVar(&q.snapshots, "max-snapshot-size", "", "most the tenant's snapshots may hold, such as 50Gi (0: no bound)")
 }
 
 // parse reads the flags cmd was given into quota and set.
@@ -82,6 +83,10 @@ func (q *quotaFlags) parse(cmd *cobra.Command) error {
 			return nil
 		}},
 		{"max-disk", "max_disk_bytes", func() (err error) { q.quota.MaxDiskBytes, err = size("max-disk", q.disk); return err }},
+		{"max-snapshot-size", "max_snapshot_bytes", func() (err error) {
+			q.quota.MaxSnapshotBytes, err = size("max-snapshot-size", q.snapshots)
+			return err
+		}},
 	} {
 		if !cmd.Flags().Changed(f.flag) {
 			continue
@@ -109,14 +114,18 @@ type quotaView struct {
 	MemoryBytes int64   `json:"memory_bytes" yaml:"memory_bytes"`
 	CPUs        float64 `json:"cpus" yaml:"cpus"`
 	DiskBytes   int64   `json:"disk_bytes" yaml:"disk_bytes"`
+	// SnapshotBytes is what the tenant's snapshots may hold, or hold.
+	SnapshotBytes int64 `json:"snapshot_bytes" yaml:"snapshot_bytes"`
 }
 
 func tenantViewOf(t *corralv1.Tenant) tenantView {
 	q := t.GetQuota()
 	v := tenantView{Name: t.Name, Created: stamp(t.CreatedAt), Quota: quotaView{Sandboxes: q.GetMaxSandboxes(),
-		MemoryBytes: q.GetMaxMemoryBytes(), CPUs: float64(q.GetMaxCpuMillis()) / 1000, DiskBytes: q.GetMaxDiskBytes()}}
+		MemoryBytes: q.GetMaxMemoryBytes(), CPUs: float64(q.GetMaxCpuMillis()) / 1000, DiskBytes: q.GetMaxDiskBytes(),
+		SnapshotBytes: q.GetMaxSnapshotBytes()}}
 	if u := t.Usage; u != nil {
-		v.Usage = &quotaView{Sandboxes: u.Sandboxes, MemoryBytes: u.MemoryBytes, CPUs: float64(u.CpuMillis) / 1000, DiskBytes: u.DiskBytes}
+		v.Usage = &quotaView{Sandboxes: u.Sandboxes, MemoryBytes: u.MemoryBytes, CPUs: float64(u.CpuMillis) / 1000, DiskBytes: u.DiskBytes,
+			SnapshotBytes: u.SnapshotBytes}
 	}
 	return v
 }
@@ -153,6 +162,7 @@ func printTenant(w io.Writer, t *corralv1.Tenant) error {
 	fmt.Fprintf(tw, "memory\t%s\t%s\n", sandbox.FormatBytes(u.GetMemoryBytes()), bound(q.GetMaxMemoryBytes(), sandbox.FormatBytes))
 	fmt.Fprintf(tw, "cpus\t%s\t%s\n", sandbox.FormatCPUs(u.GetCpuMillis()), bound(q.GetMaxCpuMillis(), sandbox.FormatCPUs))
 	fmt.Fprintf(tw, "disk\t%s\t%s\n", sandbox.FormatBytes(u.GetDiskBytes()), bound(q.GetMaxDiskBytes(), sandbox.FormatBytes))
+	fmt.Fprintf(tw, "snapshots\t%s\t%s\n", sandbox.FormatBytes(u.GetSnapshotBytes()), bound(q.GetMaxSnapshotBytes(), sandbox.FormatBytes))
 	return tw.Flush()
 }
 

@@ -24,6 +24,9 @@ func ValidateTenantName(name string) error {
 type Quota struct {
 	Sandboxes int
 	Resources
+	// SnapshotBytes bounds what the tenant's snapshots' files hold
+	// together (counted whole, whatever they share).
+	SnapshotBytes int64
 }
 
 // Resources are what one sandbox is counted at against its tenant's quota:
@@ -58,6 +61,7 @@ func (r Resources) Within(q Quota) Resources {
 type Usage struct {
 	Sandboxes int
 	Resources
+	SnapshotBytes int64 // of its ready snapshots
 }
 
 // Exceeds names the first bound of q that u goes past, or "".
@@ -71,6 +75,8 @@ func (u Usage) Exceeds(q Quota) string {
 		return fmt.Sprintf("%s CPUs", FormatCPUs(q.CPUMillis))
 	case q.DiskBytes > 0 && u.DiskBytes > q.DiskBytes:
 		return fmt.Sprintf("%s of disk", FormatBytes(q.DiskBytes))
+	case q.SnapshotBytes > 0 && u.SnapshotBytes > q.SnapshotBytes:
+		return fmt.Sprintf("%s of snapshots", FormatBytes(q.SnapshotBytes))
 	}
 	return ""
 }

@@ -32,15 +32,17 @@ type tenantService struct {
 
 func quotaFromProto(q *corralv1.Quota) sandbox.Quota {
 	return sandbox.Quota{Sandboxes: int(q.GetMaxSandboxes()), Resources: sandbox.Resources{
-		MemoryBytes: q.GetMaxMemoryBytes(), CPUMillis: q.GetMaxCpuMillis(), DiskBytes: q.GetMaxDiskBytes()}}
+		MemoryBytes: q.GetMaxMemoryBytes(), CPUMillis: q.GetMaxCpuMillis(), DiskBytes: q.GetMaxDiskBytes()},
+		SnapshotBytes: q.GetMaxSnapshotBytes()}
 }
 
 func tenantToProto(t *sandbox.Tenant, u *sandbox.Usage) *corralv1.Tenant {
 	out := &corralv1.Tenant{Name: t.Name, CreatedAt: ts(t.CreatedAt), UpdatedAt: ts(t.UpdatedAt),
 		Quota: &corralv1.Quota{MaxSandboxes: int32(t.Quota.Sandboxes), MaxMemoryBytes: t.Quota.MemoryBytes,
-			MaxCpuMillis: t.Quota.CPUMillis, MaxDiskBytes: t.Quota.DiskBytes}}
+			MaxCpuMillis: t.Quota.CPUMillis, MaxDiskBytes: t.Quota.DiskBytes, MaxSnapshotBytes: t.Quota.SnapshotBytes}}
 	if u != nil {
-		out.Usage = &corralv1.Usage{Sandboxes: int32(u.Sandboxes), MemoryBytes: u.MemoryBytes, CpuMillis: u.CPUMillis, DiskBytes: u.DiskBytes}
+		out.Usage = &corralv1.Usage{Sandboxes: int32(u.Sandboxes), MemoryBytes: u.MemoryBytes, CpuMillis: u.CPUMillis, DiskBytes: u.DiskBytes,
+			SnapshotBytes: u.SnapshotBytes}
 	}
 	return out
 }

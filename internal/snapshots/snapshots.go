@@ -199,6 +199,7 @@ func (s *Snapshots) forget(ctx context.Context, snap *sandbox.Snapshot) {
 	if err := s.store.DeleteSnapshot(c, snap.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		s.log.Error("remove a failed snapshot's record", "snapshot", snap.Name, "err", err)
 	}
+	s.collect(c) // the files it wrote, unless another snapshot has them
 }
 
 // Get returns a ready snapshot of the caller's tenant by name or id.

@@ -156,7 +156,9 @@ type Store interface {
 	// must exist; a name taken there is errdefs.ErrAlreadyExists.
 	CreateSnapshot(ctx context.Context, s *sandbox.Snapshot) error
 	// FinishSnapshot makes a snapshot being taken ready with its manifest,
-	// files and bytes (errdefs.ErrNotFound when it is not being taken).
+	// files and bytes (errdefs.ErrNotFound when it is not being taken); one
+	// that would take its tenant's snapshots past their quota is
+	// errdefs.ErrResourceExhausted, decided in the same transaction.
 	FinishSnapshot(ctx context.Context, s *sandbox.Snapshot) error
 	// GetSnapshot returns the snapshot of tenant ("" for any) with the
 	// given name, else id (errdefs.ErrNotFound), in any state.

@@ -65,7 +65,7 @@ func (t *Tenants) Create(ctx context.Context, name string, q sandbox.Quota) (*sa
 }
 
 func validQuota(q sandbox.Quota) error {
-	if q.Sandboxes < 0 || q.MemoryBytes < 0 || q.CPUMillis < 0 || q.DiskBytes < 0 {
+	if q.Sandboxes < 0 || q.MemoryBytes < 0 || q.CPUMillis < 0 || q.DiskBytes < 0 || q.SnapshotBytes < 0 {
 		return errdefs.InvalidArgument("a quota is 0 (no bound) or more")
 	}
 	return nil
@@ -90,7 +90,7 @@ func (t *Tenants) List(ctx context.Context) ([]*sandbox.Tenant, error) {
 }
 
 // QuotaFields are the names UpdateQuota's fields take.
-var QuotaFields = []string{"max_sandboxes", "max_memory_bytes", "max_cpu_millis", "max_disk_bytes"}
+var QuotaFields = []string{"max_sandboxes", "max_memory_bytes", "max_cpu_millis", "max_disk_bytes", "max_snapshot_bytes"}
 
 // Update sets the fields of a tenant's quota that fields names (every one
 // when empty) to q's.
@@ -115,6 +115,8 @@ func (t *Tenants) Update(ctx context.Context, name string, q sandbox.Quota, fiel
 			tn.Quota.CPUMillis = q.CPUMillis
 		case "max_disk_bytes":
 			tn.Quota.DiskBytes = q.DiskBytes
+		case "max_snapshot_bytes":
+			tn.Quota.SnapshotBytes = q.SnapshotBytes
 		default:
 			return nil, errdefs.InvalidArgument("unknown quota field %q: want one of %s", f, strings.Join(QuotaFields, ", "))
 		}

@@ -214,6 +214,9 @@ var migrations = []string{
 		created_at  INTEGER NOT NULL,
 		UNIQUE (tenant, name)
 	);`,
+
+	// A tenant's quota bounds its snapshots' bytes too.
+	`ALTER TABLE tenants ADD COLUMN max_snapshot_bytes INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // SchemaVersion is the schema version this build writes.

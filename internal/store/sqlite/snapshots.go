@@ -57,6 +57,20 @@ func (s *Store) CreateSnapshot(ctx context.Context, snap *sandbox.Snapshot) erro
 // FinishSnapshot implements store.Store.
 func (s *Store) FinishSnapshot(ctx context.Context, snap *sandbox.Snapshot) error {
 	return s.w.write(ctx, func(q *stmts) error {
+		t, err := getTenant(ctx, q, snap.Tenant)
+		if err != nil {
+			return err
+		}
+		if t.Quota.SnapshotBytes > 0 {
+			u, err := usage(ctx, q, snap.Tenant, "")
+			if err != nil {
+				return err
+			}
+			if u.SnapshotBytes += snap.Bytes; u.SnapshotBytes > t.Quota.SnapshotBytes {
+				return errdefs.ResourceExhausted("tenant %s's quota of %s of snapshots is used up (this one holds %s): delete a snapshot or raise it (corral tenant update %s --max-snapshot-size)",
+					snap.Tenant, sandbox.FormatBytes(t.Quota.SnapshotBytes), sandbox.FormatBytes(snap.Bytes), snap.Tenant)
+			}
+		}
 		res, err := q.exec(ctx, `UPDATE snapshots SET state = ?, manifest = ?, files = ?, bytes = ?, paused = '' WHERE id = ? AND state = ?`,
 			sandbox.SnapshotReady, snap.Manifest, snap.Files, snap.Bytes, snap.ID, sandbox.SnapshotCreating)
 		if err != nil {

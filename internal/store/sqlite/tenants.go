@@ -11,14 +11,15 @@ import (
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
-const tenantColumns = `name, max_sandboxes, max_memory, max_cpu_millis, max_disk, created_at, updated_at`
+const tenantColumns = `name, max_sandboxes, max_memory, max_cpu_millis, max_disk, max_snapshot_bytes, created_at, updated_at`
 
 func scanTenant(row scanner) (*sandbox.Tenant, error) {
 	var (
 		t                sandbox.Tenant
 		created, updated int64
 	)
-	if err := row.Scan(&t.Name, &t.Quota.Sandboxes, &t.Quota.MemoryBytes, &t.Quota.CPUMillis, &t.Quota.DiskBytes, &created, &updated); err != nil {
+	if err := row.Scan(&t.Name, &t.Quota.Sandboxes, &t.Quota.MemoryBytes, &t.Quota.CPUMillis, &t.Quota.DiskBytes, &t.Quota.SnapshotBytes,
+		&created, &updated); err != nil {
 		return nil, err
 	}
 	t.CreatedAt, t.UpdatedAt = fromNanos(created), fromNanos(updated)
@@ -38,6 +39,11 @@ func usage(ctx context.Context, q *stmts, tenant, except string) (sandbox.Usage,
 	var u sandbox.Usage
 	err := q.queryRow(ctx, `SELECT count(*), coalesce(sum(memory), 0), coalesce(sum(cpu_millis), 0), coalesce(sum(disk), 0)
 		FROM sandboxes WHERE tenant = ? AND id != ?`, tenant, except).Scan(&u.Sandboxes, &u.MemoryBytes, &u.CPUMillis, &u.DiskBytes)
+	if err != nil {
+		return u, err
+	}
+	err = q.queryRow(ctx, `SELECT coalesce(sum(bytes), 0) FROM snapshots WHERE tenant = ? AND state = ?`,
+		tenant, sandbox.SnapshotReady).Scan(&u.SnapshotBytes)
 	return u, err
 }
 
@@ -74,8 +80,8 @@ func (s *Store) CreateTenant(ctx context.Context, t *sandbox.Tenant) error {
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
-		_, err := q.exec(ctx, `INSERT INTO tenants (`+tenantColumns+`) VALUES (?,?,?,?,?,?,?)`, t.Name, t.Quota.Sandboxes,
-			t.Quota.MemoryBytes, t.Quota.CPUMillis, t.Quota.DiskBytes, nanos(t.CreatedAt), nanos(t.UpdatedAt))
+		_, err := q.exec(ctx, `INSERT INTO tenants (`+tenantColumns+`) VALUES (?,?,?,?,?,?,?,?)`, t.Name, t.Quota.Sandboxes,
+			t.Quota.MemoryBytes, t.Quota.CPUMillis, t.Quota.DiskBytes, t.Quota.SnapshotBytes, nanos(t.CreatedAt), nanos(t.UpdatedAt))
 		return err
 	})
 }
@@ -83,8 +89,9 @@ func (s *Store) CreateTenant(ctx context.Context, t *sandbox.Tenant) error {
 // UpdateTenant implements store.Store.
 func (s *Store) UpdateTenant(ctx context.Context, t *sandbox.Tenant) error {
 	return s.w.write(ctx, func(q *stmts) error {
-		res, err := q.exec(ctx, `UPDATE tenants SET max_sandboxes = ?, max_memory = ?, max_cpu_millis = ?, max_disk = ?, updated_at = ?
-			WHERE name = ?`, t.Quota.Sandboxes, t.Quota.MemoryBytes, t.Quota.CPUMillis, t.Quota.DiskBytes, nanos(t.UpdatedAt), t.Name)
+		res, err := q.exec(ctx, `UPDATE tenants SET max_sandboxes = ?, max_memory = ?, max_cpu_millis = ?, max_disk = ?, max_snapshot_bytes = ?,
+			updated_at = ? WHERE name = ?`, t.Quota.Sandboxes, t.Quota.MemoryBytes, t.Quota.CPUMillis, t.Quota.DiskBytes, t.Quota.SnapshotBytes,
+			nanos(t.UpdatedAt), t.Name)
 		if err != nil {
 			return err
 		}

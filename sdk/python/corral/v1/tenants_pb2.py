@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63orral/v1/tenants.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n\x05Quota\x12\x15\n\rmax_sandboxes\x18\x01 \x01(\x05\x12\x18\n\x10max_memory_bytes\x18\x02 \x01(\x03\x12\x16\n\x0emax_cpu_millis\x18\x03 \x01(\x03\x12\x16\n\x0emax_disk_bytes\x18\x04 \x01(\x03\"X\n\x05Usage\x12\x11\n\tsandboxes\x18\x01 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x12\n\ncpu_millis\x18\x03 \x01(\x03\x12\x12\n\ndisk_bytes\x18\x04 \x01(\x03\"\xb8\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1f\n\x05quota\x18\x02 \x01(\x0b\x32\x10.corral.v1.Quota\x12\x1f\n\x05usage\x18\x03 \x01(\x0b\x32\x10.corral.v1.Usage\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"D\n\x13\x43reateTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1f\n\x05quota\x18\x02 \x01(\x0b\x32\x10.corral.v1.Quota\" \n\x10GetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x14\n\x12ListTenantsRequest\"9\n\x13ListTenantsResponse\x12\"\n\x07tenants\x18\x01 \x03(\x0b\x32\x11.corral.v1.Tenant\"T\n\x13UpdateTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1f\n\x05quota\x18\x02 \x01(\x0b\x32\x10.corral.v1.Quota\x12\x0e\n\x06\x66ields\x18\x03 \x03(\t\"2\n\x13\x44\x65leteTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"\xcf\x01\n\x05Token\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x0c\n\x04role\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrevoked_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"U\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\x03\x12\x0c\n\x04name\x18\x04 \x01(\t\"D\n\x13\x43reateTokenResponse\x12\x1e\n\x04info\x18\x01 \x01(\x0b\x32\x10.corral.v1.Token\x12\r\n\x05token\x18\x02 \x01(\t\"#\n\x11ListTokensRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"6\n\x12ListTokensResponse\x12 \n\x06tokens\x18\x01 \x03(\x0b\x32\x10.corral.v1.Token\"\"\n\x12RevokeTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t2\xbc\x04\n\rTenantService\x12\x41\n\x0c\x43reateTenant\x12\x1e.corral.v1.CreateTenantRequest\x1a\x11.corral.v1.Tenant\x12;\n\tGetTenant\x12\x1b.corral.v1.GetTenantRequest\x1a\x11.corral.v1.Tenant\x12L\n\x0bListTenants\x12\x1d.corral.v1.ListTenantsRequest\x1a\x1e.corral.v1.ListTenantsResponse\x12\x41\n\x0cUpdateTenant\x12\x1e.corral.v1.UpdateTenantRequest\x1a\x11.corral.v1.Tenant\x12\x41\n\x0c\x44\x65leteTenant\x12\x1e.corral.v1.DeleteTenantRequest\x1a\x11.corral.v1.Tenant\x12L\n\x0b\x43reateToken\x12\x1d.corral.v1.CreateTokenRequest\x1a\x1e.corral.v1.CreateTokenResponse\x12I\n\nListTokens\x12\x1c.corral.v1.ListTokensRequest\x1a\x1d.corral.v1.ListTokensResponse\x12>\n\x0bRevokeToken\x12\x1d.corral.v1.RevokeTokenRequest\x1a\x10.corral.v1.TokenB8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63orral/v1/tenants.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x01\n\x05Quota\x12\x15\n\rmax_sandboxes\x18\x01 \x01(\x05\x12\x18\n\x10max_memory_bytes\x18\x02 \x01(\x03\x12\x16\n\x0emax_cpu_millis\x18\x03 \x01(\x03\x12\x16\n\x0emax_disk_bytes\x18\x04 \x01(\x03\x12\x1a\n\x12max_snapshot_bytes\x18\x05 \x01(\x03\"p\n\x05Usage\x12\x11\n\tsandboxes\x18\x01 \x01(\x05\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x12\n\ncpu_millis\x18\x03 \x01(\x03\x12\x12\n\ndisk_bytes\x18\x04 \x01(\x03\x12\x16\n\x0esnapshot_bytes\x18\x05 \x01(\x03\"\xb8\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1f\n\x05quota\x18\x02 \x01(\x0b\x32\x10.corral.v1.Quota\x12\x1f\n\x05usage\x18\x03 \x01(\x0b\x32\x10.corral.v1.Usage\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"D\n\x13\x43reateTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1f\n\x05quota\x18\x02 \x01(\x0b\x32\x10.corral.v1.Quota\" \n\x10GetTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x14\n\x12ListTenantsRequest\"9\n\x13ListTenantsResponse\x12\"\n\x07tenants\x18\x01 \x03(\x0b\x32\x11.corral.v1.Tenant\"T\n\x13UpdateTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1f\n\x05quota\x18\x02 \x01(\x0b\x32\x10.corral.v1.Quota\x12\x0e\n\x06\x66ields\x18\x03 \x03(\t\"2\n\x13\x44\x65leteTenantRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\"\xcf\x01\n\x05Token\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x0c\n\x04role\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrevoked_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"U\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\x03\x12\x0c\n\x04name\x18\x04 \x01(\t\"D\n\x13\x43reateTokenResponse\x12\x1e\n\x04info\x18\x01 \x01(\x0b\x32\x10.corral.v1.Token\x12\r\n\x05token\x18\x02 \x01(\t\"#\n\x11ListTokensRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"6\n\x12ListTokensResponse\x12 \n\x06tokens\x18\x01 \x03(\x0b\x32\x10.corral.v1.Token\"\"\n\x12RevokeTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t2\xbc\x04\n\rTenantService\x12\x41\n\x0c\x43reateTenant\x12\x1e.corral.v1.CreateTenantRequest\x1a\x11.corral.v1.Tenant\x12;\n\tGetTenant\x12\x1b.corral.v1.GetTenantRequest\x1a\x11.corral.v1.Tenant\x12L\n\x0bListTenants\x12\x1d.corral.v1.ListTenantsRequest\x1a\x1e.corral.v1.ListTenantsResponse\x12\x41\n\x0cUpdateTenant\x12\x1e.corral.v1.UpdateTenantRequest\x1a\x11.corral.v1.Tenant\x12\x41\n\x0c\x44\x65leteTenant\x12\x1e.corral.v1.DeleteTenantRequest\x1a\x11.corral.v1.Tenant\x12L\n\x0b\x43reateToken\x12\x1d.corral.v1.CreateTokenRequest\x1a\x1e.corral.v1.CreateTokenResponse\x12I\n\nListTokens\x12\x1c.corral.v1.ListTokensRequest\x1a\x1d.corral.v1.ListTokensResponse\x12>\n\x0bRevokeToken\x12\x1d.corral.v1.RevokeTokenRequest\x1a\x10.corral.v1.TokenB8Z6github.com/corral-sandbox/corral/api/corralv1;corralv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.v1.tenants_pb2', globals())
@@ -22,36 +22,36 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z6github.com/corral-sandbox/corral/api/corralv1;corralv1'
-  _QUOTA._serialized_start=71
-  _QUOTA._serialized_end=175
-  _USAGE._serialized_start=177
-  _USAGE._serialized_end=265
-  _TENANT._serialized_start=268
-  _TENANT._serialized_end=452
-  _CREATETENANTREQUEST._serialized_start=454
-  _CREATETENANTREQUEST._serialized_end=522
-  _GETTENANTREQUEST._serialized_start=524
-  _GETTENANTREQUEST._serialized_end=556
-  _LISTTENANTSREQUEST._serialized_start=558
-  _LISTTENANTSREQUEST._serialized_end=578
-  _LISTTENANTSRESPONSE._serialized_start=580
-  _LISTTENANTSRESPONSE._serialized_end=637
-  _UPDATETENANTREQUEST._serialized_start=639
-  _UPDATETENANTREQUEST._serialized_end=723
-  _DELETETENANTREQUEST._serialized_start=725
-  _DELETETENANTREQUEST._serialized_end=775
-  _TOKEN._serialized_start=778
-  _TOKEN._serialized_end=985
-  _CREATETOKENREQUEST._serialized_start=987
-  _CREATETOKENREQUEST._serialized_end=1072
-  _CREATETOKENRESPONSE._serialized_start=1074
-  _CREATETOKENRESPONSE._serialized_end=1142
-  _LISTTOKENSREQUEST._serialized_start=1144
-  _LISTTOKENSREQUEST._serialized_end=1179
-  _LISTTOKENSRESPONSE._serialized_start=1181
-  _LISTTOKENSRESPONSE._serialized_end=1235
-  _REVOKETOKENREQUEST._serialized_start=1237
-  _REVOKETOKENREQUEST._serialized_end=1271
-  _TENANTSERVICE._serialized_start=1274
-  _TENANTSERVICE._serialized_end=1846
+  _QUOTA._serialized_start=72
+  _QUOTA._serialized_end=204
+  _USAGE._serialized_start=206
+  _USAGE._serialized_end=318
+  _TENANT._serialized_start=321
+  _TENANT._serialized_end=505
+  _CREATETENANTREQUEST._serialized_start=507
+  _CREATETENANTREQUEST._serialized_end=575
+  _GETTENANTREQUEST._serialized_start=577
+  _GETTENANTREQUEST._serialized_end=609
+  _LISTTENANTSREQUEST._serialized_start=611
+  _LISTTENANTSREQUEST._serialized_end=631
+  _LISTTENANTSRESPONSE._serialized_start=633
+  _LISTTENANTSRESPONSE._serialized_end=690
+  _UPDATETENANTREQUEST._serialized_start=692
+  _UPDATETENANTREQUEST._serialized_end=776
+  _DELETETENANTREQUEST._serialized_start=778
+  _DELETETENANTREQUEST._serialized_end=828
+  _TOKEN._serialized_start=831
+  _TOKEN._serialized_end=1038
+  _CREATETOKENREQUEST._serialized_start=1040
+  _CREATETOKENREQUEST._serialized_end=1125
+  _CREATETOKENRESPONSE._serialized_start=1127
+  _CREATETOKENRESPONSE._serialized_end=1195
+  _LISTTOKENSREQUEST._serialized_start=1197
+  _LISTTOKENSREQUEST._serialized_end=1232
+  _LISTTOKENSRESPONSE._serialized_start=1234
+  _LISTTOKENSRESPONSE._serialized_end=1288
+  _REVOKETOKENREQUEST._serialized_start=1290
+  _REVOKETOKENREQUEST._serialized_end=1324
+  _TENANTSERVICE._serialized_start=1327
+  _TENANTSERVICE._serialized_end=1899
 # @@protoc_insertion_point(module_scope)

@@ -39,6 +39,11 @@ export interface Quota {
   maxCpuMillis: number;
   /** max_disk_bytes bounds their limits.disk's sum. */
   maxDiskBytes: number;
+  /**
+   * max_snapshot_bytes bounds what the tenant's snapshots' files hold
+   * together, each counted whole.
+   */
+  maxSnapshotBytes: number;
 }
 
 /** Usage is what a tenant's sandboxes hold. */
@@ -51,6 +56,8 @@ export interface Usage {
   cpuMillis: number;
   /** disk_bytes is the sum of their limits.disk. */
   diskBytes: number;
+  /** snapshot_bytes is what the tenant's snapshots' files hold. */
+  snapshotBytes: number;
 }
 
 /** Tenant is a tenant with its quota and (GetTenant) its use of it. */
@@ -184,7 +191,7 @@ export interface RevokeTokenRequest {
 }
 
 function createBaseQuota(): Quota {
-  return { maxSandboxes: 0, maxMemoryBytes: 0, maxCpuMillis: 0, maxDiskBytes: 0 };
+  return { maxSandboxes: 0, maxMemoryBytes: 0, maxCpuMillis: 0, maxDiskBytes: 0, maxSnapshotBytes: 0 };
 }
 
 export const Quota: MessageFns<Quota> = {
@@ -200,6 +207,9 @@ export const Quota: MessageFns<Quota> = {
     }
     if (message.maxDiskBytes !== 0) {
       writer.uint32(32).int64(message.maxDiskBytes);
+    }
+    if (message.maxSnapshotBytes !== 0) {
+      writer.uint32(40).int64(message.maxSnapshotBytes);
     }
     return writer;
   },
@@ -249,6 +259,14 @@ export const Quota: MessageFns<Quota> = {
             message.maxDiskBytes = longToNumber(reader.int64());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.maxSnapshotBytes = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -283,6 +301,11 @@ export const Quota: MessageFns<Quota> = {
         : isSet(object.max_disk_bytes)
         ? globalThis.Number(object.max_disk_bytes)
         : 0,
+      maxSnapshotBytes: isSet(object.maxSnapshotBytes)
+        ? globalThis.Number(object.maxSnapshotBytes)
+        : isSet(object.max_snapshot_bytes)
+        ? globalThis.Number(object.max_snapshot_bytes)
+        : 0,
     };
   },
 
@@ -300,6 +323,9 @@ export const Quota: MessageFns<Quota> = {
     if (message.maxDiskBytes !== 0) {
       obj.maxDiskBytes = Math.round(message.maxDiskBytes);
     }
+    if (message.maxSnapshotBytes !== 0) {
+      obj.maxSnapshotBytes = Math.round(message.maxSnapshotBytes);
+    }
     return obj;
   },
 
@@ -312,12 +338,13 @@ export const Quota: MessageFns<Quota> = {
     message.maxMemoryBytes = object.maxMemoryBytes ?? 0;
     message.maxCpuMillis = object.maxCpuMillis ?? 0;
     message.maxDiskBytes = object.maxDiskBytes ?? 0;
+    message.maxSnapshotBytes = object.maxSnapshotBytes ?? 0;
     return message;
   },
 };
 
 function createBaseUsage(): Usage {
-  return { sandboxes: 0, memoryBytes: 0, cpuMillis: 0, diskBytes: 0 };
+  return { sandboxes: 0, memoryBytes: 0, cpuMillis: 0, diskBytes: 0, snapshotBytes: 0 };
 }
 
 export const Usage: MessageFns<Usage> = {
@@ -333,6 +360,9 @@ export const Usage: MessageFns<Usage> = {
     }
     if (message.diskBytes !== 0) {
       writer.uint32(32).int64(message.diskBytes);
+    }
+    if (message.snapshotBytes !== 0) {
+      writer.uint32(40).int64(message.snapshotBytes);
     }
     return writer;
   },
@@ -382,6 +412,14 @@ export const Usage: MessageFns<Usage> = {
             message.diskBytes = longToNumber(reader.int64());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.snapshotBytes = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -412,6 +450,11 @@ export const Usage: MessageFns<Usage> = {
         : isSet(object.disk_bytes)
         ? globalThis.Number(object.disk_bytes)
         : 0,
+      snapshotBytes: isSet(object.snapshotBytes)
+        ? globalThis.Number(object.snapshotBytes)
+        : isSet(object.snapshot_bytes)
+        ? globalThis.Number(object.snapshot_bytes)
+        : 0,
     };
   },
 
@@ -429,6 +472,9 @@ export const Usage: MessageFns<Usage> = {
     if (message.diskBytes !== 0) {
       obj.diskBytes = Math.round(message.diskBytes);
     }
+    if (message.snapshotBytes !== 0) {
+      obj.snapshotBytes = Math.round(message.snapshotBytes);
+    }
     return obj;
   },
 
@@ -441,6 +487,7 @@ export const Usage: MessageFns<Usage> = {
     message.memoryBytes = object.memoryBytes ?? 0;
     message.cpuMillis = object.cpuMillis ?? 0;
     message.diskBytes = object.diskBytes ?? 0;
+    message.snapshotBytes = object.snapshotBytes ?? 0;
     return message;
   },
 };
