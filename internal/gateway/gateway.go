@@ -221,7 +221,8 @@ func (g *gateway) run(sig signals) error {
 	}
 	close(sig.late)
 	if err := g.snaps.Recover(g.startCtx); err != nil && g.startCtx.Err() == nil {
-		return fmt.Errorf("recovery of snapshots: %w", err)
+		// snapshots cut short stay invisible; the next start tries again
+		g.log.Error("recovery of snapshots", "err", err)
 	}
 	if err := g.mgr.ReportForeign(g.startCtx); err != nil && g.startCtx.Err() == nil {
 		g.log.Warn("could not look for other gateways' objects", "err", err)

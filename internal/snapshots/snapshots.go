@@ -448,7 +448,9 @@ func (s *Snapshots) Import(ctx context.Context, name string, r io.Reader) (*sand
 
 // Recover removes what snapshots cut short by the previous gateway left:
 // their records (never listed), the sandboxes they paused resumed, and
-// files no snapshot keeps. It runs at the start, before requests.
+// files no snapshot keeps. It runs at the start, before requests. A
+// sandbox it cannot resume stays paused, which its log line says; nothing
+// of it keeps the gateway from serving.
 func (s *Snapshots) Recover(ctx context.Context) error {
 	snaps, err := s.store.ListSnapshots(ctx, "")
 	if err != nil {
@@ -462,9 +464,11 @@ func (s *Snapshots) Recover(ctx context.Context) error {
 			sb, err := s.records.Get(ctx, snap.Paused)
 			if err == nil && sb.Desired == sandbox.DesiredPaused {
 				if _, err := s.records.Resume(ctx, sb.ID); err != nil {
-					return fmt.Errorf("resume %q, paused by a snapshot cut short: %w", sb.Name, err)
+					s.log.Error("a sandbox paused by a snapshot cut short could not be resumed: resume it (corral sandbox resume)",
+						"sandbox", sb.Name, "snapshot", snap.Name, "err", err)
+				} else {
+					s.log.Info("sandbox resumed after a snapshot cut short", "sandbox", sb.Name, "snapshot", snap.Name)
 				}
-				s.log.Info("sandbox resumed after a snapshot cut short", "sandbox", sb.Name, "snapshot", snap.Name)
 			}
 		}
 		if err := s.store.DeleteSnapshot(ctx, snap.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
