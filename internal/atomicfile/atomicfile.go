@@ -1,5 +1,6 @@
 // Package atomicfile replaces files whole: readers, and a crash, see the old
-// content or the new, never a part.
+// content or the new, never a part. It also makes a directory, or a whole
+// file system, durable.
 package atomicfile
 
 import (
@@ -7,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // Write replaces path with data through a temporary file next to it,
@@ -67,10 +70,25 @@ func WriteDurableFrom(path string, r io.Reader, mode os.FileMode) error {
 	if err := WriteFrom(path, r, mode); err != nil {
 		return err
 	}
-	d, err := os.Open(filepath.Dir(path))
+	return SyncDir(filepath.Dir(path))
+}
+
+// SyncDir makes the renames and removals in dir durable.
+func SyncDir(dir string) error {
+	return withDir(dir, func(d *os.File) error { return d.Sync() })
+}
+
+// SyncFS makes everything written to the file system that holds dir
+// durable: one syncfs, not an fsync per file.
+func SyncFS(dir string) error {
+	return withDir(dir, func(d *os.File) error { return unix.Syncfs(int(d.Fd())) })
+}
+
+func withDir(dir string, f func(*os.File) error) error {
+	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	return d.Sync()
+	return f(d)
 }

@@ -5,28 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"golang.org/x/sys/unix"
 )
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	return withDir(dir, func(d *os.File) error { return d.Sync() })
-}
-
-// syncFS flushes the file system that holds dir.
-func syncFS(dir string) error {
-	return withDir(dir, func(d *os.File) error { return unix.Syncfs(int(d.Fd())) })
-}
-
-func withDir(dir string, f func(*os.File) error) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return f(d)
-}
 
 // removeTemps removes entries of dir/tmp reserved by newTempLocked.
 func (s *Store) removeTemps(paths []string) error {

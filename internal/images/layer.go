@@ -19,6 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 )
 
@@ -235,7 +236,7 @@ func (s *Store) place(dir, diffID string, size int64) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
-	if err := syncFS(dir); err != nil {
+	if err := atomicfile.SyncFS(dir); err != nil {
 		return fmt.Errorf("image cache: sync layer %s: %w", diffID, err)
 	}
 	final := s.LayerPath(diffID)
@@ -248,5 +249,5 @@ func (s *Store) place(dir, diffID string, size int64) error {
 	s.mu.Lock()
 	s.sizes[diffID] = size
 	s.mu.Unlock()
-	return syncDir(filepath.Dir(final))
+	return atomicfile.SyncDir(filepath.Dir(final))
 }

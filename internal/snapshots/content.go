@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/files"
 )
@@ -220,17 +221,6 @@ func (v *verified) Read(p []byte) (int, error) {
 
 func (v *verified) Close() error { return v.f.Close() }
 
-// sync makes every blob written so far durable: one syncfs of the store's
-// file system, not one fsync per file.
-func (c *Content) sync() error {
-	d, err := os.Open(c.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return unix.Syncfs(int(d.Fd()))
-}
-
 // Capture stores what dir of root holds (the sandbox's /sandbox, seen from
 // the host through an os.Root: nothing outside it is reached) and returns
 // its manifest's digest. The caller holds the store (Hold). Device nodes, fifos and sockets are left out, as
@@ -303,7 +293,7 @@ func (c *Content) ingest(ctx context.Context, r io.Reader) (string, Stats, error
 	if err != nil {
 		return "", Stats{}, err
 	}
-	return digest, st, c.sync()
+	return digest, st, atomicfile.SyncFS(c.dir) // every blob written so far, durable
 }
 
 // walk reads a manifest: its header, then each entry in order.
