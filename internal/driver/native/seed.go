@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/diskimage"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -42,15 +39,11 @@ func (d *Driver) Seed(ctx context.Context, ref driver.Ref, r io.Reader) error {
 		if err := diskimage.Ensure(img, size, 0, 0); err != nil {
 			return fmt.Errorf("native seed: the disk of /sandbox: %w", err)
 		}
-		mnt, err := os.MkdirTemp(d.sandboxDir(ref.ID), "seed-")
+		mnt, release, err := d.mountDisk(ref.ID, img)
 		if err != nil {
 			return err
 		}
-		defer os.Remove(mnt)
-		if err := diskimage.Mount(img, mnt); err != nil {
-			return fmt.Errorf("native seed: the disk of /sandbox: %w", err)
-		}
-		defer unix.Unmount(mnt, 0)
+		defer release()
 		dir = mnt
 	}
 	_, err = safetar.UnpackDir(r, dir, safetar.Options{What: "the sandbox's /sandbox"})

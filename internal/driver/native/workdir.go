@@ -50,17 +50,9 @@ func (d *Driver) OpenWorkdir(ctx context.Context, id string) (*os.Root, func(), 
 		root, err := openInRoot(fmt.Sprintf("/proc/%d/root", pid), "sandbox")
 		return root, func() {}, err
 	}
-	mnt, err := os.MkdirTemp(d.sandboxDir(id), "open-")
+	mnt, release, err := d.mountDisk(id, img)
 	if err != nil {
 		return nil, nil, err
-	}
-	if err := diskimage.Mount(img, mnt); err != nil {
-		os.Remove(mnt)
-		return nil, nil, fmt.Errorf("native: the disk of /sandbox: %w", err)
-	}
-	release := func() {
-		_ = unix.Unmount(mnt, 0)
-		_ = os.Remove(mnt)
 	}
 	root, err := os.OpenRoot(mnt)
 	if err != nil {
@@ -68,6 +60,24 @@ func (d *Driver) OpenWorkdir(ctx context.Context, id string) (*os.Root, func(), 
 		return nil, nil, err
 	}
 	return root, release, nil
+}
+
+// mountDisk mounts a sandbox's disk image img on a directory of its own,
+// for the gateway to reach its files while no supervisor lives, and
+// returns the directory and what unmounts and removes it.
+func (d *Driver) mountDisk(id, img string) (string, func(), error) {
+	mnt, err := os.MkdirTemp(d.sandboxDir(id), "disk-")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := diskimage.Mount(img, mnt); err != nil {
+		os.Remove(mnt)
+		return "", nil, fmt.Errorf("native: the disk of /sandbox: %w", err)
+	}
+	return mnt, func() {
+		_ = unix.Unmount(mnt, 0)
+		_ = os.Remove(mnt)
+	}, nil
 }
 
 // openInRoot opens name in the directory dir (a process's root, which the
