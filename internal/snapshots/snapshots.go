@@ -54,6 +54,7 @@ type Snapshots struct {
 
 	mu         sync.Mutex
 	collecting bool // a collection runs or waits for the store
+	again      bool // another was asked for meanwhile
 }
 
 // New is the snapshots of the sandboxes of records, run by drv, kept in
@@ -244,19 +245,26 @@ func (s *Snapshots) Delete(ctx context.Context, nameOrID string) (*sandbox.Snaps
 
 // collect removes, in the background, the blobs that no snapshot and no
 // sandbox still being made from one names, once no snapshot is being
-// written; a collection asked for while one waits is that one.
+// written. One asked for while another runs makes it run once more, after.
 func (s *Snapshots) collect(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.collecting {
+		s.again = true
 		return
 	}
 	s.collecting = true
 	go func() {
-		s.collectNow(context.WithoutCancel(ctx))
-		s.mu.Lock()
-		s.collecting = false
-		s.mu.Unlock()
+		for {
+			s.collectNow(context.WithoutCancel(ctx))
+			s.mu.Lock()
+			again := s.again
+			s.again, s.collecting = false, again
+			s.mu.Unlock()
+			if !again {
+				return
+			}
+		}
 	}()
 }
 
