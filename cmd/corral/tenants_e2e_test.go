@@ -351,7 +351,9 @@ func TestEveryRPCByEveryRole(t *testing.T) {
 	}
 	sandboxes, secretsAPI := corralv1.NewSandboxServiceClient(local), corralv1.NewSecretServiceClient(local)
 	snapshotsAPI := corralv1.NewSnapshotServiceClient(local)
-	make := func(tenant, sandbox, pool, secret string) string {
+	// make makes a tenant's sandbox (and its snapshot), pool and secret,
+	// and returns the sandbox's id and the snapshot's
+	make := func(tenant, sandbox, pool, secret string) (string, string) {
 		ctx := in(tenant)
 		resp, err := sandboxes.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: sandbox, Spec: &corralv1.SandboxSpec{Command: []string{"sleep", "1d"}}})
 		if err != nil {
@@ -364,21 +366,22 @@ func TestEveryRPCByEveryRole(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitPhase(t, sandboxes, resp.Sandbox.Id, "ready")
-		if _, err := snapshotsAPI.CreateSnapshot(ctx, &corralv1.CreateSnapshotRequest{Sandbox: sandbox, Name: "n-" + sandbox}); err != nil {
+		snap, err := snapshotsAPI.CreateSnapshot(ctx, &corralv1.CreateSnapshotRequest{Sandbox: sandbox, Name: "n-" + sandbox})
+		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.Sandbox.Id
+		return resp.Sandbox.Id, snap.Id
 	}
 	own, other, otherByID := map[string]target{}, map[string]target{}, map[string]target{}
 	for _, id := range ids {
 		make(id.tenant, "t-"+id.id, "p-"+id.id, "s-"+id.id)
-		xid := make(id.other, "x-"+id.id, "q-"+id.id, "r-"+id.id)
+		xid, xsnap := make(id.other, "x-"+id.id, "q-"+id.id, "r-"+id.id)
 		token(id.tenant, "viewer", "throw-"+id.id)
 		own[id.id] = target{sandbox: "t-" + id.id, pool: "p-" + id.id, secret: "s-" + id.id, tenant: id.tenant, token: "throw-" + id.id,
 			snapshot: "n-t-" + id.id}
 		other[id.id] = target{sandbox: "x-" + id.id, pool: "q-" + id.id, secret: "r-" + id.id, tenant: id.other, token: "throw-" + id.id,
 			snapshot: "n-x-" + id.id}
-		otherByID[id.id] = target{sandbox: xid, pool: "q-" + id.id, secret: "r-" + id.id, tenant: id.other, snapshot: "n-x-" + id.id}
+		otherByID[id.id] = target{sandbox: xid, pool: "q-" + id.id, secret: "r-" + id.id, tenant: id.other, snapshot: xsnap}
 	}
 
 	// Every RPC, from the descriptors; the rare ones that end the targets
