@@ -34,12 +34,20 @@ const (
 	OpStop   = "stop"   // reply: Reply{State: "stopping"}, then the end of the stream
 	OpExec   = "exec"   // with the command's stdio as SCM_RIGHTS, or TTY; reply: Reply{PID} (with a TTY, its terminal's master as SCM_RIGHTS), then Reply{ExitCode}
 	OpWait   = "wait"   // no reply; the stream ends when the supervisor exits
+	// OpCheckpoint, with Path: reply Reply{State: "checkpointed"} once
+	// the memory image is in Path and the sandbox's processes are stopped;
+	// they are restored from it in place when the caller writes a line or
+	// goes away, then Reply{State: "running"} (or Error).
+	OpCheckpoint = "checkpoint"
 )
 
 // The states a supervisor reports.
 const (
 	StateRunning  = "running"
 	StateStopping = "stopping"
+	// StateCheckpointed: the memory image is written, the processes
+	// stopped until the caller lets them go on.
+	StateCheckpointed = "checkpointed"
 )
 
 // Request is a control request.
@@ -54,6 +62,8 @@ type Request struct {
 	Rows    uint16   `json:"rows,omitempty"`
 	Cols    uint16   `json:"cols,omitempty"`
 	Env     []string `json:"env,omitempty"`
+	// Checkpoint: the host directory of the memory image.
+	Path string `json:"path,omitempty"`
 }
 
 // Reply is a control reply.

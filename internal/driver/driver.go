@@ -302,6 +302,28 @@ type Seeder interface {
 	Seed(ctx context.Context, ref Ref, r io.Reader) error
 }
 
+// Checkpointer is a driver that can checkpoint a running incarnation's
+// processes and memory to an image (the gVisor tier on native), and start
+// an incarnation from one (MemorySeeder). Which sandboxes it can
+// checkpoint is the policy's (policy.Lifecycle.MemorySnapshots).
+type Checkpointer interface {
+	// Checkpoint writes the memory image of the running incarnation ref
+	// into dir, a directory of the gateway's host, and holds its processes
+	// stopped (so that its files can be copied as they were) until resume
+	// is called, or the gateway goes away, which restores them in place
+	// from the image. errdefs.ErrNotFound when it does not run;
+	// errdefs.ErrFailedPrecondition when it cannot be checkpointed, saying
+	// why.
+	Checkpoint(ctx context.Context, ref Ref, dir string) (resume func() error, err error)
+	// SeedMemory puts a memory image (as Checkpoint wrote it, the file
+	// MemoryImage) in the created incarnation ref, which has not started:
+	// its first start restores it instead of running its command.
+	SeedMemory(ctx context.Context, ref Ref, image io.Reader) error
+}
+
+// MemoryImage is the file a Checkpointer writes in its dir.
+const MemoryImage = "checkpoint.img"
+
 // Leftovers is a driver whose sandboxes keep storage apart from their
 // compute objects (Docker's workdir volumes), which can outlive them: a
 // create cut short by a delete may still make its volume after the delete

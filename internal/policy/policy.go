@@ -55,6 +55,10 @@ type Lifecycle struct {
 	// done to the sandbox.
 	MaxLifetime time.Duration `json:"max_lifetime,omitempty"`
 	OnExpiry    string        `json:"on_expiry,omitempty"` // OnStop (the default) or OnDelete
+	// MemorySnapshots, on the gVisor tier, runs the sandbox on gVisor's
+	// own network stack (loopback only: no egress, no ports reached from
+	// outside), which runsc can checkpoint: snapshots with --memory.
+	MemorySnapshots bool `json:"memory_snapshots,omitempty"`
 }
 
 // What the gateway does to an idle or expired sandbox.
@@ -334,6 +338,10 @@ func Parse(text string) (Policy, error) {
 					p.Lifecycle.OnExpiry, err = oneOf(n, f, OnStop, OnDelete)
 					return err
 				},
+				"memory_snapshots": func(n *yaml.Node, f string) (err error) {
+					p.Lifecycle.MemorySnapshots, err = boolean(n, f)
+					return err
+				},
 			})
 			l := &p.Lifecycle
 			switch {
@@ -398,7 +406,30 @@ func Parse(text string) (Policy, error) {
 	if err := checkCredentials(p, root); err != nil {
 		return p, err
 	}
+	if err := checkMemorySnapshots(p, root); err != nil {
+		return p, err
+	}
 	return p, nil
+}
+
+// checkMemorySnapshots refuses lifecycle.memory_snapshots where it cannot
+// hold: off the gVisor tier (CRIU, the namespaces tier's only way, cannot
+// run on these hosts nor restore a Landlock domain), or with egress, which
+// gVisor's own network stack, the only one runsc checkpoints, cannot reach.
+func checkMemorySnapshots(p Policy, root *yaml.Node) error {
+	if !p.Lifecycle.MemorySnapshots {
+		return nil
+	}
+	line := find(find(root, "lifecycle"), "memory_snapshots").Line
+	switch {
+	case !p.GVisor():
+		return &Error{Line: line, Field: "lifecycle.memory_snapshots", Msg: "needs isolation: gvisor: only gVisor's runsc checkpoints memory here " +
+			"(CRIU fails on this kernel's vDSO and cannot restore a Landlock domain, which every sandbox of the namespaces tier runs in)"}
+	case len(p.Network) > 0:
+		return &Error{Line: line, Field: "lifecycle.memory_snapshots", Msg: "runs the sandbox on gVisor's own network stack, loopback only, " +
+			"which runsc can checkpoint (it refuses the host's): it cannot have network_policies"}
+	}
+	return nil
 }
 
 // parserProblems are the YAML parser's (not scanner's) problems: yaml.v3

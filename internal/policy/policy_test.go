@@ -190,6 +190,13 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
+func TestMemorySnapshotsOnGVisor(t *testing.T) {
+	p, err := Parse("version: 1\nisolation: gvisor\nlifecycle:\n  memory_snapshots: true\n")
+	if err != nil || !p.Lifecycle.MemorySnapshots {
+		t.Fatalf("Parse: %+v, %v", p.Lifecycle, err)
+	}
+}
+
 func TestLifecycle(t *testing.T) {
 	p, err := Parse("version: 1\nlifecycle:\n  idle_timeout: 15m\n  max_lifetime: 7d\n  on_expiry: delete\n  auto_resume: true\n")
 	if err != nil {
@@ -205,6 +212,8 @@ func TestLifecycle(t *testing.T) {
 		"version: 1\nlifecycle:\n  idle_timeout: 1m\n  on_idle: sleep\n":   "line 4: lifecycle.on_idle: want pause or stop or delete",
 		"version: 1\nlifecycle:\n  on_expiry: delete\n":                    "lifecycle.on_expiry: is done after max_lifetime, which is not set",
 		"version: 1\nlifecycle:\n  max_lifetime: 1h\n  on_expiry: pause\n": "line 4: lifecycle.on_expiry: want stop or delete",
+		"version: 1\nlifecycle:\n  memory_snapshots: true\n":               "line 3: lifecycle.memory_snapshots: needs isolation: gvisor",
+		"version: 1\nisolation: gvisor\nnetwork_policies: {a: {endpoints: [{host: a.test, port: 443}]}}\nlifecycle:\n  memory_snapshots: true\n": "line 5: lifecycle.memory_snapshots: runs the sandbox on gVisor's own network stack",
 	} {
 		if _, err := Parse(text); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v; want %q", text, err, want)

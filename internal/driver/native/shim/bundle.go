@@ -66,6 +66,10 @@ type SandboxConfig struct {
 	// under (the gVisor tier); IDs is then unset: gVisor's kernel keeps
 	// the sandbox's ids apart from the host's.
 	Runsc string `json:"runsc,omitempty"`
+	// Checkpointable, with Runsc, runs gVisor on its own network stack
+	// (loopback only), which runsc can checkpoint (OpCheckpoint) and
+	// restore (an image in the bundle's RestoreDir).
+	Checkpointable bool `json:"checkpointable,omitempty"`
 	// LogMaxBytes caps what is kept of the main process's output, both
 	// streams together.
 	LogMaxBytes int64 `json:"log_max_bytes"`

@@ -80,19 +80,27 @@ func taskLimit(l policy.Limits) int64 {
 // gvisor runs one incarnation's processes under runsc.
 type gvisor struct {
 	runsc string // the runsc binary on the host
+	// network is runsc's: host, the host's stack in the sandbox's
+	// namespace, or none, gVisor's own (loopback only), which a memory
+	// checkpoint needs.
+	network string
 	dir   string // the bundle's GVisorDir
 	id    string // the runsc container's id
 	execs atomic.Int64
 }
 
 func newGVisor(cfg SandboxConfig, bundle string) *gvisor {
-	return &gvisor{runsc: cfg.Runsc, dir: filepath.Join(bundle, GVisorDir), id: "corral-" + cfg.ID}
+	network := "host"
+	if cfg.Checkpointable {
+		network = "none"
+	}
+	return &gvisor{runsc: cfg.Runsc, network: network, dir: filepath.Join(bundle, GVisorDir), id: "corral-" + cfg.ID}
 }
 
 // command is runsc's command line for a subcommand.
 func (g *gvisor) command(sub ...string) []string {
 	argv := []string{g.runsc, "--root", filepath.Join(g.dir, "state"), "--log", filepath.Join(g.dir, runscLog),
-		"--network=host", "--ignore-cgroups"}
+		"--network=" + g.network, "--ignore-cgroups"}
 	return append(argv, sub...)
 }
 
@@ -323,6 +331,18 @@ func (g *gvisor) run(s *sandboxSupervisor, sub ...string) {
 const Protections = "gVisor (runsc, ptrace platform): the sandbox's system calls go to gVisor's kernel, not the host's; " +
 	"network: the host's stack in the sandbox's loopback-only network namespace; " +
 	"pids: gVisor's pids cgroup; uids: gVisor's, files in /sandbox get them as host ids"
+
+// CheckpointableNetwork is the network of Protections for a sandbox with
+// lifecycle.memory_snapshots.
+const CheckpointableNetwork = "network: gVisor's own stack, loopback only (memory snapshots): no egress, no ports reached from outside"
+
+// protections is Protections for this sandbox's network.
+func (g *gvisor) protections() string {
+	if g.network == "none" {
+		return strings.Replace(Protections, "network: the host's stack in the sandbox's loopback-only network namespace", CheckpointableNetwork, 1)
+	}
+	return Protections
+}
 
 // FileListMounts is what enforces a policy's file lists on gVisor, which
 // has no Landlock.

@@ -98,8 +98,17 @@ type sandboxSupervisor struct {
 	mainDone <-chan int
 	outputs  sync.WaitGroup // the copies of the main process's output
 
-	mu       sync.Mutex
-	stopping bool
+	// A checkpoint's hand-over of the main process (checkpoint.go): its
+	// end, while checkpointing, goes to mainEnded, and the restored one
+	// comes back on mains.
+	mainEnded chan int
+	mains     chan mainProc
+	stopNow   chan struct{} // closed by the first stop request
+	stopOnce  sync.Once
+
+	mu            sync.Mutex
+	stopping      bool
+	checkpointing bool
 }
 
 // setUp prepares the sandbox and starts its main process. On failure it
@@ -111,7 +120,8 @@ func setUp(b Bundle, children *supervisor.Children) (*sandboxSupervisor, error) 
 	if err != nil {
 		return nil, err
 	}
-	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan control.Request, 4), children: children}
+	s := &sandboxSupervisor{cfg: cfg, sigs: make(chan os.Signal, 32), stops: make(chan control.Request, 4), children: children,
+		mainEnded: make(chan int, 1), mains: make(chan mainProc, 1), stopNow: make(chan struct{})}
 	if cfg.Runsc != "" {
 		// Its children are runsc's processes, which the host's root runs.
 		s.gvisor = newGVisor(cfg, b.Dir)
@@ -229,6 +239,18 @@ func (s *sandboxSupervisor) startMain(root string, stdio []*os.File) (int, <-cha
 	}
 	supervisor.AwaitEgress(s.cfg.Env)
 	g := s.gvisor
+	if image, ok := g.restoreImage(s.bundle.Name()); ok {
+		if !s.cfg.Checkpointable {
+			return 0, nil, "", errNotCheckpointable
+		}
+		m, err := g.restore(s, image, stdio)
+		if err != nil {
+			return 0, nil, "", err
+		}
+		// Its memory is in the sandbox now; a later start boots afresh.
+		_ = os.RemoveAll(image)
+		return m.pid, m.done, strings.Join([]string{RestoredProtection, g.protections()}, "; "), nil
+	}
 	pid, done, _, failed, err := s.children.Start(g.command("run", "--bundle", filepath.Join(g.dir, "oci"), g.id), hostEnv, stdio, false)
 	if err == nil && failed != nil {
 		err = failed
@@ -240,7 +262,7 @@ func (s *sandboxSupervisor) startMain(root string, stdio []*os.File) (int, <-cha
 	if err != nil {
 		return 0, nil, "", err
 	}
-	protections := []string{Protections}
+	protections := []string{g.protections()}
 	if applied != "" {
 		protections = append([]string{applied}, protections...)
 	}
@@ -373,8 +395,14 @@ func (s *sandboxSupervisor) run() int {
 	for {
 		select {
 		case code := <-s.mainDone:
+			if s.handOver(code) {
+				s.mainDone = nil // until the checkpoint hands back the restored one
+				continue
+			}
 			s.finish(Exit{Code: code, Stopped: stopped})
 			return 0
+		case m := <-s.mains:
+			s.main, s.mainDone = m.pid, m.done
 		case req := <-s.stops:
 			stopped = true
 			if req.Force {
@@ -402,6 +430,7 @@ func (s *sandboxSupervisor) requestStop(req control.Request) {
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
+	s.stopOnce.Do(func() { close(s.stopNow) })
 	select {
 	case s.stops <- req:
 	default: // a stop is already on its way
@@ -475,6 +504,10 @@ func (s *sandboxSupervisor) handle(c *net.UnixConn) {
 		return
 	}
 	control.CloseFiles(files)
+	if req.Op == control.OpCheckpoint {
+		s.checkpoint(c, req)
+		return
+	}
 	switch req.Op {
 	case control.OpStatus:
 		state := control.StateRunning
