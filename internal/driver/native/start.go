@@ -213,6 +213,7 @@ func (d *Driver) supervisorConfig(o *object) (shim.SandboxConfig, error) {
 		RootFS: o.RootFS, Workdir: d.workdir(o.ID), Hide: d.opts.Hide, Dir: o.Dir,
 		Socket: d.socket(o.ID, o.Generation), Cgroup: cgroup(o.ID),
 		Limits: pol.Limits, IDs: ids, Runsc: runsc, Files: files, LogMaxBytes: d.cfg.LogMax(),
+		Checkpointable: runsc != "" && pol.Lifecycle.MemorySnapshots,
 	}
 	if o.ImageID != "" {
 		cfg.Layers = d.layerPaths(o)

@@ -1,0 +1,104 @@
+package native
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/atomicfile"
+	"github.com/corral-sandbox/corral/internal/control"
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/native/shim"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+)
+
+var _ driver.Checkpointer = (*Driver)(nil)
+
+// restoreWait bounds the restore in place that ends a checkpoint.
+const restoreWait = 5 * time.Minute
+
+// Checkpoint implements driver.Checkpointer through the supervisor's
+// OpCheckpoint: runsc writes the image, the supervisor holds the sandbox
+// stopped while this connection is open and restores it in place when
+// resume writes to it or it closes (a gateway that dies lets the sandbox
+// go on by itself). The sandbox's lock is not held over the hold: a stop
+// or a delete goes through meanwhile.
+func (d *Driver) Checkpoint(ctx context.Context, ref driver.Ref, dir string) (func() error, error) {
+	unlock := d.lock(ref.ID)
+	_, live, err := d.incarnation(ref)
+	unlock()
+	if err != nil {
+		return nil, err
+	}
+	if !live {
+		return nil, errdefs.NotFound("sandbox %s generation %d does not run", ref.ID, ref.Generation)
+	}
+	c, err := control.Dial(d.socket(ref.ID, ref.Generation))
+	if err != nil {
+		return nil, errdefs.FailedPrecondition("sandbox %s is not running: %v", ref.ID, err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if err := c.Send(control.Request{Op: control.OpCheckpoint, Path: dir}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("native checkpoint: %w", err)
+	}
+	r, err := c.Recv()
+	switch {
+	case err != nil:
+		c.Close()
+		return nil, fmt.Errorf("native checkpoint of %s: %w", ref.ID, err)
+	case r.Error != "":
+		c.Close()
+		return nil, errdefs.FailedPrecondition("sandbox %s: %s", ref.ID, r.Error)
+	case r.State != control.StateCheckpointed:
+		c.Close()
+		return nil, fmt.Errorf("native checkpoint of %s: the supervisor answered %q", ref.ID, r.State)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return func() error {
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(restoreWait))
+		if err := c.Send(control.Request{Op: control.OpCheckpoint}); err != nil {
+			return fmt.Errorf("native checkpoint of %s: let it go on: %w", ref.ID, err)
+		}
+		r, err := c.Recv()
+		if err == nil && r.Error != "" {
+			err = fmt.Errorf("%s", r.Error)
+		}
+		if err != nil {
+			return fmt.Errorf("native checkpoint of %s: restore in place: %w", ref.ID, err)
+		}
+		return nil
+	}, nil
+}
+
+// SeedMemory implements driver.Checkpointer: the image goes into the
+// incarnation's bundle, where its supervisor's first start finds it.
+func (d *Driver) SeedMemory(ctx context.Context, ref driver.Ref, image io.Reader) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer d.lock(ref.ID)()
+	o, live, err := d.incarnation(ref)
+	if err != nil {
+		return err
+	}
+	if live {
+		return errdefs.FailedPrecondition("sandbox %s runs: a memory image is put in before it starts", ref.ID)
+	}
+	if !o.Policy.GVisor() || !o.Policy.Lifecycle.MemorySnapshots {
+		return errdefs.InvalidArgument("sandbox %s: a memory snapshot restores only with isolation: gvisor and lifecycle.memory_snapshots: true, as it was taken", ref.ID)
+	}
+	dir := d.bundle(ref.ID, ref.Generation).Path(shim.RestoreDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return atomicfile.WriteVolatileFrom(filepath.Join(dir, driver.MemoryImage), image, 0o600)
+}
