@@ -79,6 +79,8 @@ type Config struct {
 type Seeds interface {
 	// WriteTar writes the files of a manifest as a tar stream.
 	WriteTar(ctx context.Context, manifest string, w io.Writer) error
+	// OpenBlob opens a memory image.
+	OpenBlob(digest string) (io.ReadCloser, error)
 }
 
 // Exposer serves sandboxes' exposed ports (internal/exposed).

@@ -26,6 +26,7 @@ type action struct {
 	held   sandbox.Resources  // create: what its tenant's quota counts it at
 	stop   driver.StopOptions // stop
 	seed   string             // seed: the snapshot's manifest
+	memory string             // seed: its memory image, when it has one
 }
 
 // call makes the driver call of an action.
@@ -139,7 +140,7 @@ func (m *Manager) act(a *actor, sb *sandbox.Sandbox, act action) (again bool, re
 		// Once the files are in, the start goes on; a gateway that dies
 		// before this write seeds again, replacing what it put there.
 		if _, err := m.mutateStep(a, sb.ID, func(cur *sandbox.Sandbox) (store.Mutation, error) {
-			cur.Spec.Seed = ""
+			cur.Spec.Seed, cur.Spec.Memory = "", ""
 			return store.Mutation{}, nil
 		}); err != nil {
 			m.log.Error("record a seeded sandbox", "sandbox", sb.Name, "err", err)
@@ -225,7 +226,7 @@ func decide(s situation) (action, bool) {
 		return create(startPhase), true // a new incarnation replaces the stopped one
 	case !running && sb.Spec.Seed != "":
 		return action{kind: sandbox.OpDriverSeed, phase: startPhase, gen: sb.Generation,
-			ref: driver.Ref{ID: sb.ID, Generation: sb.Generation}, seed: sb.Spec.Seed}, true
+			ref: driver.Ref{ID: sb.ID, Generation: sb.Generation}, seed: sb.Spec.Seed, memory: sb.Spec.Memory}, true
 	case !running:
 		return action{kind: sandbox.OpDriverStart, phase: startPhase, gen: sb.Generation,
 			ref: driver.Ref{ID: sb.ID, Generation: sb.Generation}}, true

@@ -78,6 +78,14 @@ func (m *Manager) create(ctx context.Context, tenant, name, requestID string, sp
 	if _, ok := m.cfg.Driver.(driver.Seeder); spec.Seed != "" && (!ok || m.cfg.Seeds == nil) {
 		return nil, false, errdefs.NotImplemented("the %s driver cannot make sandboxes from snapshots", m.cfg.Driver.Name())
 	}
+	if spec.Memory != "" {
+		if _, ok := m.cfg.Driver.(driver.Checkpointer); !ok {
+			return nil, false, errdefs.NotImplemented("the %s driver cannot restore a memory snapshot (only native's gVisor tier can)", m.cfg.Driver.Name())
+		}
+		if !pol.GVisor() || !pol.Lifecycle.MemorySnapshots {
+			return nil, false, errdefs.InvalidArgument("a memory snapshot restores only on a policy with isolation: gvisor and lifecycle.memory_snapshots: true, as it was taken")
+		}
+	}
 	spec.Labels = maps.Clone(spec.Labels)
 	if pool != "" {
 		spec.Labels = map[string]string{sandbox.LabelPool: pool}

@@ -20,5 +20,17 @@ func (m *Manager) seed(ctx context.Context, act action) error {
 	go func() { pw.CloseWithError(m.cfg.Seeds.WriteTar(ctx, act.seed, pw)) }()
 	err := sd.Seed(ctx, act.ref, pr)
 	pr.CloseWithError(io.ErrClosedPipe) // a driver that stopped reading ends the writer
-	return err
+	if err != nil || act.memory == "" {
+		return err
+	}
+	cp, ok := m.cfg.Driver.(driver.Checkpointer)
+	if !ok {
+		return errdefs.NotImplemented("the %s driver cannot restore memory snapshots", m.cfg.Driver.Name())
+	}
+	image, err := m.cfg.Seeds.OpenBlob(act.memory)
+	if err != nil {
+		return err
+	}
+	defer image.Close()
+	return cp.SeedMemory(ctx, act.ref, image)
 }

@@ -74,6 +74,11 @@ type Spec struct {
 	// fill /sandbox before the first start; cleared once they are in.
 	Seed     string `json:"seed,omitempty"`
 	SeedFrom string `json:"seed_from,omitempty"`
+	// Memory is the digest of a memory image (a snapshot taken with
+	// --memory): with Seed, the first start restores its processes
+	// instead of running the command; cleared with Seed. On a snapshot,
+	// its own memory image.
+	Memory string `json:"memory,omitempty"`
 }
 
 // ValidateRestart checks and fills in the restart policy of a spec.

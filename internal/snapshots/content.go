@@ -183,6 +183,29 @@ func (c *Content) put(r io.Reader) (string, int64, error) {
 	return digest, n, os.Rename(f.Name(), p)
 }
 
+// TempDir makes a directory of the store's own for what becomes a blob
+// (a memory image), removed with the store's leftovers at the next open.
+func (c *Content) TempDir() (string, error) { return os.MkdirTemp(c.tmp(), "memory-") }
+
+// PutFile stores the file at path as one blob, made durable, and returns
+// its digest and size. The caller holds the store (Hold).
+func (c *Content) PutFile(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	digest, n, err := c.put(f)
+	if err != nil {
+		return "", 0, err
+	}
+	return digest, n, atomicfile.SyncFS(c.dir)
+}
+
+// OpenBlob opens one blob (a memory image), checked against its digest
+// as it is read.
+func (c *Content) OpenBlob(digest string) (io.ReadCloser, error) { return c.open(digest) }
+
 // open opens a blob, reading it checked against its digest: a blob that
 // changed on disk is an error at its end.
 func (c *Content) open(digest string) (io.ReadCloser, error) {
@@ -375,11 +398,12 @@ func (c *Content) writeTar(ctx context.Context, manifest string, tw *tar.Writer,
 }
 
 // Collect removes every blob that no manifest keepers returns lists (nor
-// is one of them), and returns how many it removed. It runs once no Hold is
+// is one of them, nor one of the blobs it returns: memory images), and
+// returns how many it removed. It runs once no Hold is
 // held, looking again every collectPoll until ctx ends: it never makes a
 // Hold wait (a writer that waited would). keepers is asked once it holds
 // the store alone.
-func (c *Content) Collect(ctx context.Context, keepers func() ([]string, error)) (int, error) {
+func (c *Content) Collect(ctx context.Context, keepers func() (manifests, blobs []string, err error)) (int, error) {
 	for !c.gc.TryLock() {
 		select {
 		case <-ctx.Done():
@@ -388,11 +412,14 @@ func (c *Content) Collect(ctx context.Context, keepers func() ([]string, error))
 		}
 	}
 	defer c.gc.Unlock()
-	keep, err := keepers()
+	keep, blobs, err := keepers()
 	if err != nil {
 		return 0, err
 	}
 	live := map[string]bool{}
+	for _, b := range blobs {
+		live[b] = true
+	}
 	for _, m := range keep {
 		if live[m] {
 			continue

@@ -226,12 +226,12 @@ func TestCollectKeepsWhatManifestsList(t *testing.T) {
 	// a collection waits for a hold, never the reverse
 	release := c.Hold()
 	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	if _, err := c.Collect(short, func() ([]string, error) { return nil, nil }); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.Collect(short, func() ([]string, []string, error) { return nil, nil, nil }); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a collection while the store is held: %v", err)
 	}
 	cancel()
 	release()
-	removed, err := c.Collect(context.Background(), func() ([]string, error) { return []string{mb}, nil })
+	removed, err := c.Collect(context.Background(), func() ([]string, []string, error) { return []string{mb}, nil, nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,8 +81,7 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 		return nil, err
 	}
 	if memory {
-		return nil, errdefs.NotImplemented("memory snapshots (--memory) are not built: runsc here refuses to checkpoint a sandbox on the host's " +
-			"network stack, which the gVisor tier runs on, and CRIU cannot run on this kernel (docs/design.md, Snapshots); take it without --memory: /sandbox's files")
+		return s.takeMemory(ctx, nameOrID, name)
 	}
 	_, opens := s.driver.(driver.WorkdirOpener)
 	if _, ok := s.driver.(driver.Workdirs); !ok && !opens {
@@ -109,7 +108,7 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 		return nil, errdefs.FailedPrecondition("sandbox %q is %s: a snapshot is taken of a ready, paused or stopped sandbox", sb.Name, sb.Phase)
 	}
 	spec := sb.Spec
-	spec.Seed, spec.SeedFrom = "", ""
+	spec.Seed, spec.SeedFrom, spec.Memory = "", "", ""
 	snap := &sandbox.Snapshot{ID: sandbox.NewID(), Tenant: sb.Tenant, Name: name, State: sandbox.SnapshotCreating,
 		Source: sb.ID, SourceName: sb.Name, Spec: spec, CreatedAt: time.Now().UTC()}
 	if pause {
@@ -272,27 +271,33 @@ func (s *Snapshots) collect(ctx context.Context) {
 func (s *Snapshots) collectNow(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, collectWait)
 	defer cancel()
-	n, err := s.content.Collect(ctx, func() ([]string, error) {
+	n, err := s.content.Collect(ctx, func() ([]string, []string, error) {
 		snaps, err := s.store.ListSnapshots(ctx, "")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		var keep []string
+		var keep, images []string
 		for _, snap := range snaps {
 			if snap.Manifest != "" {
 				keep = append(keep, snap.Manifest)
 			}
+			if snap.Spec.Memory != "" {
+				images = append(images, snap.Spec.Memory)
+			}
 		}
 		sbs, err := s.store.ListSandboxes(ctx, "")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, sb := range sbs {
 			if sb.Spec.Seed != "" {
 				keep = append(keep, sb.Spec.Seed)
 			}
+			if sb.Spec.Memory != "" {
+				images = append(images, sb.Spec.Memory)
+			}
 		}
-		return keep, nil
+		return keep, images, nil
 	})
 	if err != nil {
 		s.log.Error("collect snapshots' files", "err", err)
@@ -415,7 +420,12 @@ func (s *Snapshots) Export(ctx context.Context, nameOrID string, w io.Writer) er
 	if err != nil {
 		return err
 	}
-	meta := Meta{Name: snap.Name, SourceName: snap.SourceName, Spec: snap.Spec, CreatedAt: snap.CreatedAt, Files: snap.Files, Bytes: snap.Bytes}
+	// Files only: a memory image is runsc's own state, which its restore
+	// trusts; one imported from an archive would let whoever wrote it
+	// choose the state of a gVisor kernel of this host.
+	spec := snap.Spec
+	spec.Memory = ""
+	meta := Meta{Name: snap.Name, SourceName: snap.SourceName, Spec: spec, CreatedAt: snap.CreatedAt, Files: snap.Files, Bytes: snap.Bytes}
 	return s.content.Export(ctx, w, meta, snap.Manifest)
 }
 
@@ -440,7 +450,7 @@ func (s *Snapshots) Import(ctx context.Context, name string, r io.Reader) (*sand
 		return nil, fmt.Errorf("the archive's name: %w (give one with --name)", err)
 	}
 	spec := meta.Spec
-	spec.Seed, spec.SeedFrom = "", ""
+	spec.Seed, spec.SeedFrom, spec.Memory = "", "", "" // files only (Export)
 	snap := &sandbox.Snapshot{ID: sandbox.NewID(), Tenant: caller.From(ctx).Tenant, Name: name, State: sandbox.SnapshotCreating,
 		SourceName: meta.SourceName, Spec: spec, CreatedAt: time.Now().UTC()}
 	if err := s.store.CreateSnapshot(ctx, snap); err != nil {

@@ -156,7 +156,7 @@ type Store interface {
 	// must exist; a name taken there is errdefs.ErrAlreadyExists.
 	CreateSnapshot(ctx context.Context, s *sandbox.Snapshot) error
 	// FinishSnapshot makes a snapshot being taken ready with its manifest,
-	// files and bytes (errdefs.ErrNotFound when it is not being taken); one
+	// files, bytes and spec (errdefs.ErrNotFound when it is not being taken); one
 	// that would take its tenant's snapshots past their quota is
 	// errdefs.ErrResourceExhausted, decided in the same transaction.
 	FinishSnapshot(ctx context.Context, s *sandbox.Snapshot) error

@@ -71,8 +71,12 @@ func (s *Store) FinishSnapshot(ctx context.Context, snap *sandbox.Snapshot) erro
 					snap.Tenant, sandbox.FormatBytes(t.Quota.SnapshotBytes), sandbox.FormatBytes(snap.Bytes), snap.Tenant)
 			}
 		}
-		res, err := q.exec(ctx, `UPDATE snapshots SET state = ?, manifest = ?, files = ?, bytes = ?, paused = '' WHERE id = ? AND state = ?`,
-			sandbox.SnapshotReady, snap.Manifest, snap.Files, snap.Bytes, snap.ID, sandbox.SnapshotCreating)
+		spec, err := json.Marshal(snap.Spec) // with its memory image, known only now
+		if err != nil {
+			return err
+		}
+		res, err := q.exec(ctx, `UPDATE snapshots SET state = ?, manifest = ?, files = ?, bytes = ?, spec = ?, paused = '' WHERE id = ? AND state = ?`,
+			sandbox.SnapshotReady, snap.Manifest, snap.Files, snap.Bytes, string(spec), snap.ID, sandbox.SnapshotCreating)
 		if err != nil {
 			return err
 		}
