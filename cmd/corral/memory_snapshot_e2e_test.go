@@ -1,0 +1,126 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// memoryServer is a Python process whose state is only in its memory: a
+// value drawn at its start, told to whoever connects to 127.0.0.1:7000
+// (gVisor's own loopback).
+const memoryServer = `
+import socket, uuid
+secret = uuid.uuid4().hex
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 7000))
+s.listen()
+while True:
+    c, _ = s.accept()
+    c.sendall(secret.encode())
+    c.close()
+`
+
+// askMemory asks the memory server in sandbox name for its value.
+func askMemory(t *testing.T, home, name string) string {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, errOut, code := corral(t, home, "sandbox", "exec", name, "--", "/usr/bin/python3", "-c",
+			`import socket; print(socket.create_connection(("127.0.0.1", 7000), 2).recv(100).decode())`)
+		if code == 0 && len(strings.TrimSpace(out)) == 32 {
+			return strings.TrimSpace(out)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the memory server of %s does not answer: exit %d, %q %q", name, code, out, errOut)
+		}
+	}
+}
+
+// A memory snapshot through the gateway and the CLI, on native's gVisor
+// tier: the source goes on with its state, a sandbox made from the
+// snapshot answers with the state of the checkpoint (a Python value that
+// exists only in memory) and the files of the same instant, an export
+// carries files only, and a sandbox that cannot be checkpointed is
+// refused with the reason.
+func TestMemorySnapshotThroughCLI(t *testing.T) {
+	testenv.RequireRunsc(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		if os.Getenv("CORRAL_REQUIRE_ROOT") == "1" {
+			t.Fatalf("CORRAL_REQUIRE_ROOT=1 but Debian's python3 is missing: %v", err)
+		}
+		t.Skipf("needs /usr/bin/python3: %v", err)
+	}
+	home := t.TempDir()
+	nativeGateway(t, home)
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "memory.yaml")
+	if err := os.WriteFile(pol, []byte("version: 1\nisolation: gvisor\nlifecycle:\n  memory_snapshots: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCorral(t, home, "sandbox", "create", "--name", "py", "--policy", pol, "--", "/usr/bin/python3", "-c", memoryServer)
+	mustCorral(t, home, "sandbox", "exec", "py", "--", "sh", "-c", "echo before > /sandbox/note")
+	secret := askMemory(t, home, "py")
+
+	begun := time.Now()
+	mustCorral(t, home, "sandbox", "snapshot", "py", "mem", "--memory")
+	t.Logf("snapshot --memory: %v", time.Since(begun))
+	if got := askMemory(t, home, "py"); got != secret {
+		t.Errorf("after its memory snapshot the source tells %q, want %q", got, secret)
+	}
+	mustCorral(t, home, "sandbox", "exec", "py", "--", "sh", "-c", "echo after > /sandbox/note")
+
+	begun = time.Now()
+	mustCorral(t, home, "sandbox", "create", "--name", "back", "--from-snapshot", "mem")
+	t.Logf("create from it, to ready: %v", time.Since(begun))
+	if got := askMemory(t, home, "back"); got != secret {
+		t.Errorf("the sandbox made from the memory snapshot tells %q, want %q (the checkpoint's)", got, secret)
+	}
+	if got := mustCorral(t, home, "sandbox", "exec", "back", "--", "cat", "/sandbox/note"); got != "before\n" {
+		t.Errorf("its /sandbox/note holds %q, want the checkpoint's instant's %q", got, "before\n")
+	}
+	if p := getJSON(t, home, "back")["protections"]; !strings.Contains(p.(string), "restored from a memory checkpoint") {
+		t.Errorf("its protections %q do not say it was restored", p)
+	}
+	// A stop and a start boot afresh: a new value.
+	mustCorral(t, home, "sandbox", "stop", "back")
+	mustCorral(t, home, "sandbox", "start", "back")
+	if got := askMemory(t, home, "back"); got == secret {
+		t.Errorf("after a stop and a start the sandbox still tells the checkpoint's value: it was not booted afresh")
+	}
+
+	// An export carries the files, not the memory.
+	archive := filepath.Join(dir, "mem.tar")
+	mustCorral(t, home, "snapshot", "export", "mem", archive)
+	mustCorral(t, home, "snapshot", "import", archive, "--name", "files")
+	mustCorral(t, home, "sandbox", "create", "--name", "fresh", "--from-snapshot", "files")
+	if got := askMemory(t, home, "fresh"); got == secret {
+		t.Errorf("a sandbox made from the imported archive tells the checkpoint's value: the memory image left the gateway")
+	}
+
+	// Refusals, with the reason.
+	plain := filepath.Join(dir, "plain.yaml")
+	if err := os.WriteFile(plain, []byte("version: 1\nisolation: gvisor\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCorral(t, home, "sandbox", "create", "--name", "plain", "--policy", plain, "--", "sleep", "1d")
+	if _, errOut, code := corral(t, home, "sandbox", "snapshot", "plain", "nope", "--memory"); code == 0 || !strings.Contains(errOut, "memory_snapshots") {
+		t.Errorf("a memory snapshot of a gVisor sandbox on the host's network: exit %d, %q; want a refusal naming lifecycle.memory_snapshots", code, errOut)
+	}
+	if _, errOut, code := corral(t, home, "sandbox", "create", "--name", "wrong", "--from-snapshot", "mem", "--policy", plain); code == 0 || !strings.Contains(errOut, "memory_snapshots") {
+		t.Errorf("a sandbox from a memory snapshot on a policy that cannot restore it: exit %d, %q; want a refusal", code, errOut)
+	}
+	if out := mustCorral(t, home, "snapshot", "list"); strings.Contains(out, "nope") {
+		t.Errorf("a refused snapshot is listed:\n%s", out)
+	}
+	for _, name := range []string{"py", "back", "fresh", "plain"} {
+		mustCorral(t, home, "sandbox", "delete", name)
+	}
+	for _, name := range []string{"mem", "files"} {
+		mustCorral(t, home, "snapshot", "delete", name)
+	}
+}
