@@ -106,6 +106,14 @@ func summary(p policy.Policy) string {
 	if p.GVisor() {
 		parts = append(parts, "isolation gvisor (gVisor's kernel; no Landlock there)")
 	}
+	switch {
+	case p.Lifecycle.MemorySnapshots:
+		parts = append(parts, "memory snapshots (gVisor's own network stack, loopback only: no egress, no ports from outside)")
+	case p.GVisor():
+		parts = append(parts, "memory snapshots: off (set lifecycle.memory_snapshots: true; the host's network stack cannot be checkpointed)")
+	default:
+		parts = append(parts, "memory snapshots: gVisor tier only (CRIU cannot restore the Landlock domain every sandbox here runs in)")
+	}
 	if fs := p.Filesystem; fs.Set {
 		s := fmt.Sprintf("files: %d read-only, %d read-write", len(fs.ReadOnly), len(fs.ReadWrite))
 		if fs.IncludeWorkdir {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/drivertest"
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -93,6 +94,23 @@ func TestGVisorMemoryCheckpoint(t *testing.T) {
 	t.Logf("checkpoint: %v, image %d bytes", took, fi.Size())
 	if got, n2 := ask(t, src); got != secret || n2 < n1 {
 		t.Errorf("after its checkpoint the sandbox tells %q %d; want %q from %d on", got, n2, secret, n1)
+	}
+
+	// A caller that goes away while the processes are held (a gateway
+	// killed during the copy) lets them go on, from where they were.
+	c, err := control.Dial(d.socket(src.id, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(control.Request{Op: control.OpCheckpoint, Path: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.Recv(); err != nil || r.State != control.StateCheckpointed {
+		t.Fatalf("checkpoint: %+v, %v", r, err)
+	}
+	c.Close()
+	if got, n4 := ask(t, src); got != secret || n4 < n1 {
+		t.Errorf("after its caller went away during a checkpoint the sandbox tells %q %d; want %q from %d on", got, n4, secret, n1)
 	}
 
 	dst := &testSandbox{t: t, d: d, id: sandbox.NewID(), gen: 1}

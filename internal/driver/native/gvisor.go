@@ -27,7 +27,7 @@ func (d *Driver) Tiers(context.Context) []driver.Tier {
 		return append(tiers, driver.Tier{Name: policy.IsolationGVisor, Detail: err.Error()})
 	}
 	return append(tiers, driver.Tier{Name: policy.IsolationGVisor, Available: true,
-		Detail: runsc + "; network: the host's stack in the sandbox's loopback-only namespace"})
+		Detail: runsc + "; network: the host's stack in the sandbox's loopback-only namespace, or gVisor's own with lifecycle.memory_snapshots (snapshot --memory)"})
 }
 
 // checkGVisor refuses a policy that asks for the gVisor tier where the

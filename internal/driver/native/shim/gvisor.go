@@ -84,9 +84,9 @@ type gvisor struct {
 	// namespace, or none, gVisor's own (loopback only), which a memory
 	// checkpoint needs.
 	network string
-	dir   string // the bundle's GVisorDir
-	id    string // the runsc container's id
-	execs atomic.Int64
+	dir     string // the bundle's GVisorDir
+	id      string // the runsc container's id
+	execs   atomic.Int64
 }
 
 func newGVisor(cfg SandboxConfig, bundle string) *gvisor {
