@@ -49,12 +49,7 @@ func askMemory(t *testing.T, home, name string) string {
 // refused with the reason.
 func TestMemorySnapshotThroughCLI(t *testing.T) {
 	testenv.RequireRunsc(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		if os.Getenv("CORRAL_REQUIRE_ROOT") == "1" {
-			t.Fatalf("CORRAL_REQUIRE_ROOT=1 but Debian's python3 is missing: %v", err)
-		}
-		t.Skipf("needs /usr/bin/python3: %v", err)
-	}
+	testenv.RequireHostPython(t)
 	home := t.TempDir()
 	nativeGateway(t, home)
 	dir := t.TempDir()

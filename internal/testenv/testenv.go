@@ -162,6 +162,19 @@ func RequireRunsc(t testing.TB) {
 	}
 }
 
+// RequireHostPython skips t (fails it under CORRAL_REQUIRE_ROOT=1) unless
+// the host has /usr/bin/python3 (Debian's python3), which a sandbox on the
+// host's OS directories runs.
+func RequireHostPython(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		if os.Getenv("CORRAL_REQUIRE_ROOT") == "1" {
+			t.Fatalf("CORRAL_REQUIRE_ROOT=1 but Debian's python3 is missing: %v", err)
+		}
+		t.Skipf("needs /usr/bin/python3 (Debian's python3): %v", err)
+	}
+}
+
 // TestTag is the build tag of the corral that tests run: it has the test
 // switches of internal/testbug (failures the torture harness re-introduces,
 // a simulated kernel without Landlock), which a release build lacks.

@@ -82,17 +82,11 @@ func (d *Driver) Checkpoint(ctx context.Context, ref driver.Ref, dir string) (fu
 // SeedMemory implements driver.Checkpointer: the image goes into the
 // incarnation's bundle, where its supervisor's first start finds it.
 func (d *Driver) SeedMemory(ctx context.Context, ref driver.Ref, image io.Reader) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	defer d.lock(ref.ID)()
-	o, live, err := d.incarnation(ref)
+	o, unlock, err := d.unstarted(ctx, ref, "a memory image")
 	if err != nil {
 		return err
 	}
-	if live {
-		return errdefs.FailedPrecondition("sandbox %s runs: a memory image is put in before it starts", ref.ID)
-	}
+	defer unlock()
 	if !o.Policy.GVisor() || !o.Policy.Lifecycle.MemorySnapshots {
 		return errdefs.InvalidArgument("sandbox %s: a memory snapshot restores only with isolation: gvisor and lifecycle.memory_snapshots: true, as it was taken", ref.ID)
 	}

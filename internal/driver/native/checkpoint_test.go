@@ -67,12 +67,7 @@ func ask(t *testing.T, s *testSandbox) (string, int) {
 // state.
 func TestGVisorMemoryCheckpoint(t *testing.T) {
 	testenv.RequireRunsc(t)
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		if os.Getenv("CORRAL_REQUIRE_ROOT") == "1" {
-			t.Fatalf("CORRAL_REQUIRE_ROOT=1 but Debian's python3 is missing: %v", err)
-		}
-		t.Skipf("needs /usr/bin/python3 (Debian's python3): %v", err)
-	}
+	testenv.RequireHostPython(t)
 	d := newTestDriver(t, "corral.test")
 	src := startSandbox(t, d, "memory", checkpointPolicy, memoryServer...)
 	secret, n1 := ask(t, src)

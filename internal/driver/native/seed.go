@@ -14,22 +14,34 @@ import (
 
 var _ driver.Seeder = (*Driver)(nil)
 
+// unstarted locks the created incarnation ref, which has not started, for
+// what is put in it before its start, and returns it and its unlock.
+func (d *Driver) unstarted(ctx context.Context, ref driver.Ref, what string) (*object, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	unlock := d.lock(ref.ID)
+	o, live, err := d.incarnation(ref)
+	if err == nil && live {
+		err = errdefs.FailedPrecondition("sandbox %s runs: %s is put in before it starts", ref.ID, what)
+	}
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return o, unlock, nil
+}
+
 // Seed implements driver.Seeder: into the workdir directory, or, for a
 // sandbox with limits.disk, into its disk image, made at its size and
 // mounted on the host for the copy. The start gives what it wrote to the
 // sandbox's user.
 func (d *Driver) Seed(ctx context.Context, ref driver.Ref, r io.Reader) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	defer d.lock(ref.ID)()
-	o, live, err := d.incarnation(ref)
+	o, unlock, err := d.unstarted(ctx, ref, "a snapshot's files")
 	if err != nil {
 		return err
 	}
-	if live {
-		return errdefs.FailedPrecondition("sandbox %s runs: a snapshot's files are put in before it starts", ref.ID)
-	}
+	defer unlock()
 	dir := d.workdir(ref.ID)
 	if size := o.Policy.Limits.DiskBytes; size > 0 {
 		if o.ids() == nil {
