@@ -2,8 +2,10 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,4 +120,57 @@ func TestMemorySnapshotThroughCLI(t *testing.T) {
 	for _, name := range []string{"mem", "files"} {
 		mustCorral(t, home, "snapshot", "delete", name)
 	}
+}
+
+// A gateway SIGKILLed during a memory snapshot (once runsc has begun the
+// image, while the sandbox's processes are stopped for the copy) leaves
+// no snapshot listed, and the sandbox going on by itself with its state:
+// its supervisor restores it in place when the gateway's connection ends.
+func TestMemorySnapshotCutShortBySIGKILL(t *testing.T) {
+	testenv.RequireRunsc(t)
+	testenv.RequireHostPython(t)
+	home := t.TempDir()
+	g := nativeGateway(t, home)
+	pol := filepath.Join(t.TempDir(), "memory.yaml")
+	if err := os.WriteFile(pol, []byte("version: 1\nisolation: gvisor\nlifecycle:\n  memory_snapshots: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCorral(t, home, "sandbox", "create", "--name", "py", "--policy", pol, "--", "/usr/bin/python3", "-c", memoryServer)
+	// Enough files that the copy takes a while after the checkpoint.
+	mustCorral(t, home, "sandbox", "exec", "py", "--", "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do head -c 33554432 /dev/urandom > /sandbox/big$i; done")
+	secret := askMemory(t, home, "py")
+
+	snap := exec.Command(bin, "--home", home, "sandbox", "snapshot", "py", "cut", "--memory")
+	if err := snap.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Wait()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if images, _ := filepath.Glob(filepath.Join(home, "native", "sandboxes", "*", "gen-1", "gvisor", "checkpoint", "checkpoint.img")); len(images) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no memory image was begun within 30 s")
+		}
+	}
+	g.signal(syscall.SIGKILL)
+	g.exitCode(30 * time.Second)
+	startGateway(t, home, "--driver", "native")
+	if out := mustCorral(t, home, "snapshot", "list"); strings.Contains(out, "cut") {
+		t.Fatalf("a memory snapshot cut short is listed:\n%s", out)
+	}
+	if got := askMemory(t, home, "py"); got != secret {
+		t.Errorf("after the gateway was killed during its memory snapshot, the sandbox tells %q, want %q", got, secret)
+	}
+	if sb := getJSON(t, home, "py"); sb["phase"] != "ready" || sb["generation"] != float64(1) {
+		t.Errorf("after the restart the sandbox is %v; want it ready at generation 1", sb)
+		logs, _ := filepath.Glob(filepath.Join(home, "native", "*", "*", "*", "supervisor.log"))
+		for _, l := range logs {
+			data, _ := os.ReadFile(l)
+			t.Logf("%s:\n%s", l, data)
+		}
+	}
+	mustCorral(t, home, "sandbox", "snapshot", "py", "whole", "--memory")
+	mustCorral(t, home, "sandbox", "delete", "py")
+	mustCorral(t, home, "snapshot", "delete", "whole")
 }

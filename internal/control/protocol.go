@@ -34,8 +34,9 @@ const (
 	OpStop   = "stop"   // reply: Reply{State: "stopping"}, then the end of the stream
 	OpExec   = "exec"   // with the command's stdio as SCM_RIGHTS, or TTY; reply: Reply{PID} (with a TTY, its terminal's master as SCM_RIGHTS), then Reply{ExitCode}
 	OpWait   = "wait"   // no reply; the stream ends when the supervisor exits
-	// OpCheckpoint, with Path: reply Reply{State: "checkpointed"} once
-	// the memory image is in Path and the sandbox's processes are stopped;
+	// OpCheckpoint: reply Reply{State: "checkpointed", Path} once the
+	// memory image is in Path (the supervisor's own, until the restore)
+	// and the sandbox's processes are stopped;
 	// they are restored from it in place when the caller writes a line or
 	// goes away, then Reply{State: "running"} (or Error).
 	OpCheckpoint = "checkpoint"
@@ -62,8 +63,6 @@ type Request struct {
 	Rows    uint16   `json:"rows,omitempty"`
 	Cols    uint16   `json:"cols,omitempty"`
 	Env     []string `json:"env,omitempty"`
-	// Checkpoint: the host directory of the memory image.
-	Path string `json:"path,omitempty"`
 }
 
 // Reply is a control reply.
@@ -73,6 +72,8 @@ type Reply struct {
 	PID      int    `json:"pid,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// Checkpoint: the host directory of the memory image.
+	Path string `json:"path,omitempty"`
 }
 
 // maxSocketPath is the longest path a sockaddr_un holds.

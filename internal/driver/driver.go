@@ -308,13 +308,13 @@ type Seeder interface {
 // checkpoint is the policy's (policy.Lifecycle.MemorySnapshots).
 type Checkpointer interface {
 	// Checkpoint writes the memory image of the running incarnation ref
-	// into dir, a directory of the gateway's host, and holds its processes
-	// stopped (so that its files can be copied as they were) until resume
-	// is called, or the gateway goes away, which restores them in place
-	// from the image. errdefs.ErrNotFound when it does not run;
-	// errdefs.ErrFailedPrecondition when it cannot be checkpointed, saying
-	// why.
-	Checkpoint(ctx context.Context, ref Ref, dir string) (resume func() error, err error)
+	// (image: its path on the gateway's host, to be read before resume)
+	// and holds its processes stopped (so that its files can be copied as
+	// they were) until resume is called, or the gateway goes away, which
+	// restores them in place from the image. errdefs.ErrNotFound when it
+	// does not run; errdefs.ErrFailedPrecondition when it cannot be
+	// checkpointed, saying why.
+	Checkpoint(ctx context.Context, ref Ref) (image string, resume func() error, err error)
 	// SeedMemory puts a memory image (as Checkpoint wrote it, the file
 	// MemoryImage) in the created incarnation ref, which has not started:
 	// its first start restores it instead of running its command.

@@ -183,10 +183,6 @@ func (c *Content) put(r io.Reader) (string, int64, error) {
 	return digest, n, os.Rename(f.Name(), p)
 }
 
-// TempDir makes a directory of the store's own for what becomes a blob
-// (a memory image), removed with the store's leftovers at the next open.
-func (c *Content) TempDir() (string, error) { return os.MkdirTemp(c.tmp(), "memory-") }
-
 // PutFile stores the file at path as one blob, made durable, and returns
 // its digest and size. The caller holds the store (Hold).
 func (c *Content) PutFile(path string) (string, int64, error) {

@@ -3,8 +3,6 @@ package snapshots
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -42,22 +40,27 @@ func (s *Snapshots) takeMemory(ctx context.Context, nameOrID, name string) (*san
 	defer release()
 	begun := time.Now()
 	err = func() error {
-		dir, err := s.content.TempDir()
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		resume, err := cp.Checkpoint(ctx, driver.Ref{ID: sb.ID, Generation: sb.Generation}, dir)
+		imagePath, resume, err := cp.Checkpoint(ctx, driver.Ref{ID: sb.ID, Generation: sb.Generation})
 		if err != nil {
 			return fmt.Errorf("memory snapshot %q of %q: %w", name, sb.Name, err)
 		}
 		checkpointed := time.Since(begun)
+		// Files and image are stored while the processes are held: the
+		// image is the supervisor's until it restores from it.
+		var (
+			manifest, image string
+			size            int64
+			st              Stats
+		)
 		root, done, err := s.openWorkdir(ctx, sb)
-		var manifest string
-		var st Stats
 		if err == nil {
 			manifest, st, err = s.content.Capture(ctx, root)
 			done()
+		}
+		if err == nil {
+			if image, size, err = s.content.PutFile(imagePath); err != nil {
+				err = fmt.Errorf("its image: %w", err)
+			}
 		}
 		if rerr := resume(); rerr != nil {
 			s.log.Error("a sandbox after its memory snapshot", "sandbox", sb.Name, "snapshot", name, "err", rerr)
@@ -67,10 +70,6 @@ func (s *Snapshots) takeMemory(ctx context.Context, nameOrID, name string) (*san
 		}
 		if err != nil {
 			return fmt.Errorf("memory snapshot %q of %q: %w", name, sb.Name, err)
-		}
-		image, size, err := s.content.PutFile(filepath.Join(dir, driver.MemoryImage))
-		if err != nil {
-			return fmt.Errorf("memory snapshot %q of %q: its image: %w", name, sb.Name, err)
 		}
 		snap.Manifest, snap.Files, snap.Bytes, snap.Spec.Memory = manifest, st.Files, st.Bytes+size, image
 		s.log.Info("memory checkpoint", "sandbox", sb.Name, "snapshot", name, "checkpoint", checkpointed, "held", time.Since(begun), "image_bytes", size)

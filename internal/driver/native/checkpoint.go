@@ -21,48 +21,48 @@ var _ driver.Checkpointer = (*Driver)(nil)
 const restoreWait = 5 * time.Minute
 
 // Checkpoint implements driver.Checkpointer through the supervisor's
-// OpCheckpoint: runsc writes the image, the supervisor holds the sandbox
+// OpCheckpoint: runsc writes the image in the bundle, the supervisor holds the sandbox
 // stopped while this connection is open and restores it in place when
 // resume writes to it or it closes (a gateway that dies lets the sandbox
 // go on by itself). The sandbox's lock is not held over the hold: a stop
 // or a delete goes through meanwhile.
-func (d *Driver) Checkpoint(ctx context.Context, ref driver.Ref, dir string) (func() error, error) {
+func (d *Driver) Checkpoint(ctx context.Context, ref driver.Ref) (string, func() error, error) {
 	unlock := d.lock(ref.ID)
 	_, live, err := d.incarnation(ref)
 	unlock()
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if !live {
-		return nil, errdefs.NotFound("sandbox %s generation %d does not run", ref.ID, ref.Generation)
+		return "", nil, errdefs.NotFound("sandbox %s generation %d does not run", ref.ID, ref.Generation)
 	}
 	c, err := control.Dial(d.socket(ref.ID, ref.Generation))
 	if err != nil {
-		return nil, errdefs.FailedPrecondition("sandbox %s is not running: %v", ref.ID, err)
+		return "", nil, errdefs.FailedPrecondition("sandbox %s is not running: %v", ref.ID, err)
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	if err := c.Send(control.Request{Op: control.OpCheckpoint, Path: dir}); err != nil {
+	if err := c.Send(control.Request{Op: control.OpCheckpoint}); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("native checkpoint: %w", err)
+		return "", nil, fmt.Errorf("native checkpoint: %w", err)
 	}
 	r, err := c.Recv()
 	switch {
 	case err != nil:
 		c.Close()
-		return nil, fmt.Errorf("native checkpoint of %s: %w", ref.ID, err)
+		return "", nil, fmt.Errorf("native checkpoint of %s: %w", ref.ID, err)
 	case r.Error != "":
 		c.Close()
-		return nil, errdefs.FailedPrecondition("sandbox %s: %s", ref.ID, r.Error)
+		return "", nil, errdefs.FailedPrecondition("sandbox %s: %s", ref.ID, r.Error)
 	case r.State != control.StateCheckpointed:
 		c.Close()
-		return nil, fmt.Errorf("native checkpoint of %s: the supervisor answered %q", ref.ID, r.State)
+		return "", nil, fmt.Errorf("native checkpoint of %s: the supervisor answered %q", ref.ID, r.State)
 	}
 	_ = c.SetDeadline(time.Time{})
-	return func() error {
+	return filepath.Join(r.Path, driver.MemoryImage), func() error {
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(restoreWait))
 		if err := c.Send(control.Request{Op: control.OpCheckpoint}); err != nil {

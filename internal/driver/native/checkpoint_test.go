@@ -72,15 +72,18 @@ func TestGVisorMemoryCheckpoint(t *testing.T) {
 	src := startSandbox(t, d, "memory", checkpointPolicy, memoryServer...)
 	secret, n1 := ask(t, src)
 
-	dir := t.TempDir()
 	begun := time.Now()
-	resume, err := d.Checkpoint(ctx(t), driver.Ref{ID: src.id, Generation: 1}, dir)
+	imagePath, resume, err := d.Checkpoint(ctx(t), driver.Ref{ID: src.id, Generation: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(begun)
-	fi, err := os.Stat(filepath.Join(dir, driver.MemoryImage))
+	fi, err := os.Stat(imagePath)
 	if err != nil {
+		t.Fatal(err)
+	}
+	kept := filepath.Join(t.TempDir(), driver.MemoryImage)
+	if err := os.Link(imagePath, kept); err != nil {
 		t.Fatal(err)
 	}
 	if err := resume(); err != nil {
@@ -97,7 +100,7 @@ func TestGVisorMemoryCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Send(control.Request{Op: control.OpCheckpoint, Path: t.TempDir()}); err != nil {
+	if err := c.Send(control.Request{Op: control.OpCheckpoint}); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := c.Recv(); err != nil || r.State != control.StateCheckpointed {
@@ -115,7 +118,7 @@ func TestGVisorMemoryCheckpoint(t *testing.T) {
 	if err := d.Create(ctx(t), spec); err != nil {
 		t.Fatal(err)
 	}
-	image, err := os.Open(filepath.Join(dir, driver.MemoryImage))
+	image, err := os.Open(kept)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,11 +143,11 @@ func TestGVisorMemoryCheckpoint(t *testing.T) {
 	}
 
 	plain := startSandbox(t, d, "plain", gvisorPolicy)
-	if _, err := d.Checkpoint(ctx(t), driver.Ref{ID: plain.id, Generation: 1}, t.TempDir()); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "memory_snapshots") {
+	if _, _, err := d.Checkpoint(ctx(t), driver.Ref{ID: plain.id, Generation: 1}); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "memory_snapshots") {
 		t.Errorf("a checkpoint of a gVisor sandbox on the host's network: %v; want FailedPrecondition naming lifecycle.memory_snapshots", err)
 	}
 	host := startSandbox(t, d, "namespaces", "version: 1\n")
-	if _, err := d.Checkpoint(ctx(t), driver.Ref{ID: host.id, Generation: 1}, t.TempDir()); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "CRIU") {
+	if _, _, err := d.Checkpoint(ctx(t), driver.Ref{ID: host.id, Generation: 1}); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "CRIU") {
 		t.Errorf("a checkpoint of a sandbox of the namespaces tier: %v; want FailedPrecondition saying why", err)
 	}
 }

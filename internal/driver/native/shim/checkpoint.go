@@ -29,6 +29,10 @@ import (
 // of running the command.
 const RestoreDir = "restore"
 
+// checkpointDir is GVisorDir's directory of a checkpoint's image, from the
+// checkpoint to the restore in place.
+const checkpointDir = "checkpoint"
+
 // The bounds of a checkpoint's steps.
 const (
 	// runscWait bounds one runsc checkpoint, delete, state or restore.
@@ -131,7 +135,9 @@ func (g *gvisor) restoreImage(bundle string) (string, bool) {
 // applied to them then.
 const RestoredProtection = "restored from a memory checkpoint: its processes are the checkpointed ones, with what was applied to them"
 
-// checkpoint serves OpCheckpoint: the memory image into req.Path, the
+// checkpoint serves OpCheckpoint: the memory image into the bundle's
+// checkpointDir (the supervisor's own: a gateway that dies cannot take it
+// from under the restore), the
 // processes held stopped until the caller writes a line or goes away (or
 // a stop comes), then restored in place.
 func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
@@ -146,10 +152,8 @@ func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 	case !s.cfg.Checkpointable:
 		fail("the sandbox runs on the host's network stack, which runsc cannot checkpoint: its policy needs lifecycle.memory_snapshots: true")
 		return
-	case !filepath.IsAbs(req.Path):
-		fail("checkpoint: the image's directory must be an absolute path")
-		return
 	}
+	dir := filepath.Join(g.dir, checkpointDir)
 	s.mu.Lock()
 	busy, stopping := s.checkpointing, s.stopping
 	if !busy && !stopping {
@@ -160,7 +164,14 @@ func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 		fail("the sandbox is %s", map[bool]string{true: "being checkpointed", false: "stopping"}[busy])
 		return
 	}
-	out, code, err := g.output(s, "checkpoint", "--image-path", req.Path, g.id)
+	err := os.RemoveAll(dir)
+	if err == nil {
+		err = os.Mkdir(dir, 0o700)
+	}
+	out, code := "", 0
+	if err == nil {
+		out, code, err = g.output(s, "checkpoint", "--image-path", dir, g.id)
+	}
 	if err == nil && code != 0 {
 		err = fmt.Errorf("runsc checkpoint exited with %d: %s", code, out)
 	}
@@ -173,7 +184,7 @@ func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 	case <-s.mainEnded:
 	case <-time.After(runscWait):
 	}
-	if err := control.WriteReply(c, control.Reply{State: control.StateCheckpointed}); err != nil {
+	if err := control.WriteReply(c, control.Reply{State: control.StateCheckpointed, Path: dir}); err != nil {
 		fmt.Fprintf(os.Stderr, "corral supervise: checkpoint: the caller went away (%v); restoring\n", err)
 	}
 	held := make(chan struct{})
@@ -195,7 +206,7 @@ func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 		var stdout, stderr *os.File
 		if stdout, err = s.output(StdoutFile); err == nil {
 			if stderr, err = s.output(StderrFile); err == nil {
-				m, err = g.restore(s, req.Path, []*os.File{null, stdout, stderr})
+				m, err = g.restore(s, dir, []*os.File{null, stdout, stderr})
 				stderr.Close()
 			}
 			stdout.Close()
@@ -210,6 +221,7 @@ func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 		return
 	}
 	s.endCheckpoint(&m)
+	_ = os.RemoveAll(dir)
 	_ = control.WriteReply(c, control.Reply{State: control.StateRunning})
 }
 
