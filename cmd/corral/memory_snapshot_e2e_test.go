@@ -12,30 +12,13 @@ import (
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
-// memoryServer is a Python process whose state is only in its memory: a
-// value drawn at its start, told to whoever connects to 127.0.0.1:7000
-// (gVisor's own loopback).
-const memoryServer = `
-import socket, uuid
-secret = uuid.uuid4().hex
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 7000))
-s.listen()
-while True:
-    c, _ = s.accept()
-    c.sendall(secret.encode())
-    c.close()
-`
-
-// askMemory asks the memory server in sandbox name for its value.
+// askMemory asks testenv.MemoryServer in sandbox name for its value.
 func askMemory(t *testing.T, home, name string) string {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		out, errOut, code := corral(t, home, "sandbox", "exec", name, "--", "/usr/bin/python3", "-c",
-			`import socket; print(socket.create_connection(("127.0.0.1", 7000), 2).recv(100).decode())`)
-		if code == 0 && len(strings.TrimSpace(out)) == 32 {
-			return strings.TrimSpace(out)
+		out, errOut, code := corral(t, home, append([]string{"sandbox", "exec", name, "--"}, testenv.AskMemoryServer...)...)
+		if f := strings.Fields(out); code == 0 && len(f) == 2 && len(f[0]) == 32 {
+			return f[0]
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the memory server of %s does not answer: exit %d, %q %q", name, code, out, errOut)
@@ -59,7 +42,7 @@ func TestMemorySnapshotThroughCLI(t *testing.T) {
 	if err := os.WriteFile(pol, []byte("version: 1\nisolation: gvisor\nlifecycle:\n  memory_snapshots: true\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mustCorral(t, home, "sandbox", "create", "--name", "py", "--policy", pol, "--", "/usr/bin/python3", "-c", memoryServer)
+	mustCorral(t, home, "sandbox", "create", "--name", "py", "--policy", pol, "--", "/usr/bin/python3", "-c", testenv.MemoryServer)
 	mustCorral(t, home, "sandbox", "exec", "py", "--", "sh", "-c", "echo before > /sandbox/note")
 	secret := askMemory(t, home, "py")
 
@@ -135,7 +118,7 @@ func TestMemorySnapshotCutShortBySIGKILL(t *testing.T) {
 	if err := os.WriteFile(pol, []byte("version: 1\nisolation: gvisor\nlifecycle:\n  memory_snapshots: true\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mustCorral(t, home, "sandbox", "create", "--name", "py", "--policy", pol, "--", "/usr/bin/python3", "-c", memoryServer)
+	mustCorral(t, home, "sandbox", "create", "--name", "py", "--policy", pol, "--", "/usr/bin/python3", "-c", testenv.MemoryServer)
 	// Enough files that the copy takes a while after the checkpoint.
 	mustCorral(t, home, "sandbox", "exec", "py", "--", "sh", "-c", "for i in 1 2 3 4 5 6 7 8; do head -c 33554432 /dev/urandom > /sandbox/big$i; done")
 	secret := askMemory(t, home, "py")

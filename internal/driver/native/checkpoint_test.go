@@ -20,33 +20,14 @@ import (
 // checkpointPolicy is a gVisor sandbox that can be checkpointed.
 const checkpointPolicy = gvisorPolicy + "lifecycle: {memory_snapshots: true}\n"
 
-// memoryServer is a Python process whose state lives only in its memory:
-// a value chosen at its start and a counter, which it tells whoever
-// connects to 127.0.0.1:7000 (gVisor's loopback).
-var memoryServer = []string{"/usr/bin/python3", "-c", `
-import socket, threading, time, uuid
-secret, n = uuid.uuid4().hex, 0
-def count():
-    global n
-    while True:
-        n += 1
-        time.sleep(0.02)
-threading.Thread(target=count, daemon=True).start()
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 7000))
-s.listen()
-while True:
-    c, _ = s.accept()
-    c.sendall(("%s %d\n" % (secret, n)).encode())
-    c.close()
-`}
+// memoryServer keeps its state only in memory.
+var memoryServer = []string{"/usr/bin/python3", "-c", testenv.MemoryServer}
 
 // ask asks the memory server of s for its value and counter.
 func ask(t *testing.T, s *testSandbox) (string, int) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		code, out, _ := s.exec("/usr/bin/python3", "-c", `import socket; print(socket.create_connection(("127.0.0.1", 7000), 2).recv(100).decode())`)
+		code, out, _ := s.exec(testenv.AskMemoryServer...)
 		var secret string
 		var n int
 		if f := strings.Fields(out); code == 0 && len(f) == 2 {
