@@ -85,7 +85,7 @@ func main() {
 }
 
 // benchmarks are the values of -driver.
-var benchmarks = []string{"all", "docker", "native", "images", "gvisor", "files", "snapshots", "core", "egress", "tti", "tti-native", "interfaces"}
+var benchmarks = []string{"all", "docker", "native", "images", "gvisor", "files", "snapshots", "memory", "core", "egress", "tti", "tti-native", "interfaces"}
 
 // report is everything one run measured.
 type report struct {
@@ -180,6 +180,21 @@ func run(dir, which string, n, warmup int, quick bool) (*report, error) {
 		t, err := benchSnapshots(bin, filepath.Join(dir, "snapshots"), sn, sw)
 		if err != nil {
 			return nil, fmt.Errorf("snapshots: %w", err)
+		}
+		fmt.Printf("\n%s\n", t.Title)
+		if err := t.print(); err != nil {
+			return nil, err
+		}
+		r.Tables = append(r.Tables, t)
+	}
+	if which == "all" || which == "memory" {
+		mn, mw := n, warmup
+		if quick {
+			mn, mw = 1, 0
+		}
+		t, err := benchMemory(bin, filepath.Join(dir, "memory"), mn, mw)
+		if err != nil {
+			return nil, fmt.Errorf("memory snapshots: %w", err)
 		}
 		fmt.Printf("\n%s\n", t.Title)
 		if err := t.print(); err != nil {
