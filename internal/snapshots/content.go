@@ -183,19 +183,16 @@ func (c *Content) put(r io.Reader) (string, int64, error) {
 	return digest, n, os.Rename(f.Name(), p)
 }
 
-// PutFile stores the file at path as one blob, made durable, and returns
-// its digest and size. The caller holds the store (Hold).
+// PutFile stores the file at path as one blob and returns its digest and
+// size. The caller holds the store (Hold). It is durable once a Capture
+// after it returns (one syncfs for every blob written so far).
 func (c *Content) PutFile(path string) (string, int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", 0, err
 	}
 	defer f.Close()
-	digest, n, err := c.put(f)
-	if err != nil {
-		return "", 0, err
-	}
-	return digest, n, atomicfile.SyncFS(c.dir)
+	return c.put(f)
 }
 
 // OpenBlob opens one blob (a memory image), checked against its digest

@@ -3,6 +3,7 @@ package snapshots
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -29,10 +30,7 @@ func (s *Snapshots) takeMemory(ctx context.Context, nameOrID, name string) (*san
 	if sb.Desired != sandbox.DesiredRunning || sb.Phase != sandbox.PhaseReady {
 		return nil, errdefs.FailedPrecondition("sandbox %q is %s: a memory snapshot is taken of a ready sandbox's running processes", sb.Name, sb.Phase)
 	}
-	spec := sb.Spec
-	spec.Seed, spec.SeedFrom, spec.Memory = "", "", ""
-	snap := &sandbox.Snapshot{ID: sandbox.NewID(), Tenant: sb.Tenant, Name: name, State: sandbox.SnapshotCreating,
-		Source: sb.ID, SourceName: sb.Name, Spec: spec, CreatedAt: time.Now().UTC()}
+	snap := newSnapshot(sb, name)
 	if err := s.store.CreateSnapshot(ctx, snap); err != nil {
 		return nil, err
 	}
@@ -48,18 +46,18 @@ func (s *Snapshots) takeMemory(ctx context.Context, nameOrID, name string) (*san
 		// Files and image are stored while the processes are held: the
 		// image is the supervisor's until it restores from it.
 		var (
-			manifest, image string
-			size            int64
-			st              Stats
+			manifest string
+			st       Stats
 		)
-		root, done, err := s.openWorkdir(ctx, sb)
-		if err == nil {
-			manifest, st, err = s.content.Capture(ctx, root)
-			done()
-		}
-		if err == nil {
-			if image, size, err = s.content.PutFile(imagePath); err != nil {
-				err = fmt.Errorf("its image: %w", err)
+		image, size, err := s.content.PutFile(imagePath)
+		if err != nil {
+			err = fmt.Errorf("its image: %w", err)
+		} else {
+			var root *os.Root
+			var done func()
+			if root, done, err = s.openWorkdir(ctx, sb); err == nil {
+				manifest, st, err = s.content.Capture(ctx, root) // made the image durable too
+				done()
 			}
 		}
 		if rerr := resume(); rerr != nil {

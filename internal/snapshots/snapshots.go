@@ -107,10 +107,7 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 	default:
 		return nil, errdefs.FailedPrecondition("sandbox %q is %s: a snapshot is taken of a ready, paused or stopped sandbox", sb.Name, sb.Phase)
 	}
-	spec := sb.Spec
-	spec.Seed, spec.SeedFrom, spec.Memory = "", "", ""
-	snap := &sandbox.Snapshot{ID: sandbox.NewID(), Tenant: sb.Tenant, Name: name, State: sandbox.SnapshotCreating,
-		Source: sb.ID, SourceName: sb.Name, Spec: spec, CreatedAt: time.Now().UTC()}
+	snap := newSnapshot(sb, name)
 	if pause {
 		snap.Paused = sb.ID
 	}
@@ -168,6 +165,15 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 	}
 	s.log.Info("snapshot taken", "snapshot", name, "sandbox", sb.Name, "files", snap.Files, "bytes", snap.Bytes)
 	return snap, nil
+}
+
+// newSnapshot is the record of a snapshot named name of sb, being taken:
+// what sb was created with, but what it was made from.
+func newSnapshot(sb *sandbox.Sandbox, name string) *sandbox.Snapshot {
+	spec := sb.Spec
+	spec.Seed, spec.SeedFrom, spec.Memory = "", "", ""
+	return &sandbox.Snapshot{ID: sandbox.NewID(), Tenant: sb.Tenant, Name: name, State: sandbox.SnapshotCreating,
+		Source: sb.ID, SourceName: sb.Name, Spec: spec, CreatedAt: time.Now().UTC()}
 }
 
 // openWorkdir opens a sandbox's /sandbox from the gateway's host, through

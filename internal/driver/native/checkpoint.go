@@ -82,14 +82,11 @@ func (d *Driver) Checkpoint(ctx context.Context, ref driver.Ref) (string, func()
 // SeedMemory implements driver.Checkpointer: the image goes into the
 // incarnation's bundle, where its supervisor's first start finds it.
 func (d *Driver) SeedMemory(ctx context.Context, ref driver.Ref, image io.Reader) error {
-	o, unlock, err := d.unstarted(ctx, ref, "a memory image")
+	_, unlock, err := d.unstarted(ctx, ref, "a memory image")
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	if !o.Policy.GVisor() || !o.Policy.Lifecycle.MemorySnapshots {
-		return errdefs.InvalidArgument("sandbox %s: a memory snapshot restores only with isolation: gvisor and lifecycle.memory_snapshots: true, as it was taken", ref.ID)
-	}
 	dir := d.bundle(ref.ID, ref.Generation).Path(shim.RestoreDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err

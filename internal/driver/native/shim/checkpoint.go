@@ -49,10 +49,10 @@ type mainProc struct {
 }
 
 // endedMain is a main process that has ended with code.
-func endedMain(code int) mainProc {
+func endedMain(code int) *mainProc {
 	done := make(chan int, 1)
 	done <- code
-	return mainProc{done: done}
+	return &mainProc{done: done}
 }
 
 // output runs a runsc subcommand on the container and returns what it
@@ -130,10 +130,10 @@ func (g *gvisor) restoreImage(bundle string) (string, bool) {
 	return dir, err == nil
 }
 
-// RestoredProtection is added to the protections of a sandbox started
+// restoredProtection is added to the protections of a sandbox started
 // from a memory image: its processes are the checkpoint's, with what was
 // applied to them then.
-const RestoredProtection = "restored from a memory checkpoint: its processes are the checkpointed ones, with what was applied to them"
+const restoredProtection = "restored from a memory checkpoint: its processes are the checkpointed ones, with what was applied to them"
 
 // checkpoint serves OpCheckpoint: the memory image into the bundle's
 // checkpointDir (the supervisor's own: a gateway that dies cannot take it
@@ -160,8 +160,12 @@ func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 		s.checkpointing = true
 	}
 	s.mu.Unlock()
-	if busy || stopping {
-		fail("the sandbox is %s", map[bool]string{true: "being checkpointed", false: "stopping"}[busy])
+	switch {
+	case busy:
+		fail("the sandbox is being checkpointed")
+		return
+	case stopping:
+		fail("the sandbox is stopping")
 		return
 	}
 	err := os.RemoveAll(dir)
@@ -195,7 +199,7 @@ func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 	case <-time.After(holdWait):
 	}
 	if s.isStopping() {
-		s.endCheckpoint(&mainProc{done: endedMain(0).done})
+		s.endCheckpoint(endedMain(0))
 		fail("the sandbox was stopped while checkpointed")
 		return
 	}
@@ -216,7 +220,7 @@ func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 	if err != nil {
 		// The processes are gone: the incarnation ends, recorded failed.
 		fmt.Fprintf(os.Stderr, "corral supervise: restore in place after a checkpoint: %v\n", err)
-		s.endCheckpoint(&mainProc{done: endedMain(1).done})
+		s.endCheckpoint(endedMain(1))
 		fail("restore after the checkpoint: %v", err)
 		return
 	}
@@ -236,8 +240,7 @@ func (s *sandboxSupervisor) endCheckpoint(m *mainProc) {
 	if m == nil {
 		select {
 		case code := <-s.mainEnded:
-			e := endedMain(code)
-			m = &e
+			m = endedMain(code)
 		default:
 			return
 		}

@@ -326,22 +326,15 @@ func (g *gvisor) run(s *sandboxSupervisor, sub ...string) {
 	_, _, _, _, _ = s.children.Start(g.command(sub...), hostEnv, []*os.File{os.Stdin, os.Stderr, os.Stderr}, false)
 }
 
-// Protections is what the gVisor tier adds to the protections the init
+// protections is what the gVisor tier adds to the protections the init
 // reports: what enforces the sandbox instead of the host's kernel.
-const Protections = "gVisor (runsc, ptrace platform): the sandbox's system calls go to gVisor's kernel, not the host's; " +
-	"network: the host's stack in the sandbox's loopback-only network namespace; " +
-	"pids: gVisor's pids cgroup; uids: gVisor's, files in /sandbox get them as host ids"
-
-// CheckpointableNetwork is the network of Protections for a sandbox with
-// lifecycle.memory_snapshots.
-const CheckpointableNetwork = "network: gVisor's own stack, loopback only (memory snapshots): no egress, no ports reached from outside"
-
-// protections is Protections for this sandbox's network.
 func (g *gvisor) protections() string {
+	network := "the host's stack in the sandbox's loopback-only network namespace"
 	if g.network == "none" {
-		return strings.Replace(Protections, "network: the host's stack in the sandbox's loopback-only network namespace", CheckpointableNetwork, 1)
+		network = "gVisor's own stack, loopback only (memory snapshots): no egress, no ports reached from outside"
 	}
-	return Protections
+	return "gVisor (runsc, ptrace platform): the sandbox's system calls go to gVisor's kernel, not the host's; " +
+		"network: " + network + "; pids: gVisor's pids cgroup; uids: gVisor's, files in /sandbox get them as host ids"
 }
 
 // FileListMounts is what enforces a policy's file lists on gVisor, which

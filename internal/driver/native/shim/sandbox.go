@@ -249,7 +249,7 @@ func (s *sandboxSupervisor) startMain(root string, stdio []*os.File) (int, <-cha
 		}
 		// Its memory is in the sandbox now; a later start boots afresh.
 		_ = os.RemoveAll(image)
-		return m.pid, m.done, strings.Join([]string{RestoredProtection, g.protections()}, "; "), nil
+		return m.pid, m.done, strings.Join([]string{restoredProtection, g.protections()}, "; "), nil
 	}
 	pid, done, _, failed, err := s.children.Start(g.command("run", "--bundle", filepath.Join(g.dir, "oci"), g.id), hostEnv, stdio, false)
 	if err == nil && failed != nil {
