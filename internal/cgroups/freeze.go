@@ -58,15 +58,24 @@ func Freeze(name string, frozen bool) error {
 		if err := joinFreezer(name, dir); err != nil {
 			return err
 		}
-		if err := write(filepath.Join(dir, "freezer.state"), "FROZEN"); err != nil {
-			return err
-		}
-		if err := waitFor(func() (bool, error) { return v1State(dir, "FROZEN") }, name, frozen); err != nil {
+		if err := waitFor(func() (bool, error) { return freezeV1(dir) }, name, frozen); err != nil {
 			_ = write(filepath.Join(dir, "freezer.state"), "THAWED")
 			return err
 		}
 	}
 	return nil
+}
+
+// freezeV1 asks the v1 freezer group at dir to freeze and reports whether
+// it is frozen. Asked once, a v1 group can stay FREEZING for good: a task
+// woken after the kernel's pass over the group (a ptrace stop of gVisor's
+// ptrace platform, a fork) is never frozen. Each new FROZEN makes the
+// kernel pass over the group again, so it is written on every poll.
+func freezeV1(dir string) (bool, error) {
+	if err := write(filepath.Join(dir, "freezer.state"), "FROZEN"); err != nil {
+		return false, err
+	}
+	return v1State(dir, "FROZEN")
 }
 
 // thawAll thaws group name and every group under it that was frozen, not

@@ -153,10 +153,15 @@ func TestIsolation(t *testing.T) {
 	s := startSandbox(t, d, "isolated", "")
 
 	t.Run("processes", func(t *testing.T) {
-		out := s.mustExec("ps", "-e", "-o", "pid=,comm=")
+		out := s.mustExec("ps", "-e", "-o", "pid=,ppid=,comm=")
 		var pids []string
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			if f := strings.Fields(line); f[1] != "corral-spare" && f[1] != "exe" { // the next exec's stage, started ahead
+			// The next exec's stage, started ahead by the supervisor: a
+			// child of pid 1 still named after the supervisor's binary
+			// until it names itself.
+			f := strings.Fields(line)
+			stage := f[2] == "corral-spare" || f[2] == "exe" || f[0] != "1" && f[1] == "1" && f[2] == "corral-supervis"
+			if !stage {
 				pids = append(pids, f[0])
 			}
 		}
