@@ -153,7 +153,19 @@ func (c *Client) Start(ctx context.Context, name string, detach bool) (*Sandbox,
 // Pause asks a running sandbox to freeze every process, its memory kept,
 // and, unless detach, waits until it is paused.
 func (c *Client) Pause(ctx context.Context, name string, detach bool) (*Sandbox, error) {
-	sb, err := c.PauseSandbox(ctx, &corralv1.PauseSandboxRequest{Name: name})
+	return c.pause(ctx, &corralv1.PauseSandboxRequest{Name: name}, detach)
+}
+
+// PauseMemory asks a running sandbox on native's gVisor tier (with
+// lifecycle.memory_snapshots) to be checkpointed out, processes and
+// memory, and its memory freed; Resume restores it. Unless detach, it
+// waits until the sandbox is paused.
+func (c *Client) PauseMemory(ctx context.Context, name string, detach bool) (*Sandbox, error) {
+	return c.pause(ctx, &corralv1.PauseSandboxRequest{Name: name, Memory: true}, detach)
+}
+
+func (c *Client) pause(ctx context.Context, req *corralv1.PauseSandboxRequest, detach bool) (*Sandbox, error) {
+	sb, err := c.PauseSandbox(ctx, req)
 	if err != nil || detach {
 		return sb, c.Explain(err)
 	}

@@ -182,7 +182,10 @@ type Sandbox struct {
 	// (GetSandbox only), e.g. "deny all" or "pypi: pypi.org:443 (pass-through)".
 	Network string `protobuf:"bytes,16,opt,name=network,proto3" json:"network,omitempty"`
 	// tenant owns the sandbox: the tenant of the caller that created it.
-	Tenant        string `protobuf:"bytes,17,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,17,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// pause_memory says that its pause checkpoints its memory out (asked
+	// with PauseSandboxRequest.memory); false when it is not paused.
+	PauseMemory   bool `protobuf:"varint,18,opt,name=pause_memory,json=pauseMemory,proto3" json:"pause_memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +337,13 @@ func (x *Sandbox) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *Sandbox) GetPauseMemory() bool {
+	if x != nil {
+		return x.PauseMemory
+	}
+	return false
 }
 
 // Operation is one journal entry: a request (kind create, start, stop,
@@ -933,11 +943,15 @@ func (x *StartSandboxRequest) GetName() string {
 	return ""
 }
 
-// PauseSandboxRequest names the sandbox to pause.
+// PauseSandboxRequest names the sandbox to pause and how.
 type PauseSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the sandbox's name or id.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// memory checkpoints the processes and their memory out to the
+	// gateway's disk and frees the memory, rather than freezing them in
+	// place.
+	Memory        bool `protobuf:"varint,2,opt,name=memory,proto3" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -977,6 +991,13 @@ func (x *PauseSandboxRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *PauseSandboxRequest) GetMemory() bool {
+	if x != nil {
+		return x.Memory
+	}
+	return false
 }
 
 // ResumeSandboxRequest names the sandbox to resume.
@@ -3549,7 +3570,7 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\tadd_hosts\x18\a \x03(\tR\baddHosts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12*\n" +
@@ -3572,7 +3593,8 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\brestarts\x18\x0e \x01(\x05R\brestarts\x12 \n" +
 	"\vprotections\x18\x0f \x01(\tR\vprotections\x12\x18\n" +
 	"\anetwork\x18\x10 \x01(\tR\anetwork\x12\x16\n" +
-	"\x06tenant\x18\x11 \x01(\tR\x06tenantB\f\n" +
+	"\x06tenant\x18\x11 \x01(\tR\x06tenant\x12!\n" +
+	"\fpause_memory\x18\x12 \x01(\bR\vpauseMemoryB\f\n" +
 	"\n" +
 	"_exit_code\"\xa8\x03\n" +
 	"\tOperation\x12\x0e\n" +
@@ -3625,9 +3647,10 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x12StopSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\")\n" +
 	"\x13StartSandboxRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\")\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
 	"\x13PauseSandboxRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"*\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06memory\x18\x02 \x01(\bR\x06memory\"*\n" +
 	"\x14ResumeSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"y\n" +
 	"\x14DeleteSandboxRequest\x12\x12\n" +

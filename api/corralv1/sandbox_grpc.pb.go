@@ -83,7 +83,10 @@ type SandboxServiceClient interface {
 	// incarnation), resume and delete work on it. An exec, a file operation
 	// or a port on it is FAILED_PRECONDITION unless its policy says
 	// lifecycle.auto_resume, which resumes it first. A driver that cannot
-	// pause is UNIMPLEMENTED.
+	// pause is UNIMPLEMENTED. With memory, the pause checkpoints its
+	// processes and memory out and frees the memory instead (the gVisor tier
+	// with lifecycle.memory_snapshots; FAILED_PRECONDITION elsewhere, saying
+	// why); resume restores them.
 	PauseSandbox(ctx context.Context, in *PauseSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
 	// ResumeSandbox sets a paused sandbox's intent back to running: the same
 	// incarnation, thawed. Resuming a running one changes nothing.
@@ -530,7 +533,10 @@ type SandboxServiceServer interface {
 	// incarnation), resume and delete work on it. An exec, a file operation
 	// or a port on it is FAILED_PRECONDITION unless its policy says
 	// lifecycle.auto_resume, which resumes it first. A driver that cannot
-	// pause is UNIMPLEMENTED.
+	// pause is UNIMPLEMENTED. With memory, the pause checkpoints its
+	// processes and memory out and frees the memory instead (the gVisor tier
+	// with lifecycle.memory_snapshots; FAILED_PRECONDITION elsewhere, saying
+	// why); resume restores them.
 	PauseSandbox(context.Context, *PauseSandboxRequest) (*Sandbox, error)
 	// ResumeSandbox sets a paused sandbox's intent back to running: the same
 	// incarnation, thawed. Resuming a running one changes nothing.

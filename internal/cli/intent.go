@@ -18,14 +18,15 @@ type intentCmd struct {
 	// call sends the request for one sandbox and returns its record.
 	call func(ctx context.Context, c *corral.Client, name string, f intentFlags) (*corralv1.Sandbox, error)
 	// wait is the goal the command waits for unless --detach.
-	wait     corral.Goal
-	canForce bool // --force and --all are offered
+	wait      corral.Goal
+	canForce  bool // --force and --all are offered
+	canMemory bool // --memory is offered
 }
 
 // intentFlags are the flags an intent command passes to its call.
 type intentFlags struct {
-	force, assumeGone bool
-	reason            string
+	force, assumeGone, memory bool
+	reason                    string
 }
 
 func newIntentCmd(g *globals, ic intentCmd) *cobra.Command {
@@ -93,6 +94,9 @@ func newIntentCmd(g *globals, ic intentCmd) *cobra.Command {
 		f.StringVar(&flags.reason, "reason", "", "why the compute is known to be gone (for --assume-gone)")
 		f.BoolVar(&all, "all", false, "act on every sandbox")
 	}
+	if ic.canMemory {
+		f.BoolVar(&flags.memory, "memory", false, "checkpoint the processes and memory out to the gateway's disk and free the memory (gVisor tier with lifecycle.memory_snapshots)")
+	}
 	return cmd
 }
 
@@ -124,11 +128,18 @@ use no CPU. A paused sandbox stays paused across gateway restarts and is never
 restarted by its restart policy; resume (or start) thaws the same incarnation,
 stop and delete work on it. An exec, a file operation or a port of a paused
 sandbox is refused, unless its policy says lifecycle.auto_resume: true, which
-resumes it first.`,
-		call: func(ctx context.Context, c *corral.Client, name string, _ intentFlags) (*corralv1.Sandbox, error) {
-			return c.PauseSandbox(ctx, &corralv1.PauseSandboxRequest{Name: name})
+resumes it first.
+
+With --memory the processes are checkpointed out instead, memory and all, to
+the gateway's disk (runsc checkpoint), and the memory is freed; resume
+restores them where they were (runsc restore). Only the gVisor tier can, on a
+policy with lifecycle.memory_snapshots: true; a stop ends the checkpointed
+processes as it ends running ones.`,
+		call: func(ctx context.Context, c *corral.Client, name string, f intentFlags) (*corralv1.Sandbox, error) {
+			return c.PauseSandbox(ctx, &corralv1.PauseSandboxRequest{Name: name, Memory: f.memory})
 		},
-		wait: corral.Paused,
+		wait:      corral.Paused,
+		canMemory: true,
 	})
 }
 

@@ -24,6 +24,7 @@ type sandboxView struct {
 	Tenant        string            `json:"tenant" yaml:"tenant"`
 	Phase         string            `json:"phase" yaml:"phase"`
 	DesiredState  string            `json:"desired_state" yaml:"desired_state"`
+	PauseMemory   bool              `json:"pause_memory,omitempty" yaml:"pause_memory,omitempty"`
 	Generation    int64             `json:"generation" yaml:"generation"`
 	Reason        string            `json:"reason" yaml:"reason"`
 	CreatedAt     string            `json:"created_at" yaml:"created_at"`
@@ -71,7 +72,7 @@ func stamp(t *timestamppb.Timestamp) string {
 
 func viewOf(sb *corralv1.Sandbox) sandboxView {
 	return sandboxView{
-		ID: sb.Id, Name: sb.Name, Tenant: sb.Tenant, Phase: sb.Phase, DesiredState: sb.DesiredState, Generation: sb.Generation,
+		ID: sb.Id, Name: sb.Name, Tenant: sb.Tenant, Phase: sb.Phase, DesiredState: sb.DesiredState, PauseMemory: sb.PauseMemory, Generation: sb.Generation,
 		Reason: sb.Reason, CreatedAt: stamp(sb.CreatedAt), UpdatedAt: stamp(sb.UpdatedAt), Deadline: stamp(sb.Deadline),
 		Image: sb.GetSpec().GetImage(), Command: sb.GetSpec().GetCommand(), Labels: sb.GetSpec().GetLabels(),
 		Policy: sb.GetSpec().GetPolicy(), RestartPolicy: sb.GetSpec().GetRestartPolicy(),

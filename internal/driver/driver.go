@@ -170,6 +170,20 @@ type Pauser interface {
 	Resume(ctx context.Context, ref Ref) error
 }
 
+// MemoryPauser is a Pauser that can also pause an incarnation by
+// checkpointing its processes and memory out to the gateway's host and
+// freeing the memory (the gVisor tier on native). Such an incarnation is
+// StatePaused, whatever becomes of the gateway, until Pauser.Resume
+// restores it; Stop ends it as stopped. Which sandboxes it can pause so is
+// the policy's (policy.Lifecycle.MemorySnapshots).
+type MemoryPauser interface {
+	Pauser
+	// PauseMemory checkpoints the incarnation out; one paused so stays.
+	// errdefs.ErrNotFound when it does not run; errdefs.ErrFailedPrecondition
+	// when it cannot be checkpointed (frozen by Pause, say), saying why.
+	PauseMemory(ctx context.Context, ref Ref) error
+}
+
 // Execer is a driver that can run a command inside a running sandbox,
 // through the sandbox's exec stage (so the sandbox's protections apply).
 type Execer interface {

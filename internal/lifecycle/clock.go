@@ -146,7 +146,7 @@ func (m *Manager) lifecycleAct(d due) {
 	)
 	switch d.action {
 	case policy.OnPause:
-		sb, err = m.changeIntent(ctx, d.id, sandbox.OpPause, detail, pauseIntent)
+		sb, err = m.changeIntent(ctx, d.id, sandbox.OpPause, detail, func(sb *sandbox.Sandbox) error { return pauseIntent(sb, false) })
 	case policy.OnStop:
 		sb, err = m.changeIntent(ctx, d.id, sandbox.OpStop, detail, stopIntent)
 	case policy.OnDelete:

@@ -28,7 +28,7 @@ func TestPauseAndResume(t *testing.T) {
 	sb := h.create("web")
 	h.waitPhase("web", sandbox.PhaseReady)
 
-	if _, err := h.m.Pause(ctx, "web"); err != nil {
+	if _, err := h.m.Pause(ctx, "web", false); err != nil {
 		t.Fatal(err)
 	}
 	h.waitPhase("web", sandbox.PhasePaused)
@@ -38,7 +38,7 @@ func TestPauseAndResume(t *testing.T) {
 	if _, _, err := h.exec("web", "", "echo", "hi"); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "is paused") {
 		t.Errorf("exec in a paused sandbox without auto_resume: %v", err)
 	}
-	if _, err := h.m.Pause(ctx, "web"); err != nil {
+	if _, err := h.m.Pause(ctx, "web", false); err != nil {
 		t.Errorf("pausing a paused sandbox again: %v", err)
 	}
 
@@ -63,18 +63,18 @@ func TestPauseAndResume(t *testing.T) {
 	}
 
 	// a stop and a delete of a paused sandbox
-	h.m.Pause(ctx, "web")
+	h.m.Pause(ctx, "web", false)
 	h.waitPhase("web", sandbox.PhasePaused)
 	if _, err := h.m.Stop(ctx, "web"); err != nil {
 		t.Fatal(err)
 	}
 	h.waitPhase("web", sandbox.PhaseStopped)
-	if _, err := h.m.Pause(ctx, "web"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := h.m.Pause(ctx, "web", false); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("pausing a stopped sandbox: %v", err)
 	}
 	h.m.Start(ctx, "web")
 	h.waitPhase("web", sandbox.PhaseReady)
-	h.m.Pause(ctx, "web")
+	h.m.Pause(ctx, "web", false)
 	h.waitPhase("web", sandbox.PhasePaused)
 	journal := kinds(h.journal(sb.ID))
 	for _, want := range []string{"pause driver.pause", "resume driver.resume", "stop driver.stop"} {
@@ -101,7 +101,7 @@ func TestAutoResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitPhase("auto", sandbox.PhaseReady)
-	h.m.Pause(ctx, "auto")
+	h.m.Pause(ctx, "auto", false)
 	h.waitPhase("auto", sandbox.PhasePaused)
 	if code, out, err := h.exec("auto", "", "echo", "awake"); err != nil || code != 0 || out != "awake\n" {
 		t.Fatalf("exec into a paused sandbox with auto_resume: %d %q %v", code, out, err)
@@ -109,7 +109,7 @@ func TestAutoResume(t *testing.T) {
 	if got, _ := h.m.Get(ctx, "auto"); got.Phase != sandbox.PhaseReady || got.Generation != sb.Generation {
 		t.Errorf("after the exec: %s generation %d", got.Phase, got.Generation)
 	}
-	h.m.Pause(ctx, "auto")
+	h.m.Pause(ctx, "auto", false)
 	h.waitPhase("auto", sandbox.PhasePaused)
 	if _, err := h.m.Start(ctx, "auto"); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,8 @@ type action struct {
 	stop   driver.StopOptions // stop
 	seed   string             // seed: the snapshot's manifest
 	memory string             // seed: its memory image, when it has one
+	// pause: checkpoint the memory out (MemoryPauser) rather than freeze
+	pauseMemory bool
 }
 
 // call makes the driver call of an action.
@@ -55,6 +57,13 @@ func (m *Manager) call(ctx context.Context, act action) error {
 		p, ok := d.(driver.Pauser)
 		if !ok {
 			return errdefs.NotImplemented("the %s driver cannot pause sandboxes", d.Name())
+		}
+		if act.kind == sandbox.OpDriverPause && act.pauseMemory {
+			mp, ok := d.(driver.MemoryPauser)
+			if !ok {
+				return errdefs.FailedPrecondition("the %s driver cannot pause with memory", d.Name())
+			}
+			return mp.PauseMemory(ctx, act.ref)
 		}
 		if act.kind == sandbox.OpDriverPause {
 			return p.Pause(ctx, act.ref)
@@ -200,7 +209,7 @@ func decide(s situation) (action, bool) {
 			return action{}, false
 		case running && current:
 			return action{kind: sandbox.OpDriverPause, phase: sandbox.PhasePausing, gen: sb.Generation,
-				ref: driver.Ref{ID: sb.ID, Generation: sb.Generation}}, true
+				ref: driver.Ref{ID: sb.ID, Generation: sb.Generation}, pauseMemory: sb.PauseMemory}, true
 		}
 	case sandbox.DesiredRunning:
 		if paused && current {
@@ -261,6 +270,9 @@ func (m *Manager) journalCall(a *actor, sb *sandbox.Sandbox, act action) (*sandb
 	op := &sandbox.Operation{
 		SandboxID: sb.ID, Kind: act.kind, State: sandbox.OpPending, Owner: m.cfg.Instance,
 		Attempt: a.failures + 1, Generation: act.gen, StartedAt: now, Deadline: now.Add(m.callTimeout(act)),
+	}
+	if act.pauseMemory {
+		op.Detail = pauseDetail(true)
 	}
 	if sb.Phase == act.phase {
 		sctx, cancel := storeCtx()

@@ -196,18 +196,36 @@ func (m *Manager) Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox,
 // Pause sets a running sandbox's intent to paused: every process frozen,
 // its memory kept, no CPU used, until Resume (or Start, Stop, Delete). A
 // paused sandbox stays paused across gateway restarts and is never
-// restarted by its restart policy.
-func (m *Manager) Pause(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error) {
+// restarted by its restart policy. With memory, its processes and memory
+// are checkpointed out and the memory freed instead (a MemoryPauser
+// driver, on a policy with lifecycle.memory_snapshots).
+func (m *Manager) Pause(ctx context.Context, nameOrID string, memory bool) (*sandbox.Sandbox, error) {
 	if _, ok := m.cfg.Driver.(driver.Pauser); !ok {
 		return nil, errdefs.NotImplemented("the %s driver cannot pause sandboxes", m.cfg.Driver.Name())
 	}
-	return m.changeIntent(ctx, nameOrID, sandbox.OpPause, "", pauseIntent)
+	if _, ok := m.cfg.Driver.(driver.MemoryPauser); memory && !ok {
+		return nil, errdefs.FailedPrecondition("the %s driver cannot pause with memory: only native's gVisor tier checkpoints memory; pause without --memory freezes the processes in place", m.cfg.Driver.Name())
+	}
+	return m.changeIntent(ctx, nameOrID, sandbox.OpPause, pauseDetail(memory), func(sb *sandbox.Sandbox) error {
+		return pauseIntent(sb, memory)
+	})
+}
+
+// pauseDetail is the journal's word on a pause.
+func pauseDetail(memory bool) string {
+	if memory {
+		return "memory: checkpointed out and freed"
+	}
+	return ""
 }
 
 // pauseIntent is a pause's change of a record.
-func pauseIntent(sb *sandbox.Sandbox) error {
+func pauseIntent(sb *sandbox.Sandbox, memory bool) error {
 	switch sb.Desired {
 	case sandbox.DesiredPaused:
+		if memory && !sb.PauseMemory {
+			return errdefs.FailedPrecondition("sandbox %q is paused with its memory in place: resume it first to pause it with --memory", sb.Name)
+		}
 		return errNoChange
 	case sandbox.DesiredDeleted:
 		return errdefs.FailedPrecondition("sandbox %q is being deleted; it cannot be paused", sb.Name)
@@ -217,7 +235,13 @@ func pauseIntent(sb *sandbox.Sandbox) error {
 	if sb.Phase == sandbox.PhaseExited || sb.Phase == sandbox.PhaseError {
 		return errdefs.FailedPrecondition("sandbox %q is %s; only a running sandbox can be paused", sb.Name, sb.Phase)
 	}
-	sb.Desired = sandbox.DesiredPaused
+	if memory {
+		if pol, err := policy.Parse(sb.Spec.Policy); err != nil || !pol.GVisor() || !pol.Lifecycle.MemorySnapshots {
+			return errdefs.FailedPrecondition("sandbox %q cannot be paused with --memory: its policy needs isolation: gvisor and lifecycle.memory_snapshots: true "+
+				"(runsc checkpoints only a sandbox on gVisor's own network stack; CRIU cannot restore the namespaces tier's Landlock domain); pause without --memory freezes it in place", sb.Name)
+		}
+	}
+	sb.Desired, sb.PauseMemory = sandbox.DesiredPaused, memory
 	if sb.Phase == sandbox.PhaseReady {
 		sb.Phase = sandbox.PhasePausing
 	}
@@ -420,6 +444,9 @@ func (m *Manager) changeIntent(ctx context.Context, nameOrID string, kind sandbo
 		id = sb.ID
 		if err := change(sb); err != nil {
 			return store.Mutation{}, err
+		}
+		if sb.Desired != sandbox.DesiredPaused {
+			sb.PauseMemory = false // how it was paused, until it is not
 		}
 		sb.Deadline = m.now().Add(m.deadlineFor(sb.Desired))
 		sb.UpdatedAt = m.now()

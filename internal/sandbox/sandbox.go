@@ -139,6 +139,10 @@ type Sandbox struct {
 	LastRequest *Operation
 	// Resources are what it counts at against its tenant's quota.
 	Resources Resources
+	// PauseMemory says, while it is paused, that the pause checkpoints its
+	// processes and memory out and frees the memory (pause --memory),
+	// rather than freezing them in place.
+	PauseMemory bool
 }
 
 // Converged reports whether the observed phase matches the intent.

@@ -29,6 +29,7 @@ func toProto(sb *sandbox.Sandbox) *corralv1.Sandbox {
 		Id:            sb.ID,
 		Name:          sb.Name,
 		Tenant:        sb.Tenant,
+		PauseMemory:   sb.PauseMemory,
 		Spec:          specToProto(sb.Spec),
 		ExitCode:      exit,
 		Restarts:      int32(sb.Restarts),

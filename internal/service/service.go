@@ -34,7 +34,7 @@ type Lifecycle interface {
 	Operations(ctx context.Context, nameOrID string) ([]*sandbox.Operation, error)
 	Stop(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	Start(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
-	Pause(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+	Pause(ctx context.Context, nameOrID string, memory bool) (*sandbox.Sandbox, error)
 	Resume(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	Delete(ctx context.Context, nameOrID string, force bool) (*sandbox.Sandbox, error)
 	AssumeGone(ctx context.Context, nameOrID string, force bool, why string) (*sandbox.Sandbox, error)
@@ -218,7 +218,7 @@ func (s *service) StartSandbox(ctx context.Context, req *corralv1.StartSandboxRe
 }
 
 func (s *service) PauseSandbox(ctx context.Context, req *corralv1.PauseSandboxRequest) (*corralv1.Sandbox, error) {
-	sb, err := s.m.Pause(ctx, req.GetName())
+	sb, err := s.m.Pause(ctx, req.GetName(), req.GetMemory())
 	if err != nil {
 		return nil, toGRPC(err)
 	}

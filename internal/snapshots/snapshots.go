@@ -29,7 +29,7 @@ import (
 type Records interface {
 	Get(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	Create(ctx context.Context, name, requestID string, spec sandbox.Spec) (*sandbox.Sandbox, bool, error)
-	Pause(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
+	Pause(ctx context.Context, nameOrID string, memory bool) (*sandbox.Sandbox, error)
 	Resume(ctx context.Context, nameOrID string) (*sandbox.Sandbox, error)
 	Wait(ctx context.Context, nameOrID string, goal lifecycle.Goal, since int64, progress func(*sandbox.Sandbox)) (*sandbox.Sandbox, error)
 }
@@ -134,7 +134,7 @@ func (s *Snapshots) Take(ctx context.Context, nameOrID, name string, memory bool
 	defer release()
 	err = func() error {
 		if pause {
-			p, err := s.records.Pause(ctx, sb.ID)
+			p, err := s.records.Pause(ctx, sb.ID, false)
 			if err != nil {
 				return err
 			}

@@ -441,6 +441,12 @@ func (d *Driver) Pause(ctx context.Context, ref driver.Ref) error {
 	return d.freeze(ctx, "pause", ref, driver.StateRunning, driver.StatePaused)
 }
 
+// PauseMemory implements driver.MemoryPauser: the fake keeps no memory,
+// so it is a pause recorded as a call of its own.
+func (d *Driver) PauseMemory(ctx context.Context, ref driver.Ref) error {
+	return d.freeze(ctx, "pause-memory", ref, driver.StateRunning, driver.StatePaused)
+}
+
 // Resume implements driver.Pauser.
 func (d *Driver) Resume(ctx context.Context, ref driver.Ref) error {
 	return d.freeze(ctx, "resume", ref, driver.StatePaused, driver.StateRunning)

@@ -13,7 +13,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/store"
 )
 
-const sandboxColumns = `id, tenant, name, request_id, spec, desired_state, phase, generation, reason, exit_code, restarts, created_at, updated_at, deadline, revision, memory, cpu_millis, disk`
+const sandboxColumns = `id, tenant, name, request_id, spec, desired_state, phase, generation, reason, exit_code, restarts, created_at, updated_at, deadline, revision, memory, cpu_millis, disk, pause_memory`
 
 const operationColumns = `id, sandbox_id, kind, state, owner, attempt, generation, started_at, deadline, finished_at, error, detail, actor`
 
@@ -34,7 +34,7 @@ type sandboxRow struct {
 func (r *sandboxRow) dest() []any {
 	return []any{&r.sb.ID, &r.sb.Tenant, &r.sb.Name, &r.requestID, &r.spec, &r.sb.Desired, &r.sb.Phase, &r.sb.Generation,
 		&r.sb.Reason, &r.exitCode, &r.sb.Restarts, &r.created, &r.updated, &r.deadline, &r.sb.Revision,
-		&r.sb.Resources.MemoryBytes, &r.sb.Resources.CPUMillis, &r.sb.Resources.DiskBytes}
+		&r.sb.Resources.MemoryBytes, &r.sb.Resources.CPUMillis, &r.sb.Resources.DiskBytes, &r.sb.PauseMemory}
 }
 
 func (r *sandboxRow) decode() (*sandbox.Sandbox, error) {
@@ -97,7 +97,7 @@ func scanOperation(row scanner) (*sandbox.Operation, error) {
 // sandboxWithRequest selects a sandbox's columns and then its last
 // request's (NULL when it has none), in one statement.
 const sandboxWithRequest = `SELECT s.id, s.tenant, s.name, s.request_id, s.spec, s.desired_state, s.phase, s.generation, s.reason,
-	s.exit_code, s.restarts, s.created_at, s.updated_at, s.deadline, s.revision, s.memory, s.cpu_millis, s.disk,
+	s.exit_code, s.restarts, s.created_at, s.updated_at, s.deadline, s.revision, s.memory, s.cpu_millis, s.disk, s.pause_memory,
 	o.id, coalesce(o.sandbox_id, ''), coalesce(o.kind, ''), coalesce(o.state, ''), coalesce(o.owner, ''),
 	coalesce(o.attempt, 0), coalesce(o.generation, 0), coalesce(o.started_at, 0), coalesce(o.deadline, 0),
 	o.finished_at, coalesce(o.error, ''), coalesce(o.detail, ''), coalesce(o.actor, '')
@@ -160,10 +160,10 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 			return err
 		}
 		sb.Revision = 1
-		_, err = q.exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		_, err = q.exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 			sb.ID, sb.Tenant, sb.Name, nullString(sb.RequestID), string(spec), sb.Desired, sb.Phase, sb.Generation,
 			sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision,
-			sb.Resources.MemoryBytes, sb.Resources.CPUMillis, sb.Resources.DiskBytes)
+			sb.Resources.MemoryBytes, sb.Resources.CPUMillis, sb.Resources.DiskBytes, sb.PauseMemory)
 		if err != nil {
 			return err
 		}
@@ -387,9 +387,9 @@ func (s *Store) mutate(ctx context.Context, key string, find func(q *stmts) (*sa
 			return err
 		}
 		_, err = q.exec(ctx, `UPDATE sandboxes SET spec=?, desired_state=?, phase=?, generation=?, reason=?,
-			exit_code=?, restarts=?, updated_at=?, deadline=?, revision=?, memory=?, cpu_millis=?, disk=? WHERE id=?`,
+			exit_code=?, restarts=?, updated_at=?, deadline=?, revision=?, memory=?, cpu_millis=?, disk=?, pause_memory=? WHERE id=?`,
 			string(spec), sb.Desired, sb.Phase, sb.Generation, sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision,
-			sb.Resources.MemoryBytes, sb.Resources.CPUMillis, sb.Resources.DiskBytes, sb.ID)
+			sb.Resources.MemoryBytes, sb.Resources.CPUMillis, sb.Resources.DiskBytes, sb.PauseMemory, sb.ID)
 		if err != nil {
 			return err
 		}

@@ -217,6 +217,9 @@ var migrations = []string{
 
 	// A tenant's quota bounds its snapshots' bytes too.
 	`ALTER TABLE tenants ADD COLUMN max_snapshot_bytes INTEGER NOT NULL DEFAULT 0;`,
+
+	// A paused sandbox's pause checkpointed its memory out (pause --memory).
+	`ALTER TABLE sandboxes ADD COLUMN pause_memory INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // SchemaVersion is the schema version this build writes.
