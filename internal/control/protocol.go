@@ -38,8 +38,14 @@ const (
 	// memory image is in Path (the supervisor's own, until the restore)
 	// and the sandbox's processes are stopped;
 	// they are restored from it in place when the caller writes a line or
-	// goes away, then Reply{State: "running"} (or Error).
+	// goes away, then Reply{State: "running"} (or Error). With Pause, they
+	// stay checkpointed out, whatever becomes of the caller, until
+	// OpResume or a stop.
 	OpCheckpoint = "checkpoint"
+	// OpResume restores the processes a pause holds checkpointed out;
+	// reply Reply{State: "running"} once they run (or Error), at once when
+	// none are held.
+	OpResume = "resume"
 )
 
 // The states a supervisor reports.
@@ -63,6 +69,8 @@ type Request struct {
 	Rows    uint16   `json:"rows,omitempty"`
 	Cols    uint16   `json:"cols,omitempty"`
 	Env     []string `json:"env,omitempty"`
+	// Checkpoint: a pause's, held until OpResume (see OpCheckpoint).
+	Pause bool `json:"pause,omitempty"`
 }
 
 // Reply is a control reply.

@@ -344,6 +344,9 @@ func (d *Driver) observe(o *object) (driver.Object, error) {
 		} else if frozen {
 			obj.State = driver.StatePaused
 		}
+		if _, err := os.Stat(b.Path(shim.PausedFile)); err == nil {
+			obj.State = driver.StatePaused // checkpointed out
+		}
 		if data, err := os.ReadFile(b.Path(supervisor.ProtectionsFile)); err == nil {
 			obj.Protections = string(data)
 		}

@@ -2,9 +2,11 @@ package native
 
 import (
 	"context"
+	"os"
 
 	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 )
 
@@ -15,8 +17,15 @@ func (d *Driver) Pause(ctx context.Context, ref driver.Ref) error {
 	return d.freeze(ctx, ref, true)
 }
 
-// Resume implements driver.Pauser.
+// Resume implements driver.Pauser: a pause with memory is restored, a
+// frozen one thawed.
 func (d *Driver) Resume(ctx context.Context, ref driver.Ref) error {
+	unlock := d.lock(ref.ID)
+	_, err := os.Stat(d.bundle(ref.ID, ref.Generation).Path(shim.PausedFile))
+	unlock()
+	if err == nil {
+		return d.resumeMemory(ctx, ref)
+	}
 	return d.freeze(ctx, ref, false)
 }
 

@@ -90,10 +90,14 @@ type Exit struct {
 
 // The files of a bundle.
 const (
-	ConfigFile     = "config.json"
-	LockFile       = "lock"   // locked by the supervisor while it lives
-	PIDFile        = "pid"    // the supervisor's pid on the host, written at start
-	ExitFile       = "exit"   // an Exit, written before the supervisor exits
+	ConfigFile = "config.json"
+	LockFile   = "lock" // locked by the supervisor while it lives
+	PIDFile    = "pid"  // the supervisor's pid on the host, written at start
+	ExitFile   = "exit" // an Exit, written before the supervisor exits
+	// PausedFile marks, while the supervisor lives, an incarnation whose
+	// processes a pause checkpointed out (their memory freed) until their
+	// restore.
+	PausedFile     = "paused"
 	StdoutFile     = "stdout" // the main process's output
 	StderrFile     = "stderr" // its error output
 	SupervisorLog  = "supervisor.log"

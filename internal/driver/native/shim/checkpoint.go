@@ -10,7 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -137,9 +140,9 @@ const restoredProtection = "restored from a memory checkpoint: its processes are
 
 // checkpoint serves OpCheckpoint: the memory image into the bundle's
 // checkpointDir (the supervisor's own: a gateway that dies cannot take it
-// from under the restore), the
-// processes held stopped until the caller writes a line or goes away (or
-// a stop comes), then restored in place.
+// from under the restore), the processes held stopped until the caller
+// writes a line or goes away (with req.Pause: until OpResume), or a stop
+// comes, then restored in place.
 func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 	g := s.gvisor
 	fail := func(format string, args ...any) {
@@ -155,12 +158,15 @@ func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 	}
 	dir := filepath.Join(g.dir, checkpointDir)
 	s.mu.Lock()
-	busy, stopping := s.checkpointing, s.stopping
+	busy, stopping, paused := s.checkpointing, s.stopping, s.paused != nil
 	if !busy && !stopping {
 		s.checkpointing = true
 	}
 	s.mu.Unlock()
 	switch {
+	case paused && req.Pause:
+		_ = control.WriteReply(c, control.Reply{State: control.StateCheckpointed, Path: dir})
+		return
 	case busy:
 		fail("the sandbox is being checkpointed")
 		return
@@ -188,20 +194,53 @@ func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 	case <-s.mainEnded:
 	case <-time.After(runscWait):
 	}
-	if err := control.WriteReply(c, control.Reply{State: control.StateCheckpointed, Path: dir}); err != nil {
+	var (
+		hold    <-chan struct{}
+		timeout <-chan time.Time
+		p       *memoryPause
+	)
+	if req.Pause {
+		// Marked before the reply: the caller observes it paused from then.
+		p = &memoryPause{resume: make(chan struct{}), done: make(chan struct{})}
+		s.mu.Lock()
+		s.paused = p
+		s.mu.Unlock()
+		if err := s.writeBundleFile(PausedFile, nil, false); err != nil {
+			fmt.Fprintf(os.Stderr, "corral supervise: mark the pause: %v\n", err)
+		}
+		hold = p.resume
+	} else {
+		held := make(chan struct{})
+		go func() { _, _ = c.Read(make([]byte, 1)); close(held) }()
+		hold, timeout = held, time.After(holdWait)
+	}
+	if err := control.WriteReply(c, control.Reply{State: control.StateCheckpointed, Path: dir}); err != nil && p == nil {
 		fmt.Fprintf(os.Stderr, "corral supervise: checkpoint: the caller went away (%v); restoring\n", err)
 	}
-	held := make(chan struct{})
-	go func() { _, _ = c.Read(make([]byte, 1)); close(held) }()
 	select {
-	case <-held:
+	case <-hold:
 	case <-s.stopNow:
-	case <-time.After(holdWait):
+	case <-timeout:
 	}
+	err = s.restoreInPlace(dir)
+	if p != nil {
+		s.endPause(p, err)
+		return
+	}
+	if err != nil {
+		fail("%v", err)
+		return
+	}
+	_ = control.WriteReply(c, control.Reply{State: control.StateRunning})
+}
+
+// restoreInPlace ends a checkpoint's hold: the processes are restored
+// from the image in dir, unless a stop came, which ends them.
+func (s *sandboxSupervisor) restoreInPlace(dir string) error {
+	g := s.gvisor
 	if s.isStopping() {
 		s.endCheckpoint(endedMain(0))
-		fail("the sandbox was stopped while checkpointed")
-		return
+		return errors.New("the sandbox was stopped while checkpointed")
 	}
 	_, _, _ = g.output(s, "delete", "--force", g.id) // the checkpointed container's state
 	null, err := os.Open(os.DevNull)
@@ -221,11 +260,46 @@ func (s *sandboxSupervisor) checkpoint(c *net.UnixConn, req control.Request) {
 		// The processes are gone: the incarnation ends, recorded failed.
 		fmt.Fprintf(os.Stderr, "corral supervise: restore in place after a checkpoint: %v\n", err)
 		s.endCheckpoint(endedMain(1))
-		fail("restore after the checkpoint: %v", err)
-		return
+		return fmt.Errorf("restore after the checkpoint: %w", err)
 	}
 	s.endCheckpoint(&m)
 	_ = os.RemoveAll(dir)
+	return nil
+}
+
+// memoryPause is a pause's hold of the checkpointed-out processes: resume
+// is closed (once) to restore them; done is closed when the hold has
+// ended, err saying how.
+type memoryPause struct {
+	resume chan struct{}
+	once   sync.Once
+	done   chan struct{}
+	err    error
+}
+
+// endPause ends a pause's hold with err (nil: the processes run again).
+func (s *sandboxSupervisor) endPause(p *memoryPause, err error) {
+	s.mu.Lock()
+	s.paused = nil
+	s.mu.Unlock()
+	_ = unix.Unlinkat(int(s.bundle.Fd()), PausedFile, 0)
+	p.err = err
+	close(p.done)
+}
+
+// resume serves OpResume: the processes a pause holds are restored.
+func (s *sandboxSupervisor) resume(c *net.UnixConn) {
+	s.mu.Lock()
+	p := s.paused
+	s.mu.Unlock()
+	if p != nil {
+		p.once.Do(func() { close(p.resume) })
+		<-p.done
+		if p.err != nil {
+			_ = control.WriteReply(c, control.Reply{Error: p.err.Error()})
+			return
+		}
+	}
 	_ = control.WriteReply(c, control.Reply{State: control.StateRunning})
 }
 

@@ -109,6 +109,7 @@ type sandboxSupervisor struct {
 	mu            sync.Mutex
 	stopping      bool
 	checkpointing bool
+	paused        *memoryPause // set while a pause holds the processes checkpointed out
 }
 
 // setUp prepares the sandbox and starts its main process. On failure it
@@ -504,8 +505,12 @@ func (s *sandboxSupervisor) handle(c *net.UnixConn) {
 		return
 	}
 	control.CloseFiles(files)
-	if req.Op == control.OpCheckpoint {
+	switch req.Op {
+	case control.OpCheckpoint:
 		s.checkpoint(c, req)
+		return
+	case control.OpResume:
+		s.resume(c)
 		return
 	}
 	switch req.Op {
@@ -531,9 +536,16 @@ func (s *sandboxSupervisor) handle(c *net.UnixConn) {
 // terminal of the sandbox whose master goes to the caller; the command is
 // killed if the caller goes away before it ends.
 func (s *sandboxSupervisor) exec(c *net.UnixConn, req control.Request, files []*os.File) {
-	if s.isStopping() {
+	s.mu.Lock()
+	stopping, checkpointed := s.stopping, s.checkpointing
+	s.mu.Unlock()
+	if stopping || checkpointed {
 		control.CloseFiles(files)
-		_ = control.WriteReply(c, control.Reply{Error: "the sandbox is stopping"})
+		why := "the sandbox is stopping"
+		if !stopping {
+			why = "the sandbox is checkpointed: its processes are held until they are restored"
+		}
+		_ = control.WriteReply(c, control.Reply{Error: why})
 		return
 	}
 	start := s.children.ExecStarter(s.cfg.Env)
