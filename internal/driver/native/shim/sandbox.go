@@ -537,13 +537,13 @@ func (s *sandboxSupervisor) handle(c *net.UnixConn) {
 // killed if the caller goes away before it ends.
 func (s *sandboxSupervisor) exec(c *net.UnixConn, req control.Request, files []*os.File) {
 	s.mu.Lock()
-	stopping, checkpointed := s.stopping, s.checkpointing
+	stopping, paused := s.stopping, s.paused != nil
 	s.mu.Unlock()
-	if stopping || checkpointed {
+	if stopping || paused {
 		control.CloseFiles(files)
 		why := "the sandbox is stopping"
 		if !stopping {
-			why = "the sandbox is checkpointed: its processes are held until they are restored"
+			why = "the sandbox is paused, checkpointed out: its processes run again once resumed"
 		}
 		_ = control.WriteReply(c, control.Reply{Error: why})
 		return
