@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -116,5 +117,70 @@ func TestAutoResume(t *testing.T) {
 	}
 	if got := h.waitPhase("auto", sandbox.PhaseReady); got.Generation != sb.Generation {
 		t.Errorf("a start of a paused sandbox made generation %d; want the same incarnation thawed", got.Generation)
+	}
+}
+
+// A pause with memory is the driver's PauseMemory, journaled as one; it
+// is kept across a gateway restart and ends with the resume. A sandbox
+// whose policy cannot be checkpointed, or one frozen in place, is refused
+// saying why.
+func TestPauseMemory(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	const checkpointable = "version: 1\nisolation: gvisor\nlifecycle: {memory_snapshots: true}\n"
+	sb := h.createWithPolicy("mem", checkpointable)
+	h.createWithPolicy("plain", "version: 1\nisolation: gvisor\n")
+	h.createWithPolicy("frozen", checkpointable)
+	for _, name := range []string{"mem", "plain", "frozen"} {
+		h.waitPhase(name, sandbox.PhaseReady)
+	}
+
+	// the fault is on the memory pause alone: a freeze would not meet it
+	h.faults(faults.Rule{Op: "pause-memory", Action: "fail", Error: "no checkpoint today"})
+	if _, err := h.m.Pause(ctx, "mem", true); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the memory pause to fail", func() bool {
+		got, _ := h.m.Get(ctx, "mem")
+		return strings.Contains(got.Reason, "no checkpoint today")
+	})
+	h.faults()
+	got := h.waitPhase("mem", sandbox.PhasePaused)
+	if !got.PauseMemory {
+		t.Error("a sandbox paused with memory does not say so")
+	}
+	if _, err := h.m.Pause(ctx, "mem", false); err != nil {
+		t.Errorf("a plain pause of a sandbox paused with memory: %v; want no change", err)
+	}
+	h.restart()
+	if got := h.waitPhase("mem", sandbox.PhasePaused); !got.PauseMemory || got.Generation != 1 {
+		t.Errorf("after a restart: pause_memory %v, generation %d; want true, 1", got.PauseMemory, got.Generation)
+	}
+	if _, err := h.m.Resume(ctx, "mem"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.waitPhase("mem", sandbox.PhaseReady); got.PauseMemory || got.Generation != 1 {
+		t.Errorf("after its resume: pause_memory %v, generation %d; want false, the same incarnation", got.PauseMemory, got.Generation)
+	}
+	var pause, call *sandbox.Operation
+	for _, op := range h.journal(sb.ID) {
+		switch op.Kind {
+		case sandbox.OpPause:
+			pause = op
+		case sandbox.OpDriverPause:
+			call = op
+		}
+	}
+	if pause == nil || call == nil || !strings.Contains(pause.Detail, "memory") || !strings.Contains(call.Detail, "memory") {
+		t.Errorf("the journal's pause %+v and driver call %+v do not say memory", pause, call)
+	}
+
+	if _, err := h.m.Pause(ctx, "plain", true); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "memory_snapshots") {
+		t.Errorf("a pause with memory of a sandbox without lifecycle.memory_snapshots: %v; want FailedPrecondition naming it", err)
+	}
+	h.m.Pause(ctx, "frozen", false)
+	h.waitPhase("frozen", sandbox.PhasePaused)
+	if _, err := h.m.Pause(ctx, "frozen", true); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "resume it first") {
+		t.Errorf("a pause with memory of a frozen sandbox: %v; want FailedPrecondition saying to resume it first", err)
 	}
 }
