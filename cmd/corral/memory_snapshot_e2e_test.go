@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -156,4 +157,88 @@ func TestMemorySnapshotCutShortBySIGKILL(t *testing.T) {
 	mustCorral(t, home, "sandbox", "snapshot", "py", "whole", "--memory")
 	mustCorral(t, home, "sandbox", "delete", "py")
 	mustCorral(t, home, "snapshot", "delete", "whole")
+}
+
+// workloadProcs counts the host processes of native sandbox id's
+// workload (its cgroup's "sandbox" group).
+func workloadProcs(t *testing.T, id string) int {
+	t.Helper()
+	procs := filepath.Join(cgroups.Root, "corral", id, "sandbox", "cgroup.procs")
+	if !cgroups.Unified() {
+		procs = filepath.Join(cgroups.Root, "pids", "corral", id, "sandbox", "cgroup.procs")
+	}
+	data, err := os.ReadFile(procs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(strings.Fields(string(data)))
+}
+
+// pause --memory through the gateway and the CLI, on native's gVisor tier:
+// the sandbox is paused with no process left on the host, stays so across
+// a gateway SIGKILL and restart, and an exec (auto_resume) restores it
+// with the state it had in memory; one paused so deletes; a sandbox that
+// cannot be checkpointed is refused with the reason.
+func TestPauseMemoryThroughCLI(t *testing.T) {
+	testenv.RequireRunsc(t)
+	testenv.RequireHostPython(t)
+	home := t.TempDir()
+	g := nativeGateway(t, home)
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "memory.yaml")
+	if err := os.WriteFile(pol, []byte("version: 1\nisolation: gvisor\nlifecycle:\n  memory_snapshots: true\n  auto_resume: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCorral(t, home, "sandbox", "create", "--name", "py", "--policy", pol, "--", "/usr/bin/python3", "-c", testenv.MemoryServer)
+	secret := askMemory(t, home, "py")
+	id := getJSON(t, home, "py")["id"].(string)
+
+	begun := time.Now()
+	mustCorral(t, home, "sandbox", "pause", "py", "--memory")
+	t.Logf("pause --memory: %v", time.Since(begun))
+	if sb := getJSON(t, home, "py"); sb["phase"] != "paused" || sb["pause_memory"] != true {
+		t.Fatalf("after pause --memory: phase %v, pause_memory %v", sb["phase"], sb["pause_memory"])
+	}
+	if n := workloadProcs(t, id); n != 0 {
+		t.Errorf("paused with its memory out, the sandbox has %d processes on the host", n)
+	}
+
+	g.signal(syscall.SIGKILL)
+	g.exitCode(30 * time.Second)
+	startGateway(t, home, "--driver", "native")
+	time.Sleep(time.Second)
+	if sb := getJSON(t, home, "py"); sb["phase"] != "paused" || sb["pause_memory"] != true || sb["generation"] != float64(1) {
+		t.Fatalf("after a SIGKILL of the gateway and a restart: phase %v, pause_memory %v, generation %v", sb["phase"], sb["pause_memory"], sb["generation"])
+	}
+	if n := workloadProcs(t, id); n != 0 {
+		t.Errorf("after the restart the sandbox paused with its memory out has %d processes on the host", n)
+	}
+
+	begun = time.Now()
+	if got := askMemory(t, home, "py"); got != secret {
+		t.Errorf("restored by an exec (auto_resume), the sandbox tells %q, want %q (what it held in memory)", got, secret)
+	}
+	t.Logf("exec into it, resumed first: %v", time.Since(begun))
+	if sb := getJSON(t, home, "py"); sb["phase"] != "ready" || sb["pause_memory"] == true || sb["generation"] != float64(1) {
+		t.Errorf("after the exec: phase %v, pause_memory %v, generation %v; want ready, the same incarnation", sb["phase"], sb["pause_memory"], sb["generation"])
+	}
+
+	mustCorral(t, home, "sandbox", "pause", "py", "--memory")
+	mustCorral(t, home, "sandbox", "delete", "py")
+	if _, err := os.Stat(filepath.Join(home, "native", "sandboxes", id)); !os.IsNotExist(err) {
+		t.Errorf("the state of the sandbox paused with memory outlived its delete: %v", err)
+	}
+
+	plain := filepath.Join(dir, "plain.yaml")
+	if err := os.WriteFile(plain, []byte("version: 1\nisolation: gvisor\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCorral(t, home, "sandbox", "create", "--name", "plain", "--policy", plain, "--", "sleep", "1d")
+	if _, errOut, code := corral(t, home, "sandbox", "pause", "plain", "--memory"); code == 0 || !strings.Contains(errOut, "memory_snapshots") {
+		t.Errorf("pause --memory of a gVisor sandbox on the host's network: exit %d, %q; want a refusal naming lifecycle.memory_snapshots", code, errOut)
+	}
+	if sb := getJSON(t, home, "plain"); sb["phase"] != "ready" {
+		t.Errorf("the refused sandbox is %v, want ready as it was", sb["phase"])
+	}
+	mustCorral(t, home, "sandbox", "delete", "plain")
 }
