@@ -39,8 +39,11 @@ type backend interface {
 func (b *fakeBackend) lifetime() time.Duration   { return 300 * time.Millisecond }
 func (b *dockerBackend) lifetime() time.Duration { return 2 * time.Second }
 
-// The fake driver and images run what they are given by default.
-func (b *fakeBackend) spec() *corralv1.SandboxSpec { return nil }
+// The fake driver runs what it is given; its sandboxes' policy lets them
+// be paused with memory too. Images run what they are given by default.
+func (b *fakeBackend) spec() *corralv1.SandboxSpec {
+	return &corralv1.SandboxSpec{Policy: "version: 1\nisolation: gvisor\nlifecycle: {memory_snapshots: true}\n"}
+}
 func (b *dockerBackend) spec() *corralv1.SandboxSpec {
 	if b.isolation == "" {
 		return nil
@@ -59,7 +62,7 @@ func (b *fakeBackend) args() []string { return []string{"--driver", "fake"} }
 
 func (b *fakeBackend) faults(rng *rand.Rand) {
 	var rules []faults.Rule
-	ops := []string{"create", "start", "stop", "delete", "inspect", "pause", "resume", "workdir", "seed"}
+	ops := []string{"create", "start", "stop", "delete", "inspect", "pause", "pause-memory", "resume", "workdir", "seed"}
 	for range rng.IntN(3) {
 		rule := faults.Rule{Op: ops[rng.IntN(len(ops))], After: rng.IntN(3) == 0}
 		switch rng.IntN(3) {

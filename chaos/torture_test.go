@@ -366,7 +366,7 @@ func (r *run) request(c api, rng *rand.Rand) {
 	case op < 8:
 		_, err = c.StartSandbox(ctx, &corralv1.StartSandboxRequest{Name: name})
 	case op < 10:
-		_, err = c.PauseSandbox(ctx, &corralv1.PauseSandboxRequest{Name: name})
+		_, err = c.PauseSandbox(ctx, &corralv1.PauseSandboxRequest{Name: name, Memory: rng.IntN(2) == 0})
 		if status.Code(err) == codes.Unimplemented { // a backend whose driver cannot pause
 			err = nil
 		}
@@ -402,8 +402,10 @@ func (r *run) request(c api, rng *rand.Rand) {
 	case codes.OK, codes.NotFound, codes.AlreadyExists, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 	case codes.FailedPrecondition:
 		// only "being deleted", request-id reuse, a pause of what does not
-		// run and a resume of what is not paused are legitimate refusals
-		if s := status.Convert(err).Message(); !containsAny(s, "being deleted", "request id", "only a running sandbox can be paused", "is not paused") {
+		// run (or with memory of what is frozen, or cannot be checkpointed)
+		// and a resume of what is not paused are legitimate refusals
+		if s := status.Convert(err).Message(); !containsAny(s, "being deleted", "request id", "only a running sandbox can be paused", "is not paused",
+			"resume it first to pause it with --memory", "cannot pause with memory", "cannot be paused with --memory") {
 			r.fail(refusal(err, "request refused: %v", err))
 		}
 	default:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,7 +206,7 @@ func TestPauseMemoryThroughCLI(t *testing.T) {
 
 	g.signal(syscall.SIGKILL)
 	g.exitCode(30 * time.Second)
-	startGateway(t, home, "--driver", "native")
+	g = startGateway(t, home, "--driver", "native")
 	time.Sleep(time.Second)
 	if sb := getJSON(t, home, "py"); sb["phase"] != "paused" || sb["pause_memory"] != true || sb["generation"] != float64(1) {
 		t.Fatalf("after a SIGKILL of the gateway and a restart: phase %v, pause_memory %v, generation %v", sb["phase"], sb["pause_memory"], sb["generation"])
@@ -221,6 +222,27 @@ func TestPauseMemoryThroughCLI(t *testing.T) {
 	t.Logf("exec into it, resumed first: %v", time.Since(begun))
 	if sb := getJSON(t, home, "py"); sb["phase"] != "ready" || sb["pause_memory"] == true || sb["generation"] != float64(1) {
 		t.Errorf("after the exec: phase %v, pause_memory %v, generation %v; want ready, the same incarnation", sb["phase"], sb["pause_memory"], sb["generation"])
+	}
+
+	// A gateway SIGKILLed as the pause is being made: after its restart
+	// the sandbox ends paused, and comes back with its state.
+	mustCorral(t, home, "sandbox", "pause", "py", "--memory", "--detach")
+	time.Sleep(100 * time.Millisecond)
+	g.signal(syscall.SIGKILL)
+	g.exitCode(30 * time.Second)
+	startGateway(t, home, "--driver", "native")
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if sb := getJSON(t, home, "py"); sb["phase"] != "paused" {
+			return fmt.Errorf("%v: %v", sb["phase"], sb["reason"])
+		}
+		return nil
+	})
+	if sb := getJSON(t, home, "py"); sb["pause_memory"] != true || workloadProcs(t, id) != 0 {
+		t.Errorf("paused with memory across a SIGKILL of the gateway during the pause: pause_memory %v, %d processes on the host", sb["pause_memory"], workloadProcs(t, id))
+	}
+	mustCorral(t, home, "sandbox", "resume", "py")
+	if got := askMemory(t, home, "py"); got != secret {
+		t.Errorf("resumed after a pause cut short by a SIGKILL, the sandbox tells %q, want %q", got, secret)
 	}
 
 	mustCorral(t, home, "sandbox", "pause", "py", "--memory")
