@@ -14,7 +14,7 @@ import (
 )
 
 // memoryOps are what benchMemory times.
-var memoryOps = []string{"memory checkpoint", "restore from it"}
+var memoryOps = []string{"memory checkpoint", "restore from it", "pause --memory", "resume from it"}
 
 // memoryPolicy is a gVisor sandbox that can be checkpointed.
 const memoryPolicy = "version: 1\nisolation: gvisor\nlifecycle:\n  memory_snapshots: true\n"
@@ -22,8 +22,9 @@ const memoryPolicy = "version: 1\nisolation: gvisor\nlifecycle:\n  memory_snapsh
 // benchMemory times, on the native driver's gVisor tier, a memory
 // snapshot of a running Python program (snapshot --memory, returned with
 // the sandbox going on) and a sandbox made from it (create → ready),
-// beside runsc checkpoint and runsc restore of the same program called
-// directly, on a bundle of the host's root.
+// and a pause --memory → paused and resume → ready of it, beside runsc
+// checkpoint and runsc restore of the same program called directly, on a
+// bundle of the host's root.
 func benchMemory(bin, home string, n, warmup int) (*table, error) {
 	g, err := startGateway(bin, home, "--driver", "native")
 	if err != nil {
@@ -62,6 +63,20 @@ func benchMemory(bin, home string, n, warmup int) (*table, error) {
 		}
 		g.remove(name + "-r")
 		snaps.DeleteSnapshot(ctx, &corralv1.DeleteSnapshotRequest{Name: name})
+		paused, err := g.timed("mem-src", "paused", func() error {
+			_, err := g.api.PauseSandbox(ctx, &corralv1.PauseSandboxRequest{Name: "mem-src", Memory: true})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("corral pause --memory: %w", err)
+		}
+		resumed, err := g.timed("mem-src", "ready", func() error {
+			_, err := g.api.ResumeSandbox(ctx, &corralv1.ResumeSandboxRequest{Name: "mem-src"})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("corral resume after pause --memory: %w", err)
+		}
 		checkpoint, restore, err := direct.cycle(i)
 		if err != nil {
 			return nil, err
@@ -73,6 +88,10 @@ func benchMemory(bin, home string, n, warmup int) (*table, error) {
 		t.add("memory checkpoint", "runsc", checkpoint)
 		t.add("restore from it", "corral", restored)
 		t.add("restore from it", "runsc", restore)
+		t.add("pause --memory", "corral", paused)
+		t.add("pause --memory", "runsc", checkpoint)
+		t.add("resume from it", "corral", resumed)
+		t.add("resume from it", "runsc", restore)
 	}
 	return t, nil
 }
