@@ -161,6 +161,9 @@ func TestMCPOverStdio(t *testing.T) {
 	if got := s.must("sandbox_start", map[string]any{"name": "agent-1"}); got["phase"] != "ready" {
 		t.Errorf("sandbox_start: %v", got)
 	}
+	if _, toolErr := s.call("sandbox_pause", map[string]any{"name": "agent-1", "memory": true}); !strings.Contains(toolErr, "paused with --memory") && !strings.Contains(toolErr, "cannot pause with memory") {
+		t.Errorf("sandbox_pause with memory of a sandbox that cannot be checkpointed: %q; want the reason", toolErr)
+	}
 	if got := s.must("sandbox_pause", map[string]any{"name": "agent-1"}); got["phase"] != "paused" {
 		t.Errorf("sandbox_pause: %v", got)
 	}

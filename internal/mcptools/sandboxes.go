@@ -133,8 +133,9 @@ func (t *Tools) addSandboxTools(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_start", Description: "Start a stopped sandbox again and wait until it runs."},
 		t.intent(func(ctx context.Context, name string) (*client.Sandbox, error) { return t.c.Start(ctx, name, false) }))
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_pause", Description: "Freeze every process of a running sandbox, its memory kept and no CPU used, " +
-		"and wait until it is paused. An exec or a file operation on it is refused until it is resumed, unless its policy says lifecycle.auto_resume."},
-		t.intent(func(ctx context.Context, name string) (*client.Sandbox, error) { return t.c.Pause(ctx, name, false) }))
+		"and wait until it is paused. An exec or a file operation on it is refused until it is resumed, unless its policy says lifecycle.auto_resume. " +
+		"With memory, its processes and memory are checkpointed out to the gateway's disk and the memory freed instead (the gVisor tier with lifecycle.memory_snapshots)."},
+		t.pause)
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_resume", Description: "Thaw a paused sandbox (the same processes go on) and wait until it runs."},
 		t.intent(func(ctx context.Context, name string) (*client.Sandbox, error) { return t.c.Resume(ctx, name, false) }))
 	mcp.AddTool(s, &mcp.Tool{Name: "sandbox_delete", Description: "Delete a sandbox, in any phase, and wait until it is gone."},
@@ -283,6 +284,21 @@ func (t *Tools) intent(do func(ctx context.Context, name string) (*client.Sandbo
 		sb, err := do(ctx, in.Name)
 		return nil, summarize(sb), toolError(err)
 	}
+}
+
+// pauseIn names the sandbox to pause and how.
+type pauseIn struct {
+	Name   string `json:"name" jsonschema:"the sandbox's name or id"`
+	Memory bool   `json:"memory,omitempty" jsonschema:"checkpoint the processes and memory out and free the memory, rather than freeze them in place"`
+}
+
+func (t *Tools) pause(ctx context.Context, _ *mcp.CallToolRequest, in pauseIn) (*mcp.CallToolResult, summary, error) {
+	pause := t.c.Pause
+	if in.Memory {
+		pause = t.c.PauseMemory
+	}
+	sb, err := pause(ctx, in.Name, false)
+	return nil, summarize(sb), toolError(err)
 }
 
 func (t *Tools) exec(ctx context.Context, _ *mcp.CallToolRequest, in execIn) (*mcp.CallToolResult, execOut, error) {

@@ -214,10 +214,13 @@ class Sandbox:
         self._record = _call(self._gw, self._gw.sandboxes.StartSandbox, sandbox_pb2.StartSandboxRequest(name=self.id))
         return self.wait("running", self._record.revision) if wait else self
 
-    def pause(self, wait=True):
+    def pause(self, wait=True, memory=False):
         """Freeze every process of the sandbox, memory kept, and wait until it
-        is paused."""
-        self._record = _call(self._gw, self._gw.sandboxes.PauseSandbox, sandbox_pb2.PauseSandboxRequest(name=self.id))
+        is paused. With ``memory=True`` its processes and memory are
+        checkpointed out to the gateway's disk and the memory freed instead
+        (native's gVisor tier, with ``lifecycle.memory_snapshots``)."""
+        self._record = _call(self._gw, self._gw.sandboxes.PauseSandbox,
+                             sandbox_pb2.PauseSandboxRequest(name=self.id, memory=memory))
         return self.wait("paused", self._record.revision) if wait else self
 
     def resume(self, wait=True):

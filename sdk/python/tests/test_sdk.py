@@ -59,6 +59,8 @@ def test_lifecycle_exec_files_logs_ports():
 def test_pause_snapshot_fork():
     with Sandbox.create("py-snap") as sb:
         sb.files.write("state.txt", "before\n")
+        with pytest.raises(corral.FailedPrecondition, match="memory_snapshots"):
+            sb.pause(memory=True)  # its policy cannot be checkpointed: the reason, and nothing changed
         sb.pause()
         assert sb.phase == "paused"
         with pytest.raises(corral.FailedPrecondition):

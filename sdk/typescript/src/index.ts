@@ -438,9 +438,14 @@ export class Sandbox {
     return this.wait("running", this.record.revision);
   }
 
-  /** Freezes every process of the sandbox, memory kept, and waits until it is paused. */
-  async pause(): Promise<this> {
-    this.record = await unary<SandboxRecord>(this.gateway, (cb) => this.gateway.sandboxes.pauseSandbox({ name: this.id }, cb));
+  /**
+   * Freezes every process of the sandbox, memory kept, and waits until it is paused. With
+   * `{ memory: true }` its processes and memory are checkpointed out to the gateway's disk and
+   * the memory freed instead (native's gVisor tier, with `lifecycle.memory_snapshots`).
+   */
+  async pause(opts: { memory?: boolean } = {}): Promise<this> {
+    const req = { name: this.id, memory: opts.memory ?? false };
+    this.record = await unary<SandboxRecord>(this.gateway, (cb) => this.gateway.sandboxes.pauseSandbox(req, cb));
     return this.wait("paused", this.record.revision);
   }
 

@@ -67,6 +67,7 @@ test("pause, resume, a snapshot, a fork and a sandbox made from the snapshot", a
   const sb = await Sandbox.create({ name: "ts-snap" });
   try {
     await sb.files.write("state.txt", "before\n");
+    await assert.rejects(sb.pause({ memory: true }), (e) => e instanceof corral.FailedPreconditionError && e.reason.includes("memory_snapshots"));
     await sb.pause();
     assert.equal(sb.phase, "paused");
     await assert.rejects(sb.exec(["true"]), corral.FailedPreconditionError);

@@ -213,7 +213,10 @@ class SandboxServiceServicer(object):
         incarnation), resume and delete work on it. An exec, a file operation
         or a port on it is FAILED_PRECONDITION unless its policy says
         lifecycle.auto_resume, which resumes it first. A driver that cannot
-        pause is UNIMPLEMENTED.
+        pause is UNIMPLEMENTED. With memory, the pause checkpoints its
+        processes and memory out and frees the memory instead (the gVisor tier
+        with lifecycle.memory_snapshots; FAILED_PRECONDITION elsewhere, saying
+        why); resume restores them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

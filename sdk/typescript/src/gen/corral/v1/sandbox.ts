@@ -155,6 +155,11 @@ export interface Sandbox {
   network: string;
   /** tenant owns the sandbox: the tenant of the caller that created it. */
   tenant: string;
+  /**
+   * pause_memory says that its pause checkpoints its memory out (asked
+   * with PauseSandboxRequest.memory); false when it is not paused.
+   */
+  pauseMemory: boolean;
 }
 
 /**
@@ -314,10 +319,16 @@ export interface StartSandboxRequest {
   name: string;
 }
 
-/** PauseSandboxRequest names the sandbox to pause. */
+/** PauseSandboxRequest names the sandbox to pause and how. */
 export interface PauseSandboxRequest {
   /** name is the sandbox's name or id. */
   name: string;
+  /**
+   * memory checkpoints the processes and their memory out to the
+   * gateway's disk and frees the memory, rather than freezing them in
+   * place.
+   */
+  memory: boolean;
 }
 
 /** ResumeSandboxRequest names the sandbox to resume. */
@@ -1123,6 +1134,7 @@ function createBaseSandbox(): Sandbox {
     protections: "",
     network: "",
     tenant: "",
+    pauseMemory: false,
   };
 }
 
@@ -1178,6 +1190,9 @@ export const Sandbox: MessageFns<Sandbox> = {
     }
     if (message.tenant !== "") {
       writer.uint32(138).string(message.tenant);
+    }
+    if (message.pauseMemory !== false) {
+      writer.uint32(144).bool(message.pauseMemory);
     }
     return writer;
   },
@@ -1331,6 +1346,14 @@ export const Sandbox: MessageFns<Sandbox> = {
             message.tenant = reader.string();
             continue;
           }
+          case 18: {
+            if (tag !== 144) {
+              break;
+            }
+
+            message.pauseMemory = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1382,6 +1405,11 @@ export const Sandbox: MessageFns<Sandbox> = {
       protections: isSet(object.protections) ? globalThis.String(object.protections) : "",
       network: isSet(object.network) ? globalThis.String(object.network) : "",
       tenant: isSet(object.tenant) ? globalThis.String(object.tenant) : "",
+      pauseMemory: isSet(object.pauseMemory)
+        ? globalThis.Boolean(object.pauseMemory)
+        : isSet(object.pause_memory)
+        ? globalThis.Boolean(object.pause_memory)
+        : false,
     };
   },
 
@@ -1438,6 +1466,9 @@ export const Sandbox: MessageFns<Sandbox> = {
     if (message.tenant !== "") {
       obj.tenant = message.tenant;
     }
+    if (message.pauseMemory !== false) {
+      obj.pauseMemory = message.pauseMemory;
+    }
     return obj;
   },
 
@@ -1467,6 +1498,7 @@ export const Sandbox: MessageFns<Sandbox> = {
     message.protections = object.protections ?? "";
     message.network = object.network ?? "";
     message.tenant = object.tenant ?? "";
+    message.pauseMemory = object.pauseMemory ?? false;
     return message;
   },
 };
@@ -2561,13 +2593,16 @@ export const StartSandboxRequest: MessageFns<StartSandboxRequest> = {
 };
 
 function createBasePauseSandboxRequest(): PauseSandboxRequest {
-  return { name: "" };
+  return { name: "", memory: false };
 }
 
 export const PauseSandboxRequest: MessageFns<PauseSandboxRequest> = {
   encode(message: PauseSandboxRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.name !== "") {
       writer.uint32(10).string(message.name);
+    }
+    if (message.memory !== false) {
+      writer.uint32(16).bool(message.memory);
     }
     return writer;
   },
@@ -2593,6 +2628,14 @@ export const PauseSandboxRequest: MessageFns<PauseSandboxRequest> = {
             message.name = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.memory = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2606,13 +2649,19 @@ export const PauseSandboxRequest: MessageFns<PauseSandboxRequest> = {
   },
 
   fromJSON(object: any): PauseSandboxRequest {
-    return { name: isSet(object.name) ? globalThis.String(object.name) : "" };
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      memory: isSet(object.memory) ? globalThis.Boolean(object.memory) : false,
+    };
   },
 
   toJSON(message: PauseSandboxRequest): unknown {
     const obj: any = {};
     if (message.name !== "") {
       obj.name = message.name;
+    }
+    if (message.memory !== false) {
+      obj.memory = message.memory;
     }
     return obj;
   },
@@ -2623,6 +2672,7 @@ export const PauseSandboxRequest: MessageFns<PauseSandboxRequest> = {
   fromPartial<I extends Exact<DeepPartial<PauseSandboxRequest>, I>>(object: I): PauseSandboxRequest {
     const message = createBasePauseSandboxRequest();
     message.name = object.name ?? "";
+    message.memory = object.memory ?? false;
     return message;
   },
 };
@@ -6535,7 +6585,10 @@ export const SandboxServiceService = {
    * incarnation), resume and delete work on it. An exec, a file operation
    * or a port on it is FAILED_PRECONDITION unless its policy says
    * lifecycle.auto_resume, which resumes it first. A driver that cannot
-   * pause is UNIMPLEMENTED.
+   * pause is UNIMPLEMENTED. With memory, the pause checkpoints its
+   * processes and memory out and frees the memory instead (the gVisor tier
+   * with lifecycle.memory_snapshots; FAILED_PRECONDITION elsewhere, saying
+   * why); resume restores them.
    */
   pauseSandbox: {
     path: "/corral.v1.SandboxService/PauseSandbox" as const,
@@ -6871,7 +6924,10 @@ export interface SandboxServiceServer extends UntypedServiceImplementation {
    * incarnation), resume and delete work on it. An exec, a file operation
    * or a port on it is FAILED_PRECONDITION unless its policy says
    * lifecycle.auto_resume, which resumes it first. A driver that cannot
-   * pause is UNIMPLEMENTED.
+   * pause is UNIMPLEMENTED. With memory, the pause checkpoints its
+   * processes and memory out and frees the memory instead (the gVisor tier
+   * with lifecycle.memory_snapshots; FAILED_PRECONDITION elsewhere, saying
+   * why); resume restores them.
    */
   pauseSandbox: handleUnaryCall<PauseSandboxRequest, Sandbox>;
   /**
@@ -7094,7 +7150,10 @@ export interface SandboxServiceClient extends Client {
    * incarnation), resume and delete work on it. An exec, a file operation
    * or a port on it is FAILED_PRECONDITION unless its policy says
    * lifecycle.auto_resume, which resumes it first. A driver that cannot
-   * pause is UNIMPLEMENTED.
+   * pause is UNIMPLEMENTED. With memory, the pause checkpoints its
+   * processes and memory out and frees the memory instead (the gVisor tier
+   * with lifecycle.memory_snapshots; FAILED_PRECONDITION elsewhere, saying
+   * why); resume restores them.
    */
   pauseSandbox(
     request: PauseSandboxRequest,
