@@ -108,7 +108,7 @@ func summary(p policy.Policy) string {
 	}
 	switch {
 	case p.Lifecycle.MemorySnapshots:
-		parts = append(parts, "memory snapshots (gVisor's own network stack, loopback only: no egress, no ports from outside)")
+		parts = append(parts, "memory snapshots and pause --memory (gVisor's own network stack, loopback only: no egress, no ports from outside)")
 	case p.GVisor():
 		parts = append(parts, "memory snapshots: off (set lifecycle.memory_snapshots: true; the host's network stack cannot be checkpointed)")
 	default:
