@@ -173,6 +173,14 @@ type Store interface {
 	Close() error
 }
 
+// KeptUses and KeptDenials bound the ledgers: the newest of each secret's
+// uses and of each sandbox's denials are kept, the oldest go first (a
+// store may hold up to a tenth more for a while).
+const (
+	KeptUses    = 10000
+	KeptDenials = 1000
+)
+
 // Claim is what a claim of a pool member gives it.
 type Claim struct {
 	Name      string

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store/storetest"
 )
 
 // crashChildEnv names the store file a re-executed test binary writes to
@@ -51,17 +52,17 @@ func TestCrashChild(t *testing.T) {
 	for w := range 16 {
 		go func() {
 			for i := 0; ; i++ {
-				sb := newSandbox(fmt.Sprintf("%s-%d-%d", prefix, w, i), t0)
-				if _, _, err := s.CreateSandbox(ctx, sb, newOp(sb.ID, sandbox.OpCreate, "child", t0)); err != nil {
+				sb := storetest.NewSandbox(fmt.Sprintf("%s-%d-%d", prefix, w, i), storetest.T0)
+				if _, _, err := s.CreateSandbox(ctx, sb, storetest.NewOp(sb.ID, sandbox.OpCreate, "child", storetest.T0)); err != nil {
 					fail(err)
 				}
 				ack("sandbox %s", sb.ID)
-				op := newOp(sb.ID, sandbox.OpDriverCreate, "child", t0)
+				op := storetest.NewOp(sb.ID, sandbox.OpDriverCreate, "child", storetest.T0)
 				if err := s.PutOperation(ctx, op); err != nil {
 					fail(err)
 				}
 				ack("op %s %d %s", sb.ID, op.ID, op.State)
-				op.State, op.FinishedAt = sandbox.OpSucceeded, t0
+				op.State, op.FinishedAt = sandbox.OpSucceeded, storetest.T0
 				if err := s.PutOperation(ctx, op); err != nil {
 					fail(err)
 				}

@@ -9,6 +9,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
+	"github.com/corral-sandbox/corral/internal/store/storetest"
 )
 
 // holdWriter makes the writer run a job that waits until the returned
@@ -56,32 +57,32 @@ func enqueue(t *testing.T, s *Store, n int, write func() error) <-chan error {
 // earlier one.
 func TestGroupCommitSavepoints(t *testing.T) {
 	s := newStore(t)
-	taken := newSandbox("taken", t0)
-	create(t, s, taken)
+	taken := storetest.NewSandbox("taken", storetest.T0)
+	storetest.Create(t, s, taken)
 	writes, commits := s.w.writes.Load(), s.w.commits.Load()
 
 	release := holdWriter(t, s)
-	a := newSandbox("a", t0)
-	dup := newSandbox("taken", t0)
-	half := newSandbox("half", t0) // its request has no deadline: fails after its insert
-	halfReq := newOp(half.ID, sandbox.OpCreate, "me", t0)
+	a := storetest.NewSandbox("a", storetest.T0)
+	dup := storetest.NewSandbox("taken", storetest.T0)
+	half := storetest.NewSandbox("half", storetest.T0) // its request has no deadline: fails after its insert
+	halfReq := storetest.NewOp(half.ID, sandbox.OpCreate, "me", storetest.T0)
 	halfReq.Deadline = time.Time{}
-	b := newSandbox("b", t0)
+	b := storetest.NewSandbox("b", storetest.T0)
 	var outs []<-chan error
 	for i, write := range []func() error{
 		func() error {
-			_, _, err := s.CreateSandbox(testCtx(t), a, newOp(a.ID, sandbox.OpCreate, "me", t0))
+			_, _, err := s.CreateSandbox(testCtx(t), a, storetest.NewOp(a.ID, sandbox.OpCreate, "me", storetest.T0))
 			return err
 		},
 		func() error {
-			_, _, err := s.CreateSandbox(testCtx(t), dup, newOp(dup.ID, sandbox.OpCreate, "me", t0))
+			_, _, err := s.CreateSandbox(testCtx(t), dup, storetest.NewOp(dup.ID, sandbox.OpCreate, "me", storetest.T0))
 			return err
 		},
 		func() error { _, _, err := s.CreateSandbox(testCtx(t), half, halfReq); return err },
 		func() error { // sees a, created earlier in the same batch
 			_, err := s.Mutate(testCtx(t), a.ID, func(sb *sandbox.Sandbox) (store.Mutation, error) {
 				sb.Desired = sandbox.DesiredStopped
-				return store.Mutation{Request: newOp(a.ID, sandbox.OpStop, "me", t0)}, nil
+				return store.Mutation{Request: storetest.NewOp(a.ID, sandbox.OpStop, "me", storetest.T0)}, nil
 			})
 			return err
 		},
@@ -92,7 +93,7 @@ func TestGroupCommitSavepoints(t *testing.T) {
 			return err
 		},
 		func() error {
-			_, _, err := s.CreateSandbox(testCtx(t), b, newOp(b.ID, sandbox.OpCreate, "me", t0))
+			_, _, err := s.CreateSandbox(testCtx(t), b, storetest.NewOp(b.ID, sandbox.OpCreate, "me", storetest.T0))
 			return err
 		},
 	} {
@@ -120,13 +121,13 @@ func TestGroupCommitSavepoints(t *testing.T) {
 		t.Errorf("%d writes counted, want 7", got)
 	}
 
-	if sb := get(t, s, a.ID); sb.Desired != sandbox.DesiredStopped || sb.Revision != 2 {
+	if sb := storetest.Get(t, s, a.ID); sb.Desired != sandbox.DesiredStopped || sb.Revision != 2 {
 		t.Errorf("a is %s at revision %d, want stopped at revision 2", sb.Desired, sb.Revision)
 	}
-	if journal := ops(t, s, a.ID); len(journal) != 2 || journal[0].State != sandbox.OpSuperseded || journal[1].Kind != sandbox.OpStop {
+	if journal := storetest.Ops(t, s, a.ID); len(journal) != 2 || journal[0].State != sandbox.OpSuperseded || journal[1].Kind != sandbox.OpStop {
 		t.Errorf("journal of a: %+v", journal)
 	}
-	get(t, s, b.ID)
+	storetest.Get(t, s, b.ID)
 	if _, err := s.GetSandbox(testCtx(t), half.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the half-done create left its record behind: %v", err)
 	}
@@ -144,10 +145,10 @@ func TestGroupCommitSavepoints(t *testing.T) {
 func TestGroupCommitAbandonedWrite(t *testing.T) {
 	s := newStore(t)
 	release := holdWriter(t, s)
-	sb := newSandbox("gone", t0)
+	sb := storetest.NewSandbox("gone", storetest.T0)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	out := enqueue(t, s, 0, func() error {
-		_, _, err := s.CreateSandbox(ctx, sb, newOp(sb.ID, sandbox.OpCreate, "me", t0))
+		_, _, err := s.CreateSandbox(ctx, sb, storetest.NewOp(sb.ID, sandbox.OpCreate, "me", storetest.T0))
 		return err
 	})
 	cancel()
@@ -155,8 +156,8 @@ func TestGroupCommitAbandonedWrite(t *testing.T) {
 		t.Errorf("abandoned write = %v, want context.Canceled", err)
 	}
 	release()
-	kept := newSandbox("kept", t0)
-	create(t, s, kept) // the writer goes on
+	kept := storetest.NewSandbox("kept", storetest.T0)
+	storetest.Create(t, s, kept) // the writer goes on
 	if _, err := s.GetSandbox(testCtx(t), sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("the abandoned write was made: %v", err)
 	}
@@ -170,9 +171,9 @@ func TestCloseCommitsQueuedWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := holdWriter(t, s)
-	sb := newSandbox("queued", t0)
+	sb := storetest.NewSandbox("queued", storetest.T0)
 	out := enqueue(t, s, 0, func() error {
-		_, _, err := s.CreateSandbox(testCtx(t), sb, newOp(sb.ID, sandbox.OpCreate, "me", t0))
+		_, _, err := s.CreateSandbox(testCtx(t), sb, storetest.NewOp(sb.ID, sandbox.OpCreate, "me", storetest.T0))
 		return err
 	})
 	closed := make(chan error, 1)
@@ -184,10 +185,10 @@ func TestCloseCommitsQueuedWrites(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutOperation(testCtx(t), newOp(sb.ID, sandbox.OpStop, "me", t0)); !errors.Is(err, errClosed) {
+	if err := s.PutOperation(testCtx(t), storetest.NewOp(sb.ID, sandbox.OpStop, "me", storetest.T0)); !errors.Is(err, errClosed) {
 		t.Errorf("write after Close = %v, want errClosed", err)
 	}
-	get(t, openStore(t, path), sb.ID)
+	storetest.Get(t, openStore(t, path), sb.ID)
 }
 
 // The read pool cannot write, whatever it is asked.
@@ -202,19 +203,21 @@ func TestReadPoolIsReadOnly(t *testing.T) {
 // it, whatever the mutation did to the requests.
 func TestMutateReturnsTheStoredLastRequest(t *testing.T) {
 	s := newStore(t)
-	sb := newSandbox("web", t0)
-	create(t, s, sb)
-	at := t0
+	sb := storetest.NewSandbox("web", storetest.T0)
+	storetest.Create(t, s, sb)
+	at := storetest.T0
 	for name, mutation := range map[string]func() store.Mutation{
-		"nothing":        func() store.Mutation { return store.Mutation{} },
-		"a request":      func() store.Mutation { return store.Mutation{Request: newOp(sb.ID, sandbox.OpStop, "me", at)} },
+		"nothing": func() store.Mutation { return store.Mutation{} },
+		"a request": func() store.Mutation {
+			return store.Mutation{Request: storetest.NewOp(sb.ID, sandbox.OpStop, "me", at)}
+		},
 		"settle":         func() store.Mutation { return store.Mutation{SettleRequests: sandbox.OpSucceeded} },
 		"settle nothing": func() store.Mutation { return store.Mutation{SettleRequests: sandbox.OpFailed} },
 		"both": func() store.Mutation {
-			return store.Mutation{Request: newOp(sb.ID, sandbox.OpStart, "me", at), SettleRequests: sandbox.OpSucceeded}
+			return store.Mutation{Request: storetest.NewOp(sb.ID, sandbox.OpStart, "me", at), SettleRequests: sandbox.OpSucceeded}
 		},
 		"a driver entry": func() store.Mutation {
-			return store.Mutation{Put: []*sandbox.Operation{newOp(sb.ID, sandbox.OpDriverStart, "me", at)}}
+			return store.Mutation{Put: []*sandbox.Operation{storetest.NewOp(sb.ID, sandbox.OpDriverStart, "me", at)}}
 		},
 	} {
 		at = at.Add(time.Second)
@@ -225,14 +228,14 @@ func TestMutateReturnsTheStoredLastRequest(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		stored := get(t, s, sb.ID).LastRequest
+		stored := storetest.Get(t, s, sb.ID).LastRequest
 		if r := got.LastRequest; r == nil || r.ID != stored.ID || r.State != stored.State || r.Kind != stored.Kind ||
 			!r.FinishedAt.Equal(stored.FinishedAt) || r.Detail != stored.Detail {
 			t.Errorf("%s: Mutate returned last request %+v, the store has %+v", name, got.LastRequest, stored)
 		}
 	}
 	_, err := s.Mutate(testCtx(t), sb.ID, func(*sandbox.Sandbox) (store.Mutation, error) {
-		return store.Mutation{Put: []*sandbox.Operation{newOp(sb.ID, sandbox.OpStop, "me", at)}}, nil
+		return store.Mutation{Put: []*sandbox.Operation{storetest.NewOp(sb.ID, sandbox.OpStop, "me", at)}}, nil
 	})
 	if err == nil {
 		t.Error("Mutate put a request through Put")

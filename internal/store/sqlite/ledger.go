@@ -7,17 +7,13 @@ import (
 	"strings"
 
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store"
 )
 
-// KeptUses and KeptDenials bound the ledgers: the newest of each secret's
-// uses and of each sandbox's denials are kept, the oldest go first. The
+// The ledgers' bounds are store.KeptUses and store.KeptDenials. The
 // oldest are let go once a tenth of the bound more came (a count of the
 // newest is a walk of the index that long), so a ledger holds up to 10%
 // more for a while.
-const (
-	KeptUses    = 10000
-	KeptDenials = 1000
-)
 
 const (
 	useColumns    = `seq, tenant, secret, credential, sandbox_id, sandbox, time, host, port, method, path, verdict, reason, status`
@@ -60,12 +56,12 @@ func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, 
 			sandboxes[d.SandboxID]++
 		}
 		for k, n := range secrets {
-			if err := s.trim(ctx, q, "credential_uses", "tenant = ?1 AND secret = ?2", n, KeptUses, k.tenant, k.name); err != nil {
+			if err := s.trim(ctx, q, "credential_uses", "tenant = ?1 AND secret = ?2", n, store.KeptUses, k.tenant, k.name); err != nil {
 				return err
 			}
 		}
 		for id, n := range sandboxes {
-			if err := s.trim(ctx, q, "egress_denials", "sandbox_id = ?1", n, KeptDenials, id); err != nil {
+			if err := s.trim(ctx, q, "egress_denials", "sandbox_id = ?1", n, store.KeptDenials, id); err != nil {
 				return err
 			}
 		}

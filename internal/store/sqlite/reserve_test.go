@@ -13,6 +13,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
+	"github.com/corral-sandbox/corral/internal/store/storetest"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -60,8 +61,8 @@ func TestFullDiskStillDeletes(t *testing.T) {
 	s := openStore(t, path)
 	var ids []string
 	for i := range 40 {
-		sb := newSandbox("sb"+string(rune('a'+i%26))+string(rune('a'+i/26)), t0)
-		create(t, s, sb)
+		sb := storetest.NewSandbox("sb"+string(rune('a'+i%26))+string(rune('a'+i/26)), storetest.T0)
+		storetest.Create(t, s, sb)
 		ids = append(ids, sb.ID)
 	}
 	raw := rawDB(t, path)
@@ -75,12 +76,12 @@ func TestFullDiskStillDeletes(t *testing.T) {
 	for _, id := range ids {
 		_, err := s.Mutate(ctx, id, func(sb *sandbox.Sandbox) (store.Mutation, error) {
 			sb.Desired, sb.Phase = sandbox.DesiredDeleted, sandbox.PhaseDeleting
-			return store.Mutation{Request: newOp(id, sandbox.OpDelete, "me", t0)}, nil
+			return store.Mutation{Request: storetest.NewOp(id, sandbox.OpDelete, "me", storetest.T0)}, nil
 		})
 		if err != nil {
 			t.Fatalf("a delete's intent on a full disk: %v", err)
 		}
-		put(t, s, newOp(id, sandbox.OpDriverDelete, "me", t0))
+		storetest.Put(t, s, storetest.NewOp(id, sandbox.OpDriverDelete, "me", storetest.T0))
 		if err := s.DeleteSandbox(ctx, id); err != nil {
 			t.Fatalf("a delete on a full disk: %v", err)
 		}
@@ -88,7 +89,7 @@ func TestFullDiskStillDeletes(t *testing.T) {
 	if _, err := os.Stat(path + ".reserve"); !os.IsNotExist(err) {
 		t.Fatalf("the reserve after writes on a full disk: %v; want it freed for them", err)
 	}
-	_, _, err := s.CreateSandbox(ctx, newSandbox("more", t0), newOp("x", sandbox.OpCreate, "me", t0))
+	_, _, err := s.CreateSandbox(ctx, storetest.NewSandbox("more", storetest.T0), storetest.NewOp("x", sandbox.OpCreate, "me", storetest.T0))
 	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "is full") || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("a create on a full disk: %v; want resource exhausted naming the full disk", err)
 	}
@@ -97,8 +98,8 @@ func TestFullDiskStillDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.w.reserve.tried = time.Time{} // as if reserveRetry had passed
-	sb := newSandbox("after", t0)
-	create(t, s, sb)
+	sb := storetest.NewSandbox("after", storetest.T0)
+	storetest.Create(t, s, sb)
 	if fi, err := os.Stat(path + ".reserve"); err != nil || fi.Size() != ReserveBytes {
 		t.Errorf("the reserve once space is back: %v, %v; want it allocated again", fi, err)
 	}

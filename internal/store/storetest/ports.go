@@ -1,19 +1,18 @@
-package sqlite
+package storetest
 
 import (
 	"errors"
-	"path/filepath"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/corral-sandbox/corral/internal/errdefs"
-	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
-func addresses(t *testing.T, s *Store, sandboxID string) []string {
+func addresses(t *testing.T, s store.Store, sandboxID string) []string {
 	t.Helper()
-	list, err := s.ListExposedPorts(testCtx(t), sandboxID)
+	list, err := s.ListExposedPorts(Ctx(t), sandboxID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,15 +23,14 @@ func addresses(t *testing.T, s *Store, sandboxID string) []string {
 	return out
 }
 
-func TestExposedPorts(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "corral.db")
-	s := openStore(t, path)
-	ctx := testCtx(t)
-	a, b := newSandbox("a", t0), newSandbox("b", t0)
-	create(t, s, a)
-	create(t, s, b)
+func testExposedPorts(t *testing.T, open Opener) {
+	s := open(t, "kept")
+	ctx := Ctx(t)
+	a, b := NewSandbox("a", T0), NewSandbox("b", T0)
+	Create(t, s, a)
+	Create(t, s, b)
 	add := func(id string, port int, addr string, at time.Duration) error {
-		return s.AddExposedPort(ctx, sandbox.ExposedPort{SandboxID: id, Port: port, Address: addr, CreatedAt: t0.Add(at)})
+		return s.AddExposedPort(ctx, sandbox.ExposedPort{SandboxID: id, Port: port, Address: addr, CreatedAt: T0.Add(at)})
 	}
 	if err := add(a.ID, 8080, "127.0.0.1:40001", 0); err != nil {
 		t.Fatal(err)
@@ -67,7 +65,7 @@ func TestExposedPorts(t *testing.T) {
 	}
 	// a reopened store keeps them; a sandbox's delete removes its own
 	s.Close()
-	s = openStore(t, path)
+	s = open(t, "kept")
 	if got := addresses(t, s, ""); !slices.Equal(got, []string{"127.0.0.1:40001", "127.0.0.1:40003"}) {
 		t.Fatalf("after reopening: %v", got)
 	}

@@ -1,18 +1,16 @@
-package sqlite
+package storetest
 
 import (
 	"errors"
-	"path/filepath"
-	"testing"
-	"time"
-
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
+	"testing"
+	"time"
 )
 
 func member(pool, name string, phase sandbox.Phase, at time.Time) *sandbox.Sandbox {
-	sb := newSandbox(name, at)
+	sb := NewSandbox(name, at)
 	sb.Spec.Labels = map[string]string{sandbox.LabelPool: pool}
 	sb.Phase = phase
 	return sb
@@ -24,11 +22,10 @@ func claim(name, requestID string, at time.Time) store.Claim {
 			StartedAt: at, FinishedAt: at, Deadline: at, Detail: "claimed from pool warm"}}
 }
 
-func TestPoolsSurviveReopen(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "corral.db")
-	s := openStore(t, path)
-	ctx := testCtx(t)
-	p := &sandbox.Pool{Tenant: "default", Name: "warm", Size: 2, Spec: sandbox.Spec{Image: "busybox", Command: []string{"sleep", "1"}}, CreatedAt: t0}
+func testPoolsSurviveReopen(t *testing.T, open Opener) {
+	s := open(t, "kept")
+	ctx := Ctx(t)
+	p := &sandbox.Pool{Tenant: "default", Name: "warm", Size: 2, Spec: sandbox.Spec{Image: "busybox", Command: []string{"sleep", "1"}}, CreatedAt: T0}
 	if err := s.CreatePool(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -36,12 +33,12 @@ func TestPoolsSurviveReopen(t *testing.T) {
 		t.Fatalf("second CreatePool: %v, want already exists", err)
 	}
 	s.Close()
-	s = openStore(t, path)
+	s = open(t, "kept")
 	got, err := s.GetPool(ctx, "default", "warm")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Size != 2 || got.Spec.Image != "busybox" || len(got.Spec.Command) != 2 || !got.CreatedAt.Equal(t0) {
+	if got.Size != 2 || got.Spec.Image != "busybox" || len(got.Spec.Command) != 2 || !got.CreatedAt.Equal(T0) {
 		t.Errorf("reopened pool = %+v", got)
 	}
 	if list, err := s.ListPools(ctx, ""); err != nil || len(list) != 1 {
@@ -58,28 +55,28 @@ func TestPoolsSurviveReopen(t *testing.T) {
 	}
 }
 
-func TestClaimSandbox(t *testing.T) {
-	s := newStore(t)
-	ctx := testCtx(t)
-	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "", t0)); !errors.Is(err, errdefs.ErrNotFound) {
+func testClaimSandbox(t *testing.T, open Opener) {
+	s := fresh(t, open)
+	ctx := Ctx(t)
+	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "", T0)); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("claim from a missing pool: %v, want not found", err)
 	}
-	if err := s.CreatePool(ctx, &sandbox.Pool{Tenant: "default", Name: "warm", Size: 3, CreatedAt: t0}); err != nil {
+	if err := s.CreatePool(ctx, &sandbox.Pool{Tenant: "default", Name: "warm", Size: 3, CreatedAt: T0}); err != nil {
 		t.Fatal(err)
 	}
-	create(t, s, member("warm", "warm-provisioning", sandbox.PhaseProvisioning, t0))
-	create(t, s, member("other", "other-ready", sandbox.PhaseReady, t0))
-	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "", t0)); !errors.Is(err, store.ErrNoneReady) {
+	Create(t, s, member("warm", "warm-provisioning", sandbox.PhaseProvisioning, T0))
+	Create(t, s, member("other", "other-ready", sandbox.PhaseReady, T0))
+	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "", T0)); !errors.Is(err, store.ErrNoneReady) {
 		t.Fatalf("claim with none ready: %v, want ErrNoneReady", err)
 	}
-	ready := member("warm", "warm-ready", sandbox.PhaseReady, t0.Add(time.Second))
-	create(t, s, ready)
-	create(t, s, newSandbox("taken", t0))
-	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("taken", "", t0)); !errors.Is(err, errdefs.ErrAlreadyExists) {
+	ready := member("warm", "warm-ready", sandbox.PhaseReady, T0.Add(time.Second))
+	Create(t, s, ready)
+	Create(t, s, NewSandbox("taken", T0))
+	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("taken", "", T0)); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Fatalf("claim to a taken name: %v, want already exists", err)
 	}
 
-	sb, claimed, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "req-1", t0.Add(time.Minute)))
+	sb, claimed, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "req-1", T0.Add(time.Minute)))
 	if err != nil || !claimed {
 		t.Fatalf("claim: %v, %v", claimed, err)
 	}
@@ -96,11 +93,11 @@ func TestClaimSandbox(t *testing.T) {
 	if last := ops[len(ops)-1]; last.Kind != sandbox.OpClaim || last.State != sandbox.OpSucceeded {
 		t.Errorf("last journal entry %+v, want a settled claim", last)
 	}
-	again, claimed, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "req-1", t0))
+	again, claimed, err := s.ClaimSandbox(ctx, "default", "warm", claim("x", "req-1", T0))
 	if err != nil || claimed || again.ID != sb.ID {
 		t.Errorf("retried claim = %v, %v, %v; want the same sandbox, not claimed again", again, claimed, err)
 	}
-	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("y", "", t0)); !errors.Is(err, store.ErrNoneReady) {
+	if _, _, err := s.ClaimSandbox(ctx, "default", "warm", claim("y", "", T0)); !errors.Is(err, store.ErrNoneReady) {
 		t.Errorf("claim after the only ready member went: %v, want ErrNoneReady", err)
 	}
 }
