@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corral-sandbox/corral/internal/cgroups"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -160,21 +159,6 @@ func TestMemorySnapshotCutShortBySIGKILL(t *testing.T) {
 	mustCorral(t, home, "snapshot", "delete", "whole")
 }
 
-// workloadProcs counts the host processes of native sandbox id's
-// workload (its cgroup's "sandbox" group).
-func workloadProcs(t *testing.T, id string) int {
-	t.Helper()
-	procs := filepath.Join(cgroups.Root, "corral", id, "sandbox", "cgroup.procs")
-	if !cgroups.Unified() {
-		procs = filepath.Join(cgroups.Root, "pids", "corral", id, "sandbox", "cgroup.procs")
-	}
-	data, err := os.ReadFile(procs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(strings.Fields(string(data)))
-}
-
 // pause --memory through the gateway and the CLI, on native's gVisor tier:
 // the sandbox is paused with no process left on the host, stays so across
 // a gateway SIGKILL and restart, and an exec (auto_resume) restores it
@@ -200,7 +184,7 @@ func TestPauseMemoryThroughCLI(t *testing.T) {
 	if sb := getJSON(t, home, "py"); sb["phase"] != "paused" || sb["pause_memory"] != true {
 		t.Fatalf("after pause --memory: phase %v, pause_memory %v", sb["phase"], sb["pause_memory"])
 	}
-	if n := workloadProcs(t, id); n != 0 {
+	if n := len(workloadPids(t, id)); n != 0 {
 		t.Errorf("paused with its memory out, the sandbox has %d processes on the host", n)
 	}
 
@@ -211,7 +195,7 @@ func TestPauseMemoryThroughCLI(t *testing.T) {
 	if sb := getJSON(t, home, "py"); sb["phase"] != "paused" || sb["pause_memory"] != true || sb["generation"] != float64(1) {
 		t.Fatalf("after a SIGKILL of the gateway and a restart: phase %v, pause_memory %v, generation %v", sb["phase"], sb["pause_memory"], sb["generation"])
 	}
-	if n := workloadProcs(t, id); n != 0 {
+	if n := len(workloadPids(t, id)); n != 0 {
 		t.Errorf("after the restart the sandbox paused with its memory out has %d processes on the host", n)
 	}
 
@@ -237,8 +221,8 @@ func TestPauseMemoryThroughCLI(t *testing.T) {
 		}
 		return nil
 	})
-	if sb := getJSON(t, home, "py"); sb["pause_memory"] != true || workloadProcs(t, id) != 0 {
-		t.Errorf("paused with memory across a SIGKILL of the gateway during the pause: pause_memory %v, %d processes on the host", sb["pause_memory"], workloadProcs(t, id))
+	if sb := getJSON(t, home, "py"); sb["pause_memory"] != true || len(workloadPids(t, id)) != 0 {
+		t.Errorf("paused with memory across a SIGKILL of the gateway during the pause: pause_memory %v, %d processes on the host", sb["pause_memory"], len(workloadPids(t, id)))
 	}
 	mustCorral(t, home, "sandbox", "resume", "py")
 	if got := askMemory(t, home, "py"); got != secret {

@@ -19,19 +19,12 @@ import (
 // group), read from the host.
 func cpuTicks(t *testing.T, id string) int64 {
 	t.Helper()
-	procs := filepath.Join(cgroups.Root, "corral", id, "sandbox", "cgroup.procs")
-	if !cgroups.Unified() {
-		procs = filepath.Join(cgroups.Root, "pids", "corral", id, "sandbox", "cgroup.procs")
-	}
-	data, err := os.ReadFile(procs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(strings.Fields(string(data))) == 0 {
-		t.Fatalf("no process in %s", procs)
+	pids := workloadPids(t, id)
+	if len(pids) == 0 {
+		t.Fatalf("no process in the workload of %s", id)
 	}
 	var total int64
-	for _, pid := range strings.Fields(string(data)) {
+	for _, pid := range pids {
 		stat, err := os.ReadFile("/proc/" + pid + "/stat")
 		if err != nil {
 			continue // gone meanwhile
@@ -45,6 +38,21 @@ func cpuTicks(t *testing.T, id string) int64 {
 		}
 	}
 	return total
+}
+
+// workloadPids lists the host processes of native sandbox id's workload
+// (its cgroup's "sandbox" group).
+func workloadPids(t *testing.T, id string) []string {
+	t.Helper()
+	procs := filepath.Join(cgroups.Root, "corral", id, "sandbox", "cgroup.procs")
+	if !cgroups.Unified() {
+		procs = filepath.Join(cgroups.Root, "pids", "corral", id, "sandbox", "cgroup.procs")
+	}
+	data, err := os.ReadFile(procs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(data))
 }
 
 // counter reads the count the sandbox's loop writes into /sandbox, from
