@@ -9,6 +9,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
+	"github.com/corral-sandbox/corral/internal/store/sqlstore"
 	"github.com/corral-sandbox/corral/internal/store/storetest"
 )
 
@@ -20,7 +21,7 @@ func holdWriter(t *testing.T, s *Store) (release func()) {
 	started, gate := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- s.w.write(context.Background(), func(*stmts) error {
+		done <- s.w.write(context.Background(), func(sqlstore.Querier) error {
 			close(started)
 			<-gate
 			return nil
@@ -194,7 +195,7 @@ func TestCloseCommitsQueuedWrites(t *testing.T) {
 // The read pool cannot write, whatever it is asked.
 func TestReadPoolIsReadOnly(t *testing.T) {
 	s := newStore(t)
-	if _, err := s.r.exec(bg, "CREATE TABLE x (y INTEGER)"); err == nil {
+	if _, err := s.r.Exec(bg, "CREATE TABLE x (y INTEGER)"); err == nil {
 		t.Error("a read connection wrote")
 	}
 }

@@ -16,12 +16,16 @@ import (
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store"
+	"github.com/corral-sandbox/corral/internal/store/sqlstore"
 	msqlite "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
-// Store is the SQLite implementation of store.Store.
+// Store is the SQLite implementation of store.Store: sqlstore's, on this
+// package's writer and read pool.
 type Store struct {
+	*sqlstore.Store
 	path string
 	wdb  *sql.DB // the writing connection, owned by w once open
 	w    *writer
@@ -30,10 +34,6 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
-
-	// appended counts the ledgers' rows added since they were last
-	// trimmed (ledger.go); the writer goroutine alone uses it.
-	appended map[string]int
 }
 
 // readers is the size of the read-only pool.
@@ -61,7 +61,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("store %s: %w", path, err)
 	}
 	wdb.SetMaxOpenConns(1)
-	s := &Store{wdb: wdb, path: path, appended: map[string]int{}}
+	s := &Store{wdb: wdb, path: path}
 	if err := s.init(ctx); err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("store %s: %w", path, err)
@@ -81,8 +81,32 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	rdb.SetMaxOpenConns(readers)
 	rdb.SetMaxIdleConns(readers)
 	s.db, s.r, s.w = rdb, newStmts(rdb), newWriter(conn, newReserve(path))
+	s.Store = sqlstore.New(backend{s})
 	return s, nil
 }
+
+// backend is the Store's sqlstore.Backend: one writer, which serializes
+// every write, and the read pool.
+type backend struct{ s *Store }
+
+func (b backend) Write(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	return b.s.w.write(ctx, fn)
+}
+
+func (b backend) Grow(ctx context.Context, fn func(q sqlstore.Querier) error) error {
+	return b.s.w.grow(ctx, fn)
+}
+
+func (b backend) Reads() sqlstore.Querier { return b.s.r }
+
+func (backend) PoolLabel() string {
+	return `json_extract(spec, '$.labels."` + sandbox.LabelPool + `"')`
+}
+
+// ByIndex names the index: left to itself, SQLite picks the partial index
+// of pending entries for a sandbox's pending requests and visits every
+// pending entry of the store.
+func (backend) ByIndex(name string) string { return "INDEXED BY " + name }
 
 func (s *Store) init(ctx context.Context) error {
 	version, err := s.version(ctx)

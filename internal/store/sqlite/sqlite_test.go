@@ -16,6 +16,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
+	"github.com/corral-sandbox/corral/internal/store/sqlstore"
 	"github.com/corral-sandbox/corral/internal/store/storetest"
 )
 
@@ -72,8 +73,8 @@ func rawExec(t *testing.T, path string, stmts ...string) {
 // read pool refuses writes).
 func writeSQL(t *testing.T, s *Store, query string, args ...any) error {
 	t.Helper()
-	return s.w.write(testCtx(t), func(q *stmts) error {
-		_, err := q.exec(bg, query, args...)
+	return s.w.write(testCtx(t), func(q sqlstore.Querier) error {
+		_, err := q.Exec(bg, query, args...)
 		return err
 	})
 }

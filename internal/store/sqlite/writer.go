@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/corral-sandbox/corral/internal/metrics"
+	"github.com/corral-sandbox/corral/internal/store/sqlstore"
 )
 
 // Group commit. Every write transaction of the store is a job for one
@@ -27,7 +28,7 @@ var errClosed = errors.New("the store is closed")
 
 // job is one queued write transaction.
 type job struct {
-	fn    func(q *stmts) error
+	fn    func(q sqlstore.Querier) error
 	state atomic.Int32 // jobQueued, then jobTaken by the writer or jobAbandoned by its caller
 	done  chan error   // capacity 1: the outcome, sent once the batch committed
 }
@@ -64,7 +65,7 @@ func newWriter(conn *sql.Conn, r *reserve) *writer {
 // a durable write and a cancelled caller never leaves a write half-known.
 // A write that the full disk refused (and rolled back) is tried once more
 // on the store's reserve, freed for it.
-func (w *writer) write(ctx context.Context, fn func(q *stmts) error) error {
+func (w *writer) write(ctx context.Context, fn func(q sqlstore.Querier) error) error {
 	err := w.queue(ctx, fn)
 	if diskFull(err) && w.reserve.release() {
 		err = w.queue(ctx, fn)
@@ -78,14 +79,14 @@ func (w *writer) write(ctx context.Context, fn func(q *stmts) error) error {
 // grow is write for a write that adds a sandbox or a pool: refused at once
 // while the disk is full, so that the reserve stays for the writes that
 // end sandboxes.
-func (w *writer) grow(ctx context.Context, fn func(q *stmts) error) error {
+func (w *writer) grow(ctx context.Context, fn func(q sqlstore.Querier) error) error {
 	if w.reserve.full() {
 		return w.reserve.fullDisk(errors.New("the store's reserve is in use"))
 	}
 	return w.write(ctx, fn)
 }
 
-func (w *writer) queue(ctx context.Context, fn func(q *stmts) error) error {
+func (w *writer) queue(ctx context.Context, fn func(q sqlstore.Querier) error) error {
 	j := &job{fn: fn, done: make(chan error, 1)}
 	w.mu.RLock()
 	if w.closed {
@@ -163,7 +164,7 @@ func (w *writer) commit(batch []*job) (rest []*job) {
 			j.done <- err
 		}
 	}
-	if _, err := w.q.exec(bg, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := w.q.Exec(bg, "BEGIN IMMEDIATE"); err != nil {
 		for _, j := range batch {
 			if j.state.CompareAndSwap(jobQueued, jobTaken) {
 				j.done <- fmt.Errorf("begin: %w", err)
@@ -179,17 +180,17 @@ func (w *writer) commit(batch []*job) (rest []*job) {
 		err, broken := w.savepoint(j.fn)
 		outcomes = append(outcomes, err)
 		if broken != nil {
-			_, _ = w.q.exec(bg, "ROLLBACK")
+			_, _ = w.q.Exec(bg, "ROLLBACK")
 			answer(fmt.Errorf("the transaction it was part of failed: %w", broken))
 			return batch[i+1:]
 		}
 	}
 	if len(ran) == 0 { // every caller gave up: nothing to commit
-		_, _ = w.q.exec(bg, "ROLLBACK")
+		_, _ = w.q.Exec(bg, "ROLLBACK")
 		return nil
 	}
-	if _, err := w.q.exec(bg, "COMMIT"); err != nil {
-		_, _ = w.q.exec(bg, "ROLLBACK")
+	if _, err := w.q.Exec(bg, "COMMIT"); err != nil {
+		_, _ = w.q.Exec(bg, "ROLLBACK")
 		answer(fmt.Errorf("commit: %w", err))
 		return nil
 	}
@@ -202,20 +203,20 @@ func (w *writer) commit(batch []*job) (rest []*job) {
 
 // savepoint runs fn in a savepoint, rolling it back when fn fails. broken
 // is set when the enclosing transaction could not survive the failure.
-func (w *writer) savepoint(fn func(q *stmts) error) (err, broken error) {
-	if _, err := w.q.exec(bg, "SAVEPOINT job"); err != nil {
+func (w *writer) savepoint(fn func(q sqlstore.Querier) error) (err, broken error) {
+	if _, err := w.q.Exec(bg, "SAVEPOINT job"); err != nil {
 		return err, err
 	}
 	if err := fn(w.q); err != nil {
-		if _, rerr := w.q.exec(bg, "ROLLBACK TO job"); rerr != nil {
+		if _, rerr := w.q.Exec(bg, "ROLLBACK TO job"); rerr != nil {
 			return err, rerr
 		}
-		if _, rerr := w.q.exec(bg, "RELEASE job"); rerr != nil {
+		if _, rerr := w.q.Exec(bg, "RELEASE job"); rerr != nil {
 			return err, rerr
 		}
 		return err, nil
 	}
-	if _, err := w.q.exec(bg, "RELEASE job"); err != nil {
+	if _, err := w.q.Exec(bg, "RELEASE job"); err != nil {
 		return err, err
 	}
 	return nil, nil
@@ -259,7 +260,7 @@ func (s *stmts) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-func (s *stmts) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+func (s *stmts) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	st, err := s.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -267,7 +268,7 @@ func (s *stmts) exec(ctx context.Context, query string, args ...any) (sql.Result
 	return st.ExecContext(bg, args...)
 }
 
-func (s *stmts) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+func (s *stmts) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	st, err := s.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -275,7 +276,7 @@ func (s *stmts) query(ctx context.Context, query string, args ...any) (*sql.Rows
 	return st.QueryContext(bg, args...)
 }
 
-func (s *stmts) queryRow(ctx context.Context, query string, args ...any) scanner {
+func (s *stmts) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Scanner {
 	st, err := s.stmt(ctx, query)
 	if err != nil {
 		return errRow{err}

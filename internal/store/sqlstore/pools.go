@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func (s *Store) CreatePool(ctx context.Context, p *sandbox.Pool) error {
 	if err != nil {
 		return err
 	}
-	return s.w.grow(ctx, func(q *stmts) error {
+	return s.b.Grow(ctx, func(q Querier) error {
 		if _, err := getTenant(ctx, q, p.Tenant); err != nil {
 			return err
 		}
@@ -46,14 +46,14 @@ func (s *Store) CreatePool(ctx context.Context, p *sandbox.Pool) error {
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
-		_, err := q.exec(ctx, `INSERT INTO pools (`+poolColumns+`) VALUES (?,?,?,?,?)`,
+		_, err := q.Exec(ctx, `INSERT INTO pools (`+poolColumns+`) VALUES (?,?,?,?,?)`,
 			p.Tenant, p.Name, p.Size, string(spec), nanos(p.CreatedAt))
 		return err
 	})
 }
 
-func getPool(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Pool, error) {
-	p, err := scanPool(q.queryRow(ctx, `SELECT `+poolColumns+` FROM pools WHERE tenant = ? AND name = ?`, tenant, name))
+func getPool(ctx context.Context, q Querier, tenant, name string) (*sandbox.Pool, error) {
+	p, err := scanPool(q.QueryRow(ctx, `SELECT `+poolColumns+` FROM pools WHERE tenant = ? AND name = ?`, tenant, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("pool %q not found", name)
 	}
@@ -62,12 +62,12 @@ func getPool(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Pool,
 
 // GetPool implements store.Store.
 func (s *Store) GetPool(ctx context.Context, tenant, name string) (*sandbox.Pool, error) {
-	return getPool(ctx, s.r, tenant, name)
+	return getPool(ctx, s.b.Reads(), tenant, name)
 }
 
 // ListPools implements store.Store.
 func (s *Store) ListPools(ctx context.Context, tenant string) ([]*sandbox.Pool, error) {
-	rows, err := s.r.query(ctx, `SELECT `+poolColumns+` FROM pools WHERE ? IN ('', tenant) ORDER BY tenant, name`, tenant)
+	rows, err := s.b.Reads().Query(ctx, `SELECT `+poolColumns+` FROM pools WHERE ? IN ('', tenant) ORDER BY tenant, name`, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -85,8 +85,8 @@ func (s *Store) ListPools(ctx context.Context, tenant string) ([]*sandbox.Pool, 
 
 // DeletePool implements store.Store.
 func (s *Store) DeletePool(ctx context.Context, tenant, name string) error {
-	return s.w.write(ctx, func(q *stmts) error {
-		res, err := q.exec(ctx, `DELETE FROM pools WHERE tenant = ? AND name = ?`, tenant, name)
+	return s.b.Write(ctx, func(q Querier) error {
+		res, err := q.Exec(ctx, `DELETE FROM pools WHERE tenant = ? AND name = ?`, tenant, name)
 		if err != nil {
 			return err
 		}
@@ -101,7 +101,9 @@ func (s *Store) ClaimSandbox(ctx context.Context, tenant, pool string, c store.C
 		got     *sandbox.Sandbox
 		claimed bool
 	)
-	err := s.w.write(ctx, func(q *stmts) error {
+	undo := idsOf([]*sandbox.Operation{c.Op})
+	err := s.b.Write(ctx, func(q Querier) error {
+		undo() // a retried attempt inserts what the failed one did
 		existing, err := newSandboxName(ctx, q, tenant, c.RequestID, c.Name)
 		if err != nil || existing != nil {
 			got = existing
@@ -111,8 +113,8 @@ func (s *Store) ClaimSandbox(ctx context.Context, tenant, pool string, c store.C
 			return err
 		}
 		var id string
-		err = q.queryRow(ctx, `SELECT id FROM sandboxes
-			WHERE tenant = ? AND json_extract(spec, '$.labels."`+sandbox.LabelPool+`"') = ? AND desired_state = ? AND phase = ?
+		err = q.QueryRow(ctx, `SELECT id FROM sandboxes
+			WHERE tenant = ? AND `+s.b.PoolLabel()+` = ? AND desired_state = ? AND phase = ?
 			ORDER BY created_at, id LIMIT 1`, tenant, pool, sandbox.DesiredRunning, sandbox.PhaseReady).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNoneReady
@@ -132,7 +134,7 @@ func (s *Store) ClaimSandbox(ctx context.Context, tenant, pool string, c store.C
 		if err != nil {
 			return err
 		}
-		_, err = q.exec(ctx, `UPDATE sandboxes SET name=?, request_id=?, spec=?, updated_at=?, revision=? WHERE id=?`,
+		_, err = q.Exec(ctx, `UPDATE sandboxes SET name=?, request_id=?, spec=?, updated_at=?, revision=? WHERE id=?`,
 			sb.Name, nullString(sb.RequestID), string(spec), nanos(sb.UpdatedAt), sb.Revision, sb.ID)
 		if err != nil {
 			return err
@@ -145,6 +147,7 @@ func (s *Store) ClaimSandbox(ctx context.Context, tenant, pool string, c store.C
 		return nil
 	})
 	if err != nil {
+		undo()
 		return nil, false, err
 	}
 	return got, claimed, nil

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -24,17 +24,14 @@ const (
 // write, sets their Seq, and lets the oldest past the bounds go. Refused
 // while the disk is full, as everything that grows the store is.
 func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, denials []sandbox.EgressDecision) error {
-	return s.w.grow(ctx, func(q *stmts) error {
+	return s.b.Grow(ctx, func(q Querier) error {
 		type secretKey struct{ tenant, name string }
 		secrets, sandboxes := map[secretKey]int{}, map[string]int{}
 		for i := range uses {
 			u := &uses[i]
-			res, err := q.exec(ctx, `INSERT INTO credential_uses (`+useColumns[len("seq, "):]+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-				u.Tenant, u.Secret, u.Credential, u.SandboxID, u.Sandbox, nanos(u.Time), u.Host, u.Port, u.Method, u.Path, u.Verdict, u.Reason, u.Status)
+			err := q.QueryRow(ctx, `INSERT INTO credential_uses (`+useColumns[len("seq, "):]+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) RETURNING seq`,
+				u.Tenant, u.Secret, u.Credential, u.SandboxID, u.Sandbox, nanos(u.Time), u.Host, u.Port, u.Method, u.Path, u.Verdict, u.Reason, u.Status).Scan(&u.Seq)
 			if err != nil {
-				return err
-			}
-			if u.Seq, err = res.LastInsertId(); err != nil {
 				return err
 			}
 			secrets[secretKey{u.Tenant, u.Secret}]++
@@ -45,12 +42,9 @@ func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, 
 			if d.Addr.IsValid() {
 				addr = d.Addr.String()
 			}
-			res, err := q.exec(ctx, `INSERT INTO egress_denials (`+denialColumns[len("seq, "):]+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
-				d.SandboxID, d.Sandbox, nanos(d.Time), d.Host, d.Port, addr, d.Method, d.Path, d.Verdict, d.Policy, d.Reason)
+			err := q.QueryRow(ctx, `INSERT INTO egress_denials (`+denialColumns[len("seq, "):]+`) VALUES (?,?,?,?,?,?,?,?,?,?,?) RETURNING seq`,
+				d.SandboxID, d.Sandbox, nanos(d.Time), d.Host, d.Port, addr, d.Method, d.Path, d.Verdict, d.Policy, d.Reason).Scan(&d.Seq)
 			if err != nil {
-				return err
-			}
-			if d.Seq, err = res.LastInsertId(); err != nil {
 				return err
 			}
 			sandboxes[d.SandboxID]++
@@ -71,23 +65,28 @@ func (s *Store) AppendLedger(ctx context.Context, uses []sandbox.CredentialUse, 
 
 // trim counts added rows of table that where selects with keys (as ?1,
 // ?2) and, once a tenth of keep came since the last trim (or since the
-// store was opened), keeps the newest keep. The writer goroutine runs it:
-// the counts need no lock.
-func (s *Store) trim(ctx context.Context, q *stmts, table, where string, added, keep int, keys ...string) error {
+// store was opened), keeps the newest keep. (A count of a write that
+// then failed stays: it only brings the next trim closer.)
+func (s *Store) trim(ctx context.Context, q Querier, table, where string, added, keep int, keys ...string) error {
 	k := table + "\x00" + strings.Join(keys, "\x00")
+	s.mu.Lock()
 	s.appended[k] += added
-	if s.appended[k] < keep/10 {
+	due := s.appended[k] >= keep/10
+	s.mu.Unlock()
+	if !due {
 		return nil
 	}
 	args := []any{keep - 1}
 	for _, key := range keys {
 		args = append(args, key)
 	}
-	_, err := q.exec(ctx, `DELETE FROM `+table+` WHERE `+where+` AND seq <
+	_, err := q.Exec(ctx, `DELETE FROM `+table+` WHERE `+where+` AND seq <
 		(SELECT seq FROM `+table+` WHERE `+where+` ORDER BY seq DESC LIMIT 1 OFFSET ?`+fmt.Sprint(len(args))+`)`,
 		append(args[1:], args[0])...)
 	if err == nil {
+		s.mu.Lock()
 		delete(s.appended, k)
+		s.mu.Unlock()
 	}
 	return err
 }
@@ -95,8 +94,8 @@ func (s *Store) trim(ctx context.Context, q *stmts, table, where string, added, 
 // CredentialUses implements store.Store: the newest limit uses of secret
 // after seq after, oldest first.
 func (s *Store) CredentialUses(ctx context.Context, tenant, secret string, after int64, limit int) ([]sandbox.CredentialUse, error) {
-	rows, err := s.r.query(ctx, `SELECT * FROM (SELECT `+useColumns+` FROM credential_uses WHERE tenant = ? AND secret = ? AND seq > ?
-		ORDER BY seq DESC LIMIT ?) ORDER BY seq`, tenant, secret, after, limit)
+	rows, err := s.b.Reads().Query(ctx, `SELECT * FROM (SELECT `+useColumns+` FROM credential_uses WHERE tenant = ? AND secret = ? AND seq > ?
+		ORDER BY seq DESC LIMIT ?) AS newest ORDER BY seq`, tenant, secret, after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -118,8 +117,8 @@ func (s *Store) CredentialUses(ctx context.Context, tenant, secret string, after
 // EgressDenials implements store.Store: the newest limit denials of
 // sandbox id after seq after, oldest first.
 func (s *Store) EgressDenials(ctx context.Context, id string, after int64, limit int) ([]sandbox.EgressDecision, error) {
-	rows, err := s.r.query(ctx, `SELECT * FROM (SELECT `+denialColumns+` FROM egress_denials WHERE sandbox_id = ? AND seq > ?
-		ORDER BY seq DESC LIMIT ?) ORDER BY seq`, id, after, limit)
+	rows, err := s.b.Reads().Query(ctx, `SELECT * FROM (SELECT `+denialColumns+` FROM egress_denials WHERE sandbox_id = ? AND seq > ?
+		ORDER BY seq DESC LIMIT ?) AS newest ORDER BY seq`, id, after, limit)
 	if err != nil {
 		return nil, err
 	}

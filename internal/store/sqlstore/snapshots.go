@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -36,18 +36,18 @@ func (s *Store) CreateSnapshot(ctx context.Context, snap *sandbox.Snapshot) erro
 	if err != nil {
 		return err
 	}
-	return s.w.grow(ctx, func(q *stmts) error {
+	return s.b.Grow(ctx, func(q Querier) error {
 		if _, err := getTenant(ctx, q, snap.Tenant); err != nil {
 			return err
 		}
 		var n int
-		if err := q.queryRow(ctx, `SELECT count(*) FROM snapshots WHERE tenant = ? AND name = ?`, snap.Tenant, snap.Name).Scan(&n); err != nil {
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM snapshots WHERE tenant = ? AND name = ?`, snap.Tenant, snap.Name).Scan(&n); err != nil {
 			return err
 		}
 		if n > 0 {
 			return errdefs.AlreadyExists("snapshot %q already exists", snap.Name)
 		}
-		_, err := q.exec(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		_, err := q.Exec(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
 			snap.ID, snap.Tenant, snap.Name, snap.State, snap.Source, snap.SourceName, string(spec), snap.Manifest,
 			snap.Files, snap.Bytes, snap.Paused, nanos(snap.CreatedAt))
 		return err
@@ -56,7 +56,7 @@ func (s *Store) CreateSnapshot(ctx context.Context, snap *sandbox.Snapshot) erro
 
 // FinishSnapshot implements store.Store.
 func (s *Store) FinishSnapshot(ctx context.Context, snap *sandbox.Snapshot) error {
-	return s.w.write(ctx, func(q *stmts) error {
+	return s.b.Write(ctx, func(q Querier) error {
 		t, err := getTenant(ctx, q, snap.Tenant)
 		if err != nil {
 			return err
@@ -75,7 +75,7 @@ func (s *Store) FinishSnapshot(ctx context.Context, snap *sandbox.Snapshot) erro
 		if err != nil {
 			return err
 		}
-		res, err := q.exec(ctx, `UPDATE snapshots SET state = ?, manifest = ?, files = ?, bytes = ?, spec = ?, paused = '' WHERE id = ? AND state = ?`,
+		res, err := q.Exec(ctx, `UPDATE snapshots SET state = ?, manifest = ?, files = ?, bytes = ?, spec = ?, paused = '' WHERE id = ? AND state = ?`,
 			sandbox.SnapshotReady, snap.Manifest, snap.Files, snap.Bytes, string(spec), snap.ID, sandbox.SnapshotCreating)
 		if err != nil {
 			return err
@@ -90,7 +90,7 @@ func (s *Store) FinishSnapshot(ctx context.Context, snap *sandbox.Snapshot) erro
 
 // GetSnapshot implements store.Store.
 func (s *Store) GetSnapshot(ctx context.Context, tenant, nameOrID string) (*sandbox.Snapshot, error) {
-	snap, err := scanSnapshot(s.r.queryRow(ctx, `SELECT `+snapshotColumns+` FROM snapshots
+	snap, err := scanSnapshot(s.b.Reads().QueryRow(ctx, `SELECT `+snapshotColumns+` FROM snapshots
 		WHERE ? IN ('', tenant) AND (name = ? OR id = ?) ORDER BY name = ? DESC LIMIT 1`, tenant, nameOrID, nameOrID, nameOrID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("snapshot %q not found", nameOrID)
@@ -100,7 +100,7 @@ func (s *Store) GetSnapshot(ctx context.Context, tenant, nameOrID string) (*sand
 
 // ListSnapshots implements store.Store.
 func (s *Store) ListSnapshots(ctx context.Context, tenant string) ([]*sandbox.Snapshot, error) {
-	rows, err := s.r.query(ctx, `SELECT `+snapshotColumns+` FROM snapshots WHERE ? IN ('', tenant) ORDER BY created_at, id`, tenant)
+	rows, err := s.b.Reads().Query(ctx, `SELECT `+snapshotColumns+` FROM snapshots WHERE ? IN ('', tenant) ORDER BY created_at, id`, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -118,8 +118,8 @@ func (s *Store) ListSnapshots(ctx context.Context, tenant string) ([]*sandbox.Sn
 
 // DeleteSnapshot implements store.Store.
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
-	return s.w.write(ctx, func(q *stmts) error {
-		res, err := q.exec(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	return s.b.Write(ctx, func(q Querier) error {
+		res, err := q.Exec(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -146,7 +146,9 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 		got     *sandbox.Sandbox
 		created bool
 	)
-	err := s.w.grow(ctx, func(q *stmts) error {
+	undo := idsOf([]*sandbox.Operation{req})
+	err := s.b.Grow(ctx, func(q Querier) error {
+		undo() // a retried attempt inserts what the failed one did
 		existing, err := newSandboxName(ctx, q, sb.Tenant, sb.RequestID, sb.Name)
 		if err != nil || existing != nil {
 			got = existing
@@ -160,7 +162,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 			return err
 		}
 		sb.Revision = 1
-		_, err = q.exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		_, err = q.Exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 			sb.ID, sb.Tenant, sb.Name, nullString(sb.RequestID), string(spec), sb.Desired, sb.Phase, sb.Generation,
 			sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.CreatedAt), nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision,
 			sb.Resources.MemoryBytes, sb.Resources.CPUMillis, sb.Resources.DiskBytes, sb.PauseMemory)
@@ -176,6 +178,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 		return nil
 	})
 	if err != nil {
+		undo()
 		return nil, false, err
 	}
 	return got, created, nil
@@ -185,7 +188,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *sandbox.Sandbox, req *san
 // with name for requestID: it returns the sandbox that requestID made
 // there before, if one did, or errdefs.ErrAlreadyExists when another has
 // the name.
-func newSandboxName(ctx context.Context, q *stmts, tenant, requestID, name string) (*sandbox.Sandbox, error) {
+func newSandboxName(ctx context.Context, q Querier, tenant, requestID, name string) (*sandbox.Sandbox, error) {
 	if requestID != "" {
 		existing, err := getSandbox(ctx, q, "tenant = ? AND s.request_id = ?", tenant, requestID)
 		if err == nil {
@@ -199,7 +202,7 @@ func newSandboxName(ctx context.Context, q *stmts, tenant, requestID, name strin
 		}
 	}
 	var taken int
-	if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE tenant = ? AND name = ?`, tenant, name).Scan(&taken); err != nil {
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM sandboxes WHERE tenant = ? AND name = ?`, tenant, name).Scan(&taken); err != nil {
 		return nil, err
 	} else if taken > 0 {
 		return nil, errdefs.AlreadyExists("sandbox %q already exists", name)
@@ -209,8 +212,8 @@ func newSandboxName(ctx context.Context, q *stmts, tenant, requestID, name strin
 
 // getSandbox returns the sandbox that where selects, with its last
 // request.
-func getSandbox(ctx context.Context, q *stmts, where string, args ...any) (*sandbox.Sandbox, error) {
-	sb, err := scanWithRequest(q.queryRow(ctx, sandboxWithRequest+where, args...))
+func getSandbox(ctx context.Context, q Querier, where string, args ...any) (*sandbox.Sandbox, error) {
+	sb, err := scanWithRequest(q.QueryRow(ctx, sandboxWithRequest+where, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.ErrNotFound
 	}
@@ -237,7 +240,7 @@ func scanWithRequest(row scanner) (*sandbox.Sandbox, error) {
 
 // GetSandbox implements store.Store.
 func (s *Store) GetSandbox(ctx context.Context, id string) (*sandbox.Sandbox, error) {
-	sb, err := getSandbox(ctx, s.r, "id = ?", id)
+	sb, err := getSandbox(ctx, s.b.Reads(), "id = ?", id)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, errdefs.NotFound("sandbox %q not found", id)
 	}
@@ -246,7 +249,7 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (*sandbox.Sandbox, er
 
 // GetSandboxByName implements store.Store.
 func (s *Store) GetSandboxByName(ctx context.Context, tenant, name string) (*sandbox.Sandbox, error) {
-	sb, err := getNamed(ctx, s.r, tenant, name)
+	sb, err := getNamed(ctx, s.b.Reads(), tenant, name)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, errdefs.NotFound("sandbox %q not found", name)
 	}
@@ -255,11 +258,11 @@ func (s *Store) GetSandboxByName(ctx context.Context, tenant, name string) (*san
 
 // getNamed reads the sandbox of tenant named name; tenant "" looks in
 // every tenant (in one statement), and a name found in several is refused.
-func getNamed(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Sandbox, error) {
+func getNamed(ctx context.Context, q Querier, tenant, name string) (*sandbox.Sandbox, error) {
 	if tenant != "" {
 		return getSandbox(ctx, q, "tenant = ? AND s.name = ?", tenant, name)
 	}
-	rows, err := q.query(ctx, sandboxWithRequest+"name = ? ORDER BY s.tenant LIMIT 3", name)
+	rows, err := q.Query(ctx, sandboxWithRequest+"name = ? ORDER BY s.tenant LIMIT 3", name)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +293,7 @@ func getNamed(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Sand
 
 // ListSandboxes implements store.Store.
 func (s *Store) ListSandboxes(ctx context.Context, tenant string) ([]*sandbox.Sandbox, error) {
-	rows, err := s.r.query(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE ? IN ('', tenant) ORDER BY created_at, id`, tenant)
+	rows, err := s.b.Reads().Query(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE ? IN ('', tenant) ORDER BY created_at, id`, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +312,7 @@ func (s *Store) ListSandboxes(ctx context.Context, tenant string) ([]*sandbox.Sa
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	ops, err := s.r.query(ctx, `SELECT `+operationColumns+` FROM operations WHERE id IN
+	ops, err := s.b.Reads().Query(ctx, `SELECT `+operationColumns+` FROM operations WHERE id IN
 		(SELECT max(id) FROM operations WHERE kind IN `+requestKinds+` AND (? = '' OR sandbox_id IN
 			(SELECT id FROM sandboxes WHERE tenant = ?)) GROUP BY sandbox_id)`, tenant, tenant)
 	if err != nil {
@@ -330,14 +333,14 @@ func (s *Store) ListSandboxes(ctx context.Context, tenant string) ([]*sandbox.Sa
 
 // Mutate implements store.Store.
 func (s *Store) Mutate(ctx context.Context, id string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
-	return s.mutate(ctx, id, func(q *stmts) (*sandbox.Sandbox, error) {
+	return s.mutate(ctx, id, func(q Querier) (*sandbox.Sandbox, error) {
 		return getSandbox(ctx, q, "id = ?", id)
 	}, fn)
 }
 
 // MutateNamed implements store.Store.
 func (s *Store) MutateNamed(ctx context.Context, tenant, nameOrID string, fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
-	return s.mutate(ctx, nameOrID, func(q *stmts) (*sandbox.Sandbox, error) {
+	return s.mutate(ctx, nameOrID, func(q Querier) (*sandbox.Sandbox, error) {
 		sb, err := getNamed(ctx, q, tenant, nameOrID)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			sb, err = getSandbox(ctx, q, "id = ? AND ? IN ('', tenant)", nameOrID, tenant)
@@ -348,12 +351,14 @@ func (s *Store) MutateNamed(ctx context.Context, tenant, nameOrID string, fn fun
 
 // mutate is Mutate of the record that find reads in the transaction (key
 // names it in errors).
-func (s *Store) mutate(ctx context.Context, key string, find func(q *stmts) (*sandbox.Sandbox, error), fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
+func (s *Store) mutate(ctx context.Context, key string, find func(q Querier) (*sandbox.Sandbox, error), fn func(sb *sandbox.Sandbox) (store.Mutation, error)) (*sandbox.Sandbox, error) {
 	var (
 		sb   *sandbox.Sandbox
 		undo = func() {}
 	)
-	err := s.w.write(ctx, func(q *stmts) error {
+	err := s.b.Write(ctx, func(q Querier) error {
+		undo() // a retried attempt inserts what the failed one did
+		undo = func() {}
 		var err error
 		sb, err = find(q)
 		if errors.Is(err, errdefs.ErrNotFound) {
@@ -386,7 +391,7 @@ func (s *Store) mutate(ctx context.Context, key string, find func(q *stmts) (*sa
 		if err != nil {
 			return err
 		}
-		_, err = q.exec(ctx, `UPDATE sandboxes SET spec=?, desired_state=?, phase=?, generation=?, reason=?,
+		_, err = q.Exec(ctx, `UPDATE sandboxes SET spec=?, desired_state=?, phase=?, generation=?, reason=?,
 			exit_code=?, restarts=?, updated_at=?, deadline=?, revision=?, memory=?, cpu_millis=?, disk=?, pause_memory=? WHERE id=?`,
 			string(spec), sb.Desired, sb.Phase, sb.Generation, sb.Reason, nullInt(sb.ExitCode), sb.Restarts, nanos(sb.UpdatedAt), nanos(sb.Deadline), sb.Revision,
 			sb.Resources.MemoryBytes, sb.Resources.CPUMillis, sb.Resources.DiskBytes, sb.PauseMemory, sb.ID)
@@ -395,7 +400,7 @@ func (s *Store) mutate(ctx context.Context, key string, find func(q *stmts) (*sa
 		}
 		now := sb.UpdatedAt
 		if m.Request != nil {
-			if err := settleRequests(ctx, q, sb.ID, sandbox.OpSuperseded, now, "superseded by "+string(m.Request.Kind)); err != nil {
+			if err := s.settleRequests(ctx, q, sb.ID, sandbox.OpSuperseded, now, "superseded by "+string(m.Request.Kind)); err != nil {
 				return err
 			}
 			if err := putOperation(ctx, q, m.Request); err != nil {
@@ -405,7 +410,7 @@ func (s *Store) mutate(ctx context.Context, key string, find func(q *stmts) (*sa
 			sb.LastRequest = &c
 		}
 		if m.SettleRequests != "" {
-			if err := settleRequests(ctx, q, sb.ID, m.SettleRequests, now, ""); err != nil {
+			if err := s.settleRequests(ctx, q, sb.ID, m.SettleRequests, now, ""); err != nil {
 				return err
 			}
 			if last := sb.LastRequest; last != nil && last.State == sandbox.OpPending {
@@ -423,11 +428,10 @@ func (s *Store) mutate(ctx context.Context, key string, find func(q *stmts) (*sa
 	return sb, nil
 }
 
-// settleRequests settles the pending requests of one sandbox. The index is
-// named: left to itself, SQLite picks the partial index of pending entries
-// and visits every pending entry of the store.
-func settleRequests(ctx context.Context, q *stmts, id string, state sandbox.OpState, at time.Time, detail string) error {
-	_, err := q.exec(ctx, `UPDATE operations INDEXED BY operations_by_sandbox SET state=?, finished_at=?,
+// settleRequests settles the pending requests of one sandbox, through the
+// index of a sandbox's entries (Backend.ByIndex).
+func (s *Store) settleRequests(ctx context.Context, q Querier, id string, state sandbox.OpState, at time.Time, detail string) error {
+	_, err := q.Exec(ctx, `UPDATE operations `+s.b.ByIndex("operations_by_sandbox")+` SET state=?, finished_at=?,
 		detail = CASE WHEN ? = '' THEN detail ELSE ? END
 		WHERE sandbox_id=? AND state='pending' AND kind IN `+requestKinds,
 		state, nanos(at), detail, detail, id)
@@ -436,13 +440,13 @@ func settleRequests(ctx context.Context, q *stmts, id string, state sandbox.OpSt
 
 // DeleteSandbox implements store.Store.
 func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
-	return s.w.write(ctx, func(q *stmts) error {
+	return s.b.Write(ctx, func(q Querier) error {
 		for _, table := range []string{"operations", "egress_denials"} {
-			if _, err := q.exec(ctx, `DELETE FROM `+table+` WHERE sandbox_id = ?`, id); err != nil {
+			if _, err := q.Exec(ctx, `DELETE FROM `+table+` WHERE sandbox_id = ?`, id); err != nil {
 				return err
 			}
 		}
-		res, err := q.exec(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
+		res, err := q.Exec(ctx, `DELETE FROM sandboxes WHERE id = ?`, id)
 		if err != nil {
 			return err
 		}
@@ -456,7 +460,10 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 // PutOperation implements store.Store.
 func (s *Store) PutOperation(ctx context.Context, ops ...*sandbox.Operation) error {
 	undo := idsOf(ops)
-	err := s.w.write(ctx, func(q *stmts) error { return putOperations(ctx, q, ops) })
+	err := s.b.Write(ctx, func(q Querier) error {
+		undo() // a retried attempt inserts what the failed one did
+		return putOperations(ctx, q, ops)
+	})
 	if err != nil {
 		undo()
 	}
@@ -477,7 +484,7 @@ func idsOf(ops []*sandbox.Operation) (undo func()) {
 	}
 }
 
-func putOperations(ctx context.Context, q *stmts, ops []*sandbox.Operation) error {
+func putOperations(ctx context.Context, q Querier, ops []*sandbox.Operation) error {
 	for _, o := range ops {
 		if err := putOperation(ctx, q, o); err != nil {
 			return err
@@ -486,31 +493,26 @@ func putOperations(ctx context.Context, q *stmts, ops []*sandbox.Operation) erro
 	return nil
 }
 
-func putOperation(ctx context.Context, q *stmts, o *sandbox.Operation) error {
+func putOperation(ctx context.Context, q Querier, o *sandbox.Operation) error {
 	if o.Deadline.IsZero() {
 		return fmt.Errorf("operation %s of sandbox %s has no deadline", o.Kind, o.SandboxID)
 	}
 	if o.ID != 0 {
-		_, err := q.exec(ctx, `UPDATE operations SET state=?, owner=?, attempt=?, generation=?, started_at=?,
+		_, err := q.Exec(ctx, `UPDATE operations SET state=?, owner=?, attempt=?, generation=?, started_at=?,
 			deadline=?, finished_at=?, error=?, detail=?, actor=? WHERE id=?`,
 			o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline), nullNanos(o.FinishedAt),
 			o.Error, o.Detail, o.Actor, o.ID)
 		return err
 	}
-	res, err := q.exec(ctx, `INSERT INTO operations (sandbox_id, kind, state, owner, attempt, generation,
-		started_at, deadline, finished_at, error, detail, actor) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+	return q.QueryRow(ctx, `INSERT INTO operations (sandbox_id, kind, state, owner, attempt, generation,
+		started_at, deadline, finished_at, error, detail, actor) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
 		o.SandboxID, o.Kind, o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline),
-		nullNanos(o.FinishedAt), o.Error, o.Detail, o.Actor)
-	if err != nil {
-		return err
-	}
-	o.ID, err = res.LastInsertId()
-	return err
+		nullNanos(o.FinishedAt), o.Error, o.Detail, o.Actor).Scan(&o.ID)
 }
 
 // ListOperations implements store.Store.
 func (s *Store) ListOperations(ctx context.Context, sandboxID string) ([]*sandbox.Operation, error) {
-	rows, err := s.r.query(ctx, `SELECT `+operationColumns+` FROM operations WHERE sandbox_id = ? ORDER BY id`, sandboxID)
+	rows, err := s.b.Reads().Query(ctx, `SELECT `+operationColumns+` FROM operations WHERE sandbox_id = ? ORDER BY id`, sandboxID)
 	if err != nil {
 		return nil, err
 	}
@@ -533,8 +535,8 @@ func (s *Store) SettlePending(ctx context.Context, owners store.Owners, state sa
 		where, owner = "owner = ?", owners.Is
 	}
 	var n int64
-	err := s.w.write(ctx, func(q *stmts) error {
-		res, err := q.exec(ctx, `UPDATE operations SET state=?, finished_at=?,
+	err := s.b.Write(ctx, func(q Querier) error {
+		res, err := q.Exec(ctx, `UPDATE operations SET state=?, finished_at=?,
 			error = CASE WHEN error = '' THEN ? ELSE error || '; ' || ? END
 			WHERE state='pending' AND `+where, state, nanos(at), reason, reason, owner)
 		if err != nil {
@@ -549,7 +551,7 @@ func (s *Store) SettlePending(ctx context.Context, owners store.Owners, state sa
 // Identity implements store.Store.
 func (s *Store) Identity(ctx context.Context) (string, error) {
 	var id string
-	if err := s.db.QueryRowContext(ctx, "SELECT id FROM identity").Scan(&id); err != nil {
+	if err := s.b.Reads().QueryRow(ctx, "SELECT id FROM identity").Scan(&id); err != nil {
 		return "", fmt.Errorf("read the store's identity: %w", err)
 	}
 	return id, nil
@@ -557,8 +559,8 @@ func (s *Store) Identity(ctx context.Context) (string, error) {
 
 // AddGatewayEvent implements store.Store.
 func (s *Store) AddGatewayEvent(ctx context.Context, ev store.GatewayEvent) error {
-	return s.w.write(ctx, func(q *stmts) error {
-		_, err := q.exec(ctx, `INSERT INTO gateway_events (at, kind, subject, detail) VALUES (?,?,?,?)`,
+	return s.b.Write(ctx, func(q Querier) error {
+		_, err := q.Exec(ctx, `INSERT INTO gateway_events (at, kind, subject, detail) VALUES (?,?,?,?)`,
 			nanos(ev.At), ev.Kind, ev.Subject, ev.Detail)
 		return err
 	})
@@ -566,7 +568,7 @@ func (s *Store) AddGatewayEvent(ctx context.Context, ev store.GatewayEvent) erro
 
 // ListGatewayEvents implements store.Store.
 func (s *Store) ListGatewayEvents(ctx context.Context) ([]store.GatewayEvent, error) {
-	rows, err := s.r.query(ctx, `SELECT at, kind, subject, detail FROM gateway_events ORDER BY id`)
+	rows, err := s.b.Reads().Query(ctx, `SELECT at, kind, subject, detail FROM gateway_events ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}

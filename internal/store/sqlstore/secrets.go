@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func scanSecret(row scanner) (*sandbox.Secret, error) {
 
 // CreateSecret implements store.Store.
 func (s *Store) CreateSecret(ctx context.Context, sec *sandbox.Secret) error {
-	return s.w.grow(ctx, func(q *stmts) error {
+	return s.b.Grow(ctx, func(q Querier) error {
 		if _, err := getTenant(ctx, q, sec.Tenant); err != nil {
 			return err
 		}
@@ -34,7 +34,7 @@ func (s *Store) CreateSecret(ctx context.Context, sec *sandbox.Secret) error {
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
-		_, err := q.exec(ctx, `INSERT INTO secrets (`+secretColumns+`) VALUES (?,?,?,?,?,?)`,
+		_, err := q.Exec(ctx, `INSERT INTO secrets (`+secretColumns+`) VALUES (?,?,?,?,?,?)`,
 			sec.Tenant, sec.Name, sec.Sealed, sec.Fingerprint, nanos(sec.CreatedAt), nanos(sec.UpdatedAt))
 		return err
 	})
@@ -42,8 +42,8 @@ func (s *Store) CreateSecret(ctx context.Context, sec *sandbox.Secret) error {
 
 // UpdateSecret implements store.Store.
 func (s *Store) UpdateSecret(ctx context.Context, sec *sandbox.Secret) error {
-	return s.w.write(ctx, func(q *stmts) error {
-		res, err := q.exec(ctx, `UPDATE secrets SET sealed = ?, fingerprint = ?, updated_at = ? WHERE tenant = ? AND name = ?`,
+	return s.b.Write(ctx, func(q Querier) error {
+		res, err := q.Exec(ctx, `UPDATE secrets SET sealed = ?, fingerprint = ?, updated_at = ? WHERE tenant = ? AND name = ?`,
 			sec.Sealed, sec.Fingerprint, nanos(sec.UpdatedAt), sec.Tenant, sec.Name)
 		if err != nil {
 			return err
@@ -52,8 +52,8 @@ func (s *Store) UpdateSecret(ctx context.Context, sec *sandbox.Secret) error {
 	})
 }
 
-func getSecret(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Secret, error) {
-	sec, err := scanSecret(q.queryRow(ctx, `SELECT `+secretColumns+` FROM secrets WHERE tenant = ? AND name = ?`, tenant, name))
+func getSecret(ctx context.Context, q Querier, tenant, name string) (*sandbox.Secret, error) {
+	sec, err := scanSecret(q.QueryRow(ctx, `SELECT `+secretColumns+` FROM secrets WHERE tenant = ? AND name = ?`, tenant, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("secret %q not found", name)
 	}
@@ -62,12 +62,12 @@ func getSecret(ctx context.Context, q *stmts, tenant, name string) (*sandbox.Sec
 
 // GetSecret implements store.Store.
 func (s *Store) GetSecret(ctx context.Context, tenant, name string) (*sandbox.Secret, error) {
-	return getSecret(ctx, s.r, tenant, name)
+	return getSecret(ctx, s.b.Reads(), tenant, name)
 }
 
 // ListSecrets implements store.Store.
 func (s *Store) ListSecrets(ctx context.Context, tenant string) ([]*sandbox.Secret, error) {
-	rows, err := s.r.query(ctx, `SELECT `+secretColumns+` FROM secrets WHERE ? IN ('', tenant) ORDER BY tenant, name`, tenant)
+	rows, err := s.b.Reads().Query(ctx, `SELECT `+secretColumns+` FROM secrets WHERE ? IN ('', tenant) ORDER BY tenant, name`, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -85,12 +85,12 @@ func (s *Store) ListSecrets(ctx context.Context, tenant string) ([]*sandbox.Secr
 
 // DeleteSecret implements store.Store.
 func (s *Store) DeleteSecret(ctx context.Context, tenant, name string) error {
-	return s.w.write(ctx, func(q *stmts) error {
-		res, err := q.exec(ctx, `DELETE FROM secrets WHERE tenant = ? AND name = ?`, tenant, name)
+	return s.b.Write(ctx, func(q Querier) error {
+		res, err := q.Exec(ctx, `DELETE FROM secrets WHERE tenant = ? AND name = ?`, tenant, name)
 		if err != nil {
 			return err
 		}
-		if _, err := q.exec(ctx, `DELETE FROM credential_uses WHERE tenant = ? AND secret = ?`, tenant, name); err != nil {
+		if _, err := q.Exec(ctx, `DELETE FROM credential_uses WHERE tenant = ? AND secret = ?`, tenant, name); err != nil {
 			return err
 		}
 		return affected(res, "secret %q not found", name)

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -10,30 +10,30 @@ import (
 
 // AddExposedPort implements store.Store.
 func (s *Store) AddExposedPort(ctx context.Context, p sandbox.ExposedPort) error {
-	return s.w.grow(ctx, func(q *stmts) error {
+	return s.b.Grow(ctx, func(q Querier) error {
 		var n int
-		if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE id = ?`, p.SandboxID).Scan(&n); err != nil {
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM sandboxes WHERE id = ?`, p.SandboxID).Scan(&n); err != nil {
 			return err
 		}
 		if n == 0 {
 			return errdefs.NotFound("sandbox %s not found", p.SandboxID)
 		}
 		var taken string
-		err := q.queryRow(ctx, `SELECT address FROM exposed_ports WHERE sandbox_id = ? AND port = ?`, p.SandboxID, p.Port).Scan(&taken)
+		err := q.QueryRow(ctx, `SELECT address FROM exposed_ports WHERE sandbox_id = ? AND port = ?`, p.SandboxID, p.Port).Scan(&taken)
 		if err == nil {
 			return errdefs.AlreadyExists("port %d of sandbox %s is already exposed at %s", p.Port, p.SandboxID, taken)
 		}
 		if err != sql.ErrNoRows {
 			return err
 		}
-		err = q.queryRow(ctx, `SELECT sandbox_id FROM exposed_ports WHERE address = ?`, p.Address).Scan(&taken)
+		err = q.QueryRow(ctx, `SELECT sandbox_id FROM exposed_ports WHERE address = ?`, p.Address).Scan(&taken)
 		if err == nil {
 			return errdefs.AlreadyExists("address %s already serves a port of sandbox %s", p.Address, taken)
 		}
 		if err != sql.ErrNoRows {
 			return err
 		}
-		_, err = q.exec(ctx, `INSERT INTO exposed_ports (sandbox_id, port, address, created_at) VALUES (?,?,?,?)`,
+		_, err = q.Exec(ctx, `INSERT INTO exposed_ports (sandbox_id, port, address, created_at) VALUES (?,?,?,?)`,
 			p.SandboxID, p.Port, p.Address, nanos(p.CreatedAt))
 		return err
 	})
@@ -41,8 +41,8 @@ func (s *Store) AddExposedPort(ctx context.Context, p sandbox.ExposedPort) error
 
 // RemoveExposedPort implements store.Store.
 func (s *Store) RemoveExposedPort(ctx context.Context, sandboxID string, port int) error {
-	return s.w.write(ctx, func(q *stmts) error {
-		res, err := q.exec(ctx, `DELETE FROM exposed_ports WHERE sandbox_id = ? AND port = ?`, sandboxID, port)
+	return s.b.Write(ctx, func(q Querier) error {
+		res, err := q.Exec(ctx, `DELETE FROM exposed_ports WHERE sandbox_id = ? AND port = ?`, sandboxID, port)
 		if err != nil {
 			return err
 		}
@@ -52,7 +52,7 @@ func (s *Store) RemoveExposedPort(ctx context.Context, sandboxID string, port in
 
 // ListExposedPorts implements store.Store.
 func (s *Store) ListExposedPorts(ctx context.Context, sandboxID string) ([]sandbox.ExposedPort, error) {
-	rows, err := s.r.query(ctx, `SELECT sandbox_id, port, address, created_at FROM exposed_ports
+	rows, err := s.b.Reads().Query(ctx, `SELECT sandbox_id, port, address, created_at FROM exposed_ports
 		WHERE ? = '' OR sandbox_id = ? ORDER BY created_at, sandbox_id, port`, sandboxID, sandboxID)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -26,8 +26,8 @@ func scanTenant(row scanner) (*sandbox.Tenant, error) {
 	return &t, nil
 }
 
-func getTenant(ctx context.Context, q *stmts, name string) (*sandbox.Tenant, error) {
-	t, err := scanTenant(q.queryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE name = ?`, name))
+func getTenant(ctx context.Context, q Querier, name string) (*sandbox.Tenant, error) {
+	t, err := scanTenant(q.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("tenant %q not found", name)
 	}
@@ -35,14 +35,14 @@ func getTenant(ctx context.Context, q *stmts, name string) (*sandbox.Tenant, err
 }
 
 // usage is what the sandboxes of tenant hold, but the one with id except.
-func usage(ctx context.Context, q *stmts, tenant, except string) (sandbox.Usage, error) {
+func usage(ctx context.Context, q Querier, tenant, except string) (sandbox.Usage, error) {
 	var u sandbox.Usage
-	err := q.queryRow(ctx, `SELECT count(*), coalesce(sum(memory), 0), coalesce(sum(cpu_millis), 0), coalesce(sum(disk), 0)
+	err := q.QueryRow(ctx, `SELECT count(*), coalesce(sum(memory), 0), coalesce(sum(cpu_millis), 0), coalesce(sum(disk), 0)
 		FROM sandboxes WHERE tenant = ? AND id != ?`, tenant, except).Scan(&u.Sandboxes, &u.MemoryBytes, &u.CPUMillis, &u.DiskBytes)
 	if err != nil {
 		return u, err
 	}
-	err = q.queryRow(ctx, `SELECT coalesce(sum(bytes), 0) FROM snapshots WHERE tenant = ? AND state = ?`,
+	err = q.QueryRow(ctx, `SELECT coalesce(sum(bytes), 0) FROM snapshots WHERE tenant = ? AND state = ?`,
 		tenant, sandbox.SnapshotReady).Scan(&u.SnapshotBytes)
 	return u, err
 }
@@ -52,7 +52,7 @@ func usage(ctx context.Context, q *stmts, tenant, except string) (sandbox.Usage,
 // is a new one), res given the defaults where the quota bounds what it
 // leaves unlimited. The one writer runs writes one after another, so two
 // creates never both take the last place.
-func withinQuota(ctx context.Context, q *stmts, tenant, id string, res *sandbox.Resources) error {
+func withinQuota(ctx context.Context, q Querier, tenant, id string, res *sandbox.Resources) error {
 	t, err := getTenant(ctx, q, tenant)
 	if err != nil || t.Quota == (sandbox.Quota{}) {
 		return err // no bound: nothing to sum
@@ -74,13 +74,13 @@ func withinQuota(ctx context.Context, q *stmts, tenant, id string, res *sandbox.
 
 // CreateTenant implements store.Store.
 func (s *Store) CreateTenant(ctx context.Context, t *sandbox.Tenant) error {
-	return s.w.grow(ctx, func(q *stmts) error {
+	return s.b.Grow(ctx, func(q Querier) error {
 		if _, err := getTenant(ctx, q, t.Name); err == nil {
 			return errdefs.AlreadyExists("tenant %q already exists", t.Name)
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
 			return err
 		}
-		_, err := q.exec(ctx, `INSERT INTO tenants (`+tenantColumns+`) VALUES (?,?,?,?,?,?,?,?)`, t.Name, t.Quota.Sandboxes,
+		_, err := q.Exec(ctx, `INSERT INTO tenants (`+tenantColumns+`) VALUES (?,?,?,?,?,?,?,?)`, t.Name, t.Quota.Sandboxes,
 			t.Quota.MemoryBytes, t.Quota.CPUMillis, t.Quota.DiskBytes, t.Quota.SnapshotBytes, nanos(t.CreatedAt), nanos(t.UpdatedAt))
 		return err
 	})
@@ -88,8 +88,8 @@ func (s *Store) CreateTenant(ctx context.Context, t *sandbox.Tenant) error {
 
 // UpdateTenant implements store.Store.
 func (s *Store) UpdateTenant(ctx context.Context, t *sandbox.Tenant) error {
-	return s.w.write(ctx, func(q *stmts) error {
-		res, err := q.exec(ctx, `UPDATE tenants SET max_sandboxes = ?, max_memory = ?, max_cpu_millis = ?, max_disk = ?, max_snapshot_bytes = ?,
+	return s.b.Write(ctx, func(q Querier) error {
+		res, err := q.Exec(ctx, `UPDATE tenants SET max_sandboxes = ?, max_memory = ?, max_cpu_millis = ?, max_disk = ?, max_snapshot_bytes = ?,
 			updated_at = ? WHERE name = ?`, t.Quota.Sandboxes, t.Quota.MemoryBytes, t.Quota.CPUMillis, t.Quota.DiskBytes, t.Quota.SnapshotBytes,
 			nanos(t.UpdatedAt), t.Name)
 		if err != nil {
@@ -101,17 +101,17 @@ func (s *Store) UpdateTenant(ctx context.Context, t *sandbox.Tenant) error {
 
 // GetTenant implements store.Store.
 func (s *Store) GetTenant(ctx context.Context, name string) (*sandbox.Tenant, sandbox.Usage, error) {
-	t, err := getTenant(ctx, s.r, name)
+	t, err := getTenant(ctx, s.b.Reads(), name)
 	if err != nil {
 		return nil, sandbox.Usage{}, err
 	}
-	u, err := usage(ctx, s.r, name, "")
+	u, err := usage(ctx, s.b.Reads(), name, "")
 	return t, u, err
 }
 
 // ListTenants implements store.Store.
 func (s *Store) ListTenants(ctx context.Context) ([]*sandbox.Tenant, error) {
-	rows, err := s.r.query(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY name`)
+	rows, err := s.b.Reads().Query(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -129,9 +129,9 @@ func (s *Store) ListTenants(ctx context.Context) ([]*sandbox.Tenant, error) {
 
 // DeleteTenant implements store.Store.
 func (s *Store) DeleteTenant(ctx context.Context, name string) error {
-	return s.w.write(ctx, func(q *stmts) error {
+	return s.b.Write(ctx, func(q Querier) error {
 		var live int
-		if err := q.queryRow(ctx, `SELECT count(*) FROM sandboxes WHERE tenant = ? AND desired_state != ?`,
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM sandboxes WHERE tenant = ? AND desired_state != ?`,
 			name, sandbox.DesiredDeleted).Scan(&live); err != nil {
 			return err
 		}
@@ -142,7 +142,7 @@ func (s *Store) DeleteTenant(ctx context.Context, name string) error {
 			}
 			return errdefs.FailedPrecondition("tenant %q has %s: delete them first, or the tenant with --force", name, what)
 		}
-		res, err := q.exec(ctx, `DELETE FROM tenants WHERE name = ?`, name)
+		res, err := q.Exec(ctx, `DELETE FROM tenants WHERE name = ?`, name)
 		if err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func (s *Store) DeleteTenant(ctx context.Context, name string) error {
 			return err
 		}
 		for _, table := range []string{"pools", "secrets", "credential_uses", "tokens", "snapshots"} {
-			if _, err := q.exec(ctx, `DELETE FROM `+table+` WHERE tenant = ?`, name); err != nil {
+			if _, err := q.Exec(ctx, `DELETE FROM `+table+` WHERE tenant = ?`, name); err != nil {
 				return err
 			}
 		}
@@ -178,17 +178,17 @@ func scanToken(row scanner) (*sandbox.Token, error) {
 
 // CreateToken implements store.Store.
 func (s *Store) CreateToken(ctx context.Context, t *sandbox.Token) error {
-	return s.w.grow(ctx, func(q *stmts) error {
+	return s.b.Grow(ctx, func(q Querier) error {
 		if _, err := getTenant(ctx, q, t.Tenant); err != nil {
 			return err
 		}
 		var taken int
-		if err := q.queryRow(ctx, `SELECT count(*) FROM tokens WHERE name = ?`, t.Name).Scan(&taken); err != nil {
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM tokens WHERE name = ?`, t.Name).Scan(&taken); err != nil {
 			return err
 		} else if taken > 0 {
 			return errdefs.AlreadyExists("token %q already exists", t.Name)
 		}
-		_, err := q.exec(ctx, `INSERT INTO tokens (`+tokenColumns+`) VALUES (?,?,?,?,?,?,?,NULL)`,
+		_, err := q.Exec(ctx, `INSERT INTO tokens (`+tokenColumns+`) VALUES (?,?,?,?,?,?,?,NULL)`,
 			t.ID, t.Name, t.Tenant, t.Role, t.Hash, nanos(t.CreatedAt), nanos(t.ExpiresAt))
 		return err
 	})
@@ -196,7 +196,7 @@ func (s *Store) CreateToken(ctx context.Context, t *sandbox.Token) error {
 
 // TokenByHash implements store.Store.
 func (s *Store) TokenByHash(ctx context.Context, hash []byte) (*sandbox.Token, error) {
-	t, err := scanToken(s.r.queryRow(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = ?`, hash))
+	t, err := scanToken(s.b.Reads().QueryRow(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = ?`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("no such token")
 	}
@@ -205,7 +205,7 @@ func (s *Store) TokenByHash(ctx context.Context, hash []byte) (*sandbox.Token, e
 
 // ListTokens implements store.Store.
 func (s *Store) ListTokens(ctx context.Context, tenant string) ([]*sandbox.Token, error) {
-	rows, err := s.r.query(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE ? IN ('', tenant) ORDER BY created_at, id`, tenant)
+	rows, err := s.b.Reads().Query(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE ? IN ('', tenant) ORDER BY created_at, id`, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -224,9 +224,9 @@ func (s *Store) ListTokens(ctx context.Context, tenant string) ([]*sandbox.Token
 // RevokeToken implements store.Store.
 func (s *Store) RevokeToken(ctx context.Context, nameOrID string, at time.Time) (*sandbox.Token, error) {
 	var t *sandbox.Token
-	err := s.w.write(ctx, func(q *stmts) error {
+	err := s.b.Write(ctx, func(q Querier) error {
 		var err error
-		t, err = scanToken(q.queryRow(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE name = ? OR id = ?`, nameOrID, nameOrID))
+		t, err = scanToken(q.QueryRow(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE name = ? OR id = ?`, nameOrID, nameOrID))
 		if errors.Is(err, sql.ErrNoRows) {
 			return errdefs.NotFound("token %q not found", nameOrID)
 		}
@@ -234,7 +234,7 @@ func (s *Store) RevokeToken(ctx context.Context, nameOrID string, at time.Time) 
 			return err
 		}
 		t.RevokedAt = at
-		_, err = q.exec(ctx, `UPDATE tokens SET revoked_at = ? WHERE id = ?`, nanos(at), t.ID)
+		_, err = q.Exec(ctx, `UPDATE tokens SET revoked_at = ? WHERE id = ?`, nanos(at), t.ID)
 		return err
 	})
 	return t, err
