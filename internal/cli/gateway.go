@@ -14,6 +14,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/earlysignal"
 	"github.com/corral-sandbox/corral/internal/gateway"
+	"github.com/corral-sandbox/corral/internal/store/stores"
 )
 
 func newGatewayCmd(g *globals) *cobra.Command {
@@ -60,6 +61,7 @@ HOME/corral.toml when it exists); flags override the file.`,
 	f.DurationVar(&flags.ProvisioningTimeout, "provisioning-timeout", flags.ProvisioningTimeout, "deadline for a sandbox to become ready")
 	f.DurationVar(&flags.StopTimeout, "stop-timeout", flags.StopTimeout, "grace between SIGTERM and SIGKILL when stopping a sandbox")
 	f.DurationVar(&flags.ResyncInterval, "resync-interval", flags.ResyncInterval, "how often every sandbox is compared with the driver")
+	f.StringVar(&flags.StoreURL, "store", "", "where records and the journal are kept: sqlite://PATH or postgres://USER@HOST:PORT/DATABASE (default: SQLite at HOME/corral.db)")
 	f.StringVar(&flags.Listen, "listen", "", "also serve the API on HOST:PORT over TCP with mutual TLS 1.3")
 	f.StringVar(&flags.MetricsListen, "metrics-listen", "", "serve Prometheus metrics on HOST:PORT at /metrics")
 	f.StringArrayVar(&flags.TLS.ServerNames, "tls-server-name", nil, "extra name or IP for the server certificate (repeatable)")
@@ -105,6 +107,7 @@ func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Confi
 	setDur("stop-timeout", &cfg.StopTimeout, flags.StopTimeout)
 	setDur("resync-interval", &cfg.ResyncInterval, flags.ResyncInterval)
 	setDur("orphan-grace", &cfg.OrphanGrace, flags.OrphanGrace)
+	set("store", &cfg.StoreURL, flags.StoreURL)
 	set("listen", &cfg.Listen, flags.Listen)
 	set("metrics-listen", &cfg.MetricsListen, flags.MetricsListen)
 	if cmd.Flags().Changed("tls-server-name") {
@@ -116,6 +119,9 @@ func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Confi
 		}
 	}
 	err := cfg.Validate()
+	if err == nil {
+		err = stores.Check(cfg.StoreURL)
+	}
 	if err == nil {
 		err = gateway.CheckDriverSettings(cfg)
 	}

@@ -40,6 +40,10 @@ type Config struct {
 	// SandboxLogMaxSize caps what is kept of each sandbox's output on
 	// disk (a size such as 10Mi); older output is rotated away.
 	SandboxLogMaxSize string `toml:"sandbox_log_max_size"`
+	// StoreURL is where the records and the journal are kept: empty for
+	// SQLite at HOME/corral.db, sqlite://PATH for a SQLite file elsewhere,
+	// postgres://USER@HOST:PORT/DATABASE for PostgreSQL.
+	StoreURL string `toml:"store_url"`
 	// Listen, when set (HOST:PORT), also serves the API over TCP with
 	// mutual TLS 1.3.
 	Listen string `toml:"listen"`

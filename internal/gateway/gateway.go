@@ -40,10 +40,24 @@ import (
 	"github.com/corral-sandbox/corral/internal/secrets"
 	"github.com/corral-sandbox/corral/internal/service"
 	"github.com/corral-sandbox/corral/internal/snapshots"
-	"github.com/corral-sandbox/corral/internal/store/sqlite"
+	"github.com/corral-sandbox/corral/internal/store"
+	"github.com/corral-sandbox/corral/internal/store/stores"
 	"github.com/corral-sandbox/corral/internal/tenants"
 	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
+
+// holdStore makes this gateway the only one on its store where the store
+// can be shared (PostgreSQL): two gateways on one store would each settle
+// the other's journal and drive the other's sandboxes.
+func holdStore(st store.Store) error {
+	h, ok := st.(interface{ Hold(context.Context) error })
+	if !ok {
+		return nil // a SQLite store is its home's, which lockHome holds
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return h.Hold(ctx)
+}
 
 // Options are what Run needs besides the settings.
 type Options struct {
@@ -87,11 +101,15 @@ func Run(opts Options) error {
 	}()
 	// The store opens whatever the signals say: a stop during start-up
 	// still settles what dead instances left pending, at the shutdown.
-	st, err := sqlite.Open(context.Background(), filepath.Join(opts.Home, "corral.db"))
+	st, err := stores.Open(context.Background(), cfg.StoreURL, opts.Home)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	if err := holdStore(st); err != nil {
+		return err
+	}
+	log.Info("store open", "store", stores.Describe(cfg.StoreURL, opts.Home))
 	keys, err := secrets.Load(filepath.Join(opts.Home, "secrets.key"))
 	if err != nil {
 		return err

@@ -29,8 +29,10 @@ import (
 // Store is the PostgreSQL implementation of store.Store.
 type Store struct {
 	*sqlstore.Store
-	db *sql.DB
-	r  *querier
+	db   *sql.DB
+	r    *querier
+	url  string
+	held *sql.Conn // the session of Hold's lock, while it is held
 }
 
 var _ store.Store = (*Store)(nil)
@@ -54,21 +56,21 @@ const maxConns = 16
 func Open(ctx context.Context, url string) (*Store, error) {
 	db, err := sql.Open("pgx", url)
 	if err != nil {
-		return nil, fmt.Errorf("store %s: %w", redact(url), err)
+		return nil, fmt.Errorf("store %s: %w", Redact(url), err)
 	}
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	if err := migrate(ctx, db); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("store %s: %w", redact(url), err)
+		return nil, fmt.Errorf("store %s: %w", Redact(url), err)
 	}
-	s := &Store{db: db, r: &querier{x: db}}
+	s := &Store{db: db, r: &querier{x: db}, url: url}
 	s.Store = sqlstore.New(backend{s})
 	return s, nil
 }
 
-// redact is url without its password, for errors.
-func redact(url string) string {
+// Redact is url without its password, for logs and errors.
+func Redact(url string) string {
 	if cfg, err := pgconn.ParseConfig(url); err == nil {
 		return fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
 	}
@@ -134,9 +136,41 @@ func schemaVersion(ctx context.Context, tx *sql.Tx) (int, error) {
 	return v, nil
 }
 
-// Close closes the store's connections.
+// holdLock is the advisory lock key of the gateway that uses the store
+// ("corral-g" in ASCII).
+const holdLock = 0x636f7272616c2d67
+
+// Hold makes this the only store open on its database that holds it,
+// until Close: a second gateway is refused (errdefs.ErrFailedPrecondition)
+// rather than let two gateways reconcile the same records, each settling
+// the other's journal. The lock is PostgreSQL's, of this session: a
+// gateway that dies, SIGKILL included, lets go of it with its connection.
+func (s *Store) Hold(ctx context.Context) error {
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	var got bool
+	if err := c.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", int64(holdLock)).Scan(&got); err != nil {
+		c.Close()
+		return err
+	}
+	if !got {
+		c.Close()
+		return errdefs.FailedPrecondition("another gateway uses the store %s: one gateway per store (stop it first)", Redact(s.url))
+	}
+	s.held = c
+	return nil
+}
+
+// Close closes the store's connections, letting go of Hold's lock.
 func (s *Store) Close() error {
-	return s.db.Close()
+	var err error
+	if s.held != nil {
+		err = s.held.Close()
+		s.held = nil
+	}
+	return errors.Join(err, s.db.Close())
 }
 
 // backend is the Store's sqlstore.Backend.
