@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,4 +46,42 @@ func TestGatewayOnPostgres(t *testing.T) {
 	if code := bad.exitCode(30 * time.Second); code == 0 || !strings.Contains(bad.logs.String(), "want sqlite://PATH or postgres://") || strings.Contains(bad.logs.String(), "hunter2") {
 		t.Errorf("a store URL of another kind: exit %d\n%s", code, bad.logs.String())
 	}
+}
+
+// migrate-store carries a gateway's SQLite store into PostgreSQL: the
+// gateway started on it afterwards has the same sandboxes, running as
+// they were (the identity came along, so its compute objects are still
+// its own), with their journals; a migration while a gateway runs on the
+// home is refused.
+func TestMigrateStoreThroughCLI(t *testing.T) {
+	url := testenv.PostgresDatabase(t, "migrated")
+	home := t.TempDir()
+	g := startGateway(t, home)
+	mustCorral(t, home, "sandbox", "create", "--name", "kept-1")
+	mustCorral(t, home, "sandbox", "create", "--name", "kept-2")
+	mustCorral(t, home, "sandbox", "stop", "kept-2")
+	before := mustCorral(t, home, "sandbox", "history", "kept-1")
+	if _, errOut, code := corral(t, home, "gateway", "migrate-store", "--to", url); code == 0 || !strings.Contains(errOut, "another gateway") {
+		t.Errorf("migrate-store with the gateway running: exit %d, %q", code, errOut)
+	}
+	g.signal(syscall.SIGTERM)
+	if code := g.exitCode(30 * time.Second); code != 0 {
+		t.Fatalf("gateway exit %d", code)
+	}
+
+	out := mustCorral(t, home, "gateway", "migrate-store", "--to", url)
+	if !regexp.MustCompile(`(?m)^sandboxes\s+2$`).MatchString(out) || !regexp.MustCompile(`(?m)^identity\s+1$`).MatchString(out) {
+		t.Errorf("migrate-store printed:\n%s", out)
+	}
+	startGateway(t, home, "--store", url)
+	if sb := getJSON(t, home, "kept-1"); sb["phase"] != "ready" || sb["generation"] != float64(1) {
+		t.Errorf("kept-1 on PostgreSQL: phase %v, generation %v", sb["phase"], sb["generation"])
+	}
+	if sb := getJSON(t, home, "kept-2"); sb["phase"] != "stopped" {
+		t.Errorf("kept-2 on PostgreSQL: phase %v", sb["phase"])
+	}
+	if after := mustCorral(t, home, "sandbox", "history", "kept-1"); !strings.HasPrefix(after, strings.TrimSpace(before)) {
+		t.Errorf("kept-1's journal on PostgreSQL:\n%s\nwant it to begin with the one on SQLite:\n%s", after, before)
+	}
+	mustCorral(t, home, "sandbox", "exec", "kept-1", "--", "true")
 }

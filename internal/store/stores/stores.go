@@ -35,6 +35,27 @@ func Open(ctx context.Context, url, home string) (store.Store, error) {
 	return sqlite.Open(ctx, where)
 }
 
+// SQLitePath is the file of the SQLite store url names (home's when url
+// is ""); errdefs.ErrInvalidArgument when it names another kind.
+func SQLitePath(url, home string) (string, error) {
+	kind, where, err := parse(url)
+	switch {
+	case err != nil:
+		return "", err
+	case kind != "sqlite":
+		return "", errdefs.InvalidArgument("%s is not a SQLite store: want sqlite://PATH", Describe(url, home))
+	case where == "":
+		return filepath.Join(home, "corral.db"), nil
+	}
+	return where, nil
+}
+
+// IsPostgres reports whether url names a PostgreSQL store.
+func IsPostgres(url string) bool {
+	kind, _, err := parse(url)
+	return err == nil && kind == "postgres"
+}
+
 // Describe is url as a log or an error may show it: no password.
 func Describe(url, home string) string {
 	kind, where, err := parse(url)
