@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/caller"
@@ -36,6 +40,10 @@ type figure struct {
 // onlyClients, when set (-clients), limits the core benchmark to the
 // throughput with that many clients.
 var onlyClients int
+
+// postgresServer, when set (-postgres), is a PostgreSQL server the core
+// benchmark makes a database on for each throughput run on PostgreSQL.
+var postgresServer string
 
 // recoveredLine is what the gateway logs once recovery has compared every
 // sandbox with the driver.
@@ -78,6 +86,19 @@ func benchCore(bin, dir string, quick bool) ([]*figure, error) {
 		} else {
 			add(name, ops, "ops/s", "", nil)
 		}
+		if postgresServer == "" {
+			continue
+		}
+		url, err := newDatabase(postgresServer, fmt.Sprintf("corral_bench_%d", clients))
+		if err != nil {
+			return nil, fmt.Errorf("PostgreSQL: %w", err)
+		}
+		pg, err := throughput(bin, filepath.Join(dir, fmt.Sprintf("tput-pg-%d", clients)), clients, run, "--store", url)
+		if err != nil {
+			return nil, fmt.Errorf("throughput with %d clients on PostgreSQL: %w", clients, err)
+		}
+		add(fmt.Sprintf("journaled requests/s, %d clients, PostgreSQL store", clients), pg, "ops/s", "", nil)
+		add(fmt.Sprintf("PostgreSQL / SQLite, %d clients", clients), pg/ops, "×", "", nil)
 	}
 	if onlyClients > 0 {
 		return figs, nil
@@ -114,8 +135,8 @@ var throughputGoals = map[int]int{8: 2000, 64: 4000}
 
 // throughput runs clients that create, stop, start and delete sandboxes
 // (each request journaled) for d, and returns requests per second.
-func throughput(bin, home string, clients int, d time.Duration) (float64, error) {
-	g, err := startGateway(bin, home, "--driver", "fake")
+func throughput(bin, home string, clients int, d time.Duration, args ...string) (float64, error) {
+	g, err := startGateway(bin, home, append([]string{"--driver", "fake"}, args...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -155,6 +176,27 @@ func throughput(bin, home string, clients int, d time.Duration) (float64, error)
 		return 0, err
 	}
 	return float64(ops.Load()) / d.Seconds(), nil
+}
+
+// newDatabase makes an empty database name on the PostgreSQL server
+// (dropping one of that name) and returns its URL.
+func newDatabase(server, name string) (string, error) {
+	db, err := sql.Open("pgx", server)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	for _, stmt := range []string{"DROP DATABASE IF EXISTS " + name + " WITH (FORCE)", "CREATE DATABASE " + name} {
+		if _, err := db.Exec(stmt); err != nil {
+			return "", fmt.Errorf("%s: %w", stmt, err)
+		}
+	}
+	u, err := url.Parse(server)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
 }
 
 // recovery seeds n ready sandboxes (records in the store, running objects

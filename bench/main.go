@@ -61,6 +61,7 @@ func main() {
 	out := flag.String("out", "", "also write the report to this directory: report.md, report.json, latency-N.png")
 	flag.Func("gateway-arg", "an extra argument for every gateway the benchmarks start (repeatable), e.g. --metrics-listen=127.0.0.1:9464 to profile it at /debug/pprof/",
 		func(v string) error { gatewayArgs = append(gatewayArgs, v); return nil })
+	flag.StringVar(&postgresServer, "postgres", os.Getenv("CORRAL_TEST_POSTGRES"), "core: a PostgreSQL server (URL of its maintenance database, as a superuser) to run the throughput on beside SQLite, in databases the bench makes (default $CORRAL_TEST_POSTGRES)")
 	flag.IntVar(&onlyClients, "clients", 0, "core: measure only the journaled requests/s with this many clients, for 10 s (to profile the gateway meanwhile)")
 	flag.Parse()
 	if !slices.Contains(benchmarks, *which) {
