@@ -43,9 +43,9 @@ func enqueue(t *testing.T, s *Store, n int, write func() error) <-chan error {
 	t.Helper()
 	out := make(chan error, 1)
 	go func() { out <- write() }()
-	for i := 0; len(s.w.jobs) == n; i++ {
+	for i := 0; s.w.Queued() == n; i++ {
 		if i > 10000 {
-			t.Fatalf("the write did not queue up (queue %d)", len(s.w.jobs))
+			t.Fatalf("the write did not queue up (queue %d)", s.w.Queued())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -60,7 +60,7 @@ func TestGroupCommitSavepoints(t *testing.T) {
 	s := newStore(t)
 	taken := storetest.NewSandbox("taken", storetest.T0)
 	storetest.Create(t, s, taken)
-	writes, commits := s.w.writes.Load(), s.w.commits.Load()
+	writes, commits := s.w.Writes.Load(), s.w.Commits.Load()
 
 	release := holdWriter(t, s)
 	a := storetest.NewSandbox("a", storetest.T0)
@@ -115,10 +115,10 @@ func TestGroupCommitSavepoints(t *testing.T) {
 			t.Errorf("write %d of the batch: unexpected outcome %v", i, err)
 		}
 	}
-	if got := s.w.commits.Load() - commits; got != 2 {
+	if got := s.w.Commits.Load() - commits; got != 2 {
 		t.Errorf("%d commits, want 2: the holding write's and one for the six queued behind it", got)
 	}
-	if got := s.w.writes.Load() - writes; got != 7 {
+	if got := s.w.Writes.Load() - writes; got != 7 {
 		t.Errorf("%d writes counted, want 7", got)
 	}
 
@@ -186,8 +186,8 @@ func TestCloseCommitsQueuedWrites(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutOperation(testCtx(t), storetest.NewOp(sb.ID, sandbox.OpStop, "me", storetest.T0)); !errors.Is(err, errClosed) {
-		t.Errorf("write after Close = %v, want errClosed", err)
+	if err := s.PutOperation(testCtx(t), storetest.NewOp(sb.ID, sandbox.OpStop, "me", storetest.T0)); !errors.Is(err, sqlstore.ErrClosed) {
+		t.Errorf("write after Close = %v, want ErrClosed", err)
 	}
 	storetest.Get(t, openStore(t, path), sb.ID)
 }

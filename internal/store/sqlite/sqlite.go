@@ -249,7 +249,7 @@ func (s *Store) IntegrityCheck(ctx context.Context) error {
 // database. Writes asked after it fail.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.w.close()
+		s.w.Close()
 		s.r.close()
 		rerr := s.db.Close()
 		s.w.q.close()

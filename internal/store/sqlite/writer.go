@@ -4,71 +4,34 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"sync"
-	"sync/atomic"
 
-	"github.com/corral-sandbox/corral/internal/metrics"
 	"github.com/corral-sandbox/corral/internal/store/sqlstore"
 )
 
-// Group commit. Every write transaction of the store is a job for one
-// writer goroutine, which owns the only writing connection. It takes the
-// jobs that queued while it was busy, runs each as a SAVEPOINT inside one
-// BEGIN IMMEDIATE transaction (a job that fails rolls back only its own
-// savepoint and gets its own error), commits once (one fsync of the WAL,
-// synchronous=FULL), and only then answers each job's caller. An answered
-// write is therefore durable, and writes commit in the order they queued.
+// The writer is sqlstore's group commit on the only writing connection:
+// each batch one BEGIN IMMEDIATE transaction (synchronous=FULL: one fsync
+// of the WAL for all of it), before the disk reserve's rule (reserve.go).
 
-// maxBatch bounds the jobs of one commit.
-const maxBatch = 256
-
-// errClosed answers a write asked of a closed store.
-var errClosed = errors.New("the store is closed")
-
-// job is one queued write transaction.
-type job struct {
-	fn    func(q sqlstore.Querier) error
-	state atomic.Int32 // jobQueued, then jobTaken by the writer or jobAbandoned by its caller
-	done  chan error   // capacity 1: the outcome, sent once the batch committed
-}
-
-const (
-	jobQueued int32 = iota
-	jobTaken
-	jobAbandoned
-)
-
-// writer runs the jobs on the writing connection.
+// writer is the store's writer and its reserve.
 type writer struct {
+	*sqlstore.Writer
 	q       *stmts // the writing connection's statements
 	conn    *sql.Conn
 	reserve *reserve
-
-	mu     sync.RWMutex // guards closed against sends on jobs
-	closed bool
-	jobs   chan *job
-	exited chan struct{}
-
-	writes, commits atomic.Int64 // for tests; the metrics count the same
 }
 
 func newWriter(conn *sql.Conn, r *reserve) *writer {
-	w := &writer{q: newStmts(conn), conn: conn, reserve: r, jobs: make(chan *job, maxBatch), exited: make(chan struct{})}
-	go w.run()
-	return w
+	q := newStmts(conn)
+	return &writer{Writer: sqlstore.NewWriter(batches{q}), q: q, conn: conn, reserve: r}
 }
 
-// write runs fn as one write transaction and returns once it is committed
-// (or failed). ctx bounds only the wait in the queue: once the writer has
-// taken the job, write waits for its outcome, so a nil error always means
-// a durable write and a cancelled caller never leaves a write half-known.
-// A write that the full disk refused (and rolled back) is tried once more
-// on the store's reserve, freed for it.
+// write is Write, and a write that the full disk refused (and rolled
+// back) is tried once more on the store's reserve, freed for it.
 func (w *writer) write(ctx context.Context, fn func(q sqlstore.Querier) error) error {
-	err := w.queue(ctx, fn)
+	err := w.Write(ctx, fn)
 	if diskFull(err) && w.reserve.release() {
-		err = w.queue(ctx, fn)
+		err = w.Write(ctx, fn)
 	}
 	if diskFull(err) {
 		return w.reserve.fullDisk(err)
@@ -86,140 +49,28 @@ func (w *writer) grow(ctx context.Context, fn func(q sqlstore.Querier) error) er
 	return w.write(ctx, fn)
 }
 
-func (w *writer) queue(ctx context.Context, fn func(q sqlstore.Querier) error) error {
-	j := &job{fn: fn, done: make(chan error, 1)}
-	w.mu.RLock()
-	if w.closed {
-		w.mu.RUnlock()
-		return errClosed
+// batches opens each batch's transaction on the writing connection, the
+// only one that writes: BEGIN IMMEDIATE takes SQLite's write lock at once.
+type batches struct{ q *stmts }
+
+func (b batches) Begin() (sqlstore.Batch, error) {
+	if _, err := b.q.Exec(bg, "BEGIN IMMEDIATE"); err != nil {
+		return nil, err
 	}
-	select {
-	case w.jobs <- j:
-	case <-ctx.Done():
-		w.mu.RUnlock()
-		return ctx.Err()
-	}
-	w.mu.RUnlock()
-	select {
-	case err := <-j.done:
-		return err
-	case <-ctx.Done():
-		if j.state.CompareAndSwap(jobQueued, jobAbandoned) {
-			return ctx.Err()
-		}
-		return <-j.done
-	}
+	return batch{b.q}, nil
 }
 
-// close lets the queued jobs finish and stops the writer.
-func (w *writer) close() {
-	w.mu.Lock()
-	if !w.closed {
-		w.closed = true
-		close(w.jobs)
-	}
-	w.mu.Unlock()
-	<-w.exited
+// batch is the open transaction of the writing connection.
+type batch struct{ *stmts }
+
+func (b batch) Commit() error {
+	_, err := b.Exec(bg, "COMMIT")
+	return err
 }
 
-func (w *writer) run() {
-	defer close(w.exited)
-	var batch []*job
-	for {
-		if len(batch) == 0 {
-			j, ok := <-w.jobs
-			if !ok {
-				return
-			}
-			batch = append(batch, j)
-		}
-	drain:
-		for len(batch) < maxBatch {
-			select {
-			case j, ok := <-w.jobs:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, j)
-			default:
-				break drain
-			}
-		}
-		batch = w.commit(batch)
-	}
-}
-
-// commit runs a batch in one transaction and answers its jobs. When the
-// transaction itself breaks, the jobs run so far get the error and the
-// ones not run yet are returned, to go into the next batch.
-func (w *writer) commit(batch []*job) (rest []*job) {
-	var ran []*job
-	outcomes := make([]error, 0, len(batch))
-	answer := func(commitErr error) {
-		for i, j := range ran {
-			err := outcomes[i]
-			if err == nil && commitErr != nil {
-				err = commitErr
-			}
-			j.done <- err
-		}
-	}
-	if _, err := w.q.Exec(bg, "BEGIN IMMEDIATE"); err != nil {
-		for _, j := range batch {
-			if j.state.CompareAndSwap(jobQueued, jobTaken) {
-				j.done <- fmt.Errorf("begin: %w", err)
-			}
-		}
-		return nil
-	}
-	for i, j := range batch {
-		if !j.state.CompareAndSwap(jobQueued, jobTaken) {
-			continue // its caller gave up waiting in the queue
-		}
-		ran = append(ran, j)
-		err, broken := w.savepoint(j.fn)
-		outcomes = append(outcomes, err)
-		if broken != nil {
-			_, _ = w.q.Exec(bg, "ROLLBACK")
-			answer(fmt.Errorf("the transaction it was part of failed: %w", broken))
-			return batch[i+1:]
-		}
-	}
-	if len(ran) == 0 { // every caller gave up: nothing to commit
-		_, _ = w.q.Exec(bg, "ROLLBACK")
-		return nil
-	}
-	if _, err := w.q.Exec(bg, "COMMIT"); err != nil {
-		_, _ = w.q.Exec(bg, "ROLLBACK")
-		answer(fmt.Errorf("commit: %w", err))
-		return nil
-	}
-	w.writes.Add(int64(len(ran)))
-	w.commits.Add(1)
-	metrics.StoreCommitted(len(ran))
-	answer(nil)
-	return nil
-}
-
-// savepoint runs fn in a savepoint, rolling it back when fn fails. broken
-// is set when the enclosing transaction could not survive the failure.
-func (w *writer) savepoint(fn func(q sqlstore.Querier) error) (err, broken error) {
-	if _, err := w.q.Exec(bg, "SAVEPOINT job"); err != nil {
-		return err, err
-	}
-	if err := fn(w.q); err != nil {
-		if _, rerr := w.q.Exec(bg, "ROLLBACK TO job"); rerr != nil {
-			return err, rerr
-		}
-		if _, rerr := w.q.Exec(bg, "RELEASE job"); rerr != nil {
-			return err, rerr
-		}
-		return err, nil
-	}
-	if _, err := w.q.Exec(bg, "RELEASE job"); err != nil {
-		return err, err
-	}
-	return nil, nil
+func (b batch) Rollback() error {
+	_, err := b.Exec(bg, "ROLLBACK")
+	return err
 }
 
 // bg is the context of every statement: a caller's context governs only its
