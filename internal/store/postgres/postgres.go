@@ -1,9 +1,10 @@
-// Package postgres is the PostgreSQL store, for several gateways on one
-// database: sqlstore's SQL through pgx, every write a SERIALIZABLE
-// transaction (PostgreSQL then keeps it as if it ran alone, which is what
-// the store's checks before its inserts need), retried when PostgreSQL
-// gives up on one, and versioned migrations of its own. Secrets reach it
-// sealed by the gateway, as they reach SQLite.
+// Package postgres is the PostgreSQL store: sqlstore's SQL through pgx,
+// written by sqlstore's group commit, each batch one transaction that
+// first takes the database's writer lock (so that it runs alone among the
+// writers of every gateway on the database, as the store's checks before
+// its inserts need, and as SQLite's one writer runs), and versioned
+// migrations of its own. Secrets reach it sealed by the gateway, as they
+// reach SQLite.
 package postgres
 
 import (
@@ -11,7 +12,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +30,7 @@ import (
 type Store struct {
 	*sqlstore.Store
 	db   *sql.DB
+	w    *sqlstore.Writer
 	r    *querier
 	url  string
 	held *sql.Conn // the session of Hold's lock, while it is held
@@ -37,13 +38,10 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// The bounds of a write: how many times a transaction PostgreSQL gave up
-// on (a serialization failure, a deadlock) is tried, and how long one
-// attempt may take once begun.
-const (
-	maxAttempts = 50
-	writeWait   = 30 * time.Second
-)
+// batchWait bounds a batch's transaction, from its lock to its commit:
+// a server that stops answering fails the batch's writes rather than
+// holding them.
+const batchWait = time.Minute
 
 // maxConns bounds the store's connections to the server.
 const maxConns = 16
@@ -65,6 +63,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, fmt.Errorf("store %s: %w", Redact(url), err)
 	}
 	s := &Store{db: db, r: &querier{x: db}, url: url}
+	s.w = sqlstore.NewWriter(batches{db})
 	s.Store = sqlstore.New(backend{s})
 	return s, nil
 }
@@ -163,8 +162,10 @@ func (s *Store) Hold(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the store's connections, letting go of Hold's lock.
+// Close lets the queued writes commit and closes the store's
+// connections, letting go of Hold's lock.
 func (s *Store) Close() error {
+	s.w.Close()
 	var err error
 	if s.held != nil {
 		err = s.held.Close()
@@ -176,38 +177,56 @@ func (s *Store) Close() error {
 // backend is the Store's sqlstore.Backend.
 type backend struct{ s *Store }
 
-// Write runs fn in a SERIALIZABLE transaction, again (up to maxAttempts)
-// when PostgreSQL gave up on it. ctx bounds only the wait before the
-// first attempt: once begun, a write runs to its commit or its failure
-// (within writeWait), so a nil error is a durable write and a caller that
-// went away never leaves one half-known.
+// Write is the writer's.
 func (b backend) Write(ctx context.Context, fn func(q sqlstore.Querier) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeWait)
-	defer cancel()
-	var err error
-	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		if err = b.attempt(wctx, fn); !retryable(err) {
-			return err
-		}
-		time.Sleep(time.Duration(rand.Int64N(int64(attempt)*int64(2*time.Millisecond))) + time.Millisecond)
-	}
-	return fmt.Errorf("the store gave up on a write after %d attempts: %w", maxAttempts, err)
+	return b.s.w.Write(ctx, fn)
 }
 
-func (b backend) attempt(ctx context.Context, fn func(q sqlstore.Querier) error) error {
-	tx, err := b.s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
+// writerLock is the advisory lock key that every batch of every gateway's
+// writer on a database takes first ("corral-w" in ASCII).
+const writerLock = 0x636f7272616c2d77
+
+// batches opens each batch's transaction on a connection of the pool:
+// READ COMMITTED, whose every statement reads what committed before it,
+// after the writer lock, which the transaction holds to its end (both in
+// one round trip). So the batch runs alone among the database's writers
+// and reads all they wrote.
+type batches struct{ db *sql.DB }
+
+var beginBatch = fmt.Sprintf("BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(%d)", int64(writerLock))
+
+func (b batches) Begin() (sqlstore.Batch, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchWait)
+	conn, err := b.db.Conn(ctx)
 	if err != nil {
-		return err
+		cancel()
+		return nil, err
 	}
-	q := &querier{x: tx}
-	if err := fn(q); err != nil {
-		_ = tx.Rollback()
-		return err
+	if _, err := conn.ExecContext(ctx, beginBatch); err != nil {
+		_, _ = conn.ExecContext(ctx, "ROLLBACK")
+		conn.Close()
+		cancel()
+		return nil, err
 	}
-	return tx.Commit()
+	return &batch{querier: querier{x: conn, ctx: ctx}, conn: conn, cancel: cancel}, nil
+}
+
+// batch is one open transaction of the writer, on its connection.
+type batch struct {
+	querier
+	conn   *sql.Conn
+	cancel context.CancelFunc
+}
+
+func (b *batch) Commit() error { return b.end("COMMIT") }
+
+func (b *batch) Rollback() error { return b.end("ROLLBACK") }
+
+// end ends the transaction with stmt and gives the connection back.
+func (b *batch) end(stmt string) error {
+	defer b.cancel()
+	_, err := b.conn.ExecContext(b.ctx, stmt)
+	return errors.Join(err, b.conn.Close())
 }
 
 // Grow is Write: PostgreSQL's disk is its server's.
@@ -224,22 +243,6 @@ func (backend) PoolLabel() string {
 // ByIndex is empty: PostgreSQL's planner needs no naming of the index.
 func (backend) ByIndex(string) string { return "" }
 
-// retryable reports whether PostgreSQL gave up on a transaction that may
-// succeed if run again: a serialization failure, a deadlock, or a unique
-// key that a concurrent transaction took between the store's check and
-// its insert (the next attempt's check sees it).
-func retryable(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code {
-	case "40001", "40P01", "23505":
-		return true
-	}
-	return false
-}
-
 // execer is a *sql.DB or a *sql.Tx.
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -248,18 +251,44 @@ type execer interface {
 }
 
 // querier runs the store's SQL, its ? and ?N placeholders rewritten as
-// PostgreSQL's $N.
-type querier struct{ x execer }
+// PostgreSQL's $N. A batch's runs its statements in the batch's context:
+// a caller's governs only whether its statement starts (see
+// sqlstore.Writer.Write), since cancelling a statement would break the
+// transaction of every write in the batch.
+type querier struct {
+	x   execer
+	ctx context.Context // the batch's; nil: the caller's
+}
+
+// in is the context a statement asked with ctx runs in.
+func (q *querier) in(ctx context.Context) (context.Context, error) {
+	if q.ctx == nil {
+		return ctx, nil
+	}
+	return q.ctx, ctx.Err()
+}
 
 func (q *querier) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	ctx, err := q.in(ctx)
+	if err != nil {
+		return nil, err
+	}
 	return q.x.ExecContext(ctx, rebind(query), args...)
 }
 
 func (q *querier) Query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	ctx, err := q.in(ctx)
+	if err != nil {
+		return nil, err
+	}
 	return q.x.QueryContext(ctx, rebind(query), args...)
 }
 
 func (q *querier) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Scanner {
+	ctx, err := q.in(ctx)
+	if err != nil {
+		return sqlstore.FailedRow(err)
+	}
 	return q.x.QueryRowContext(ctx, rebind(query), args...)
 }
 

@@ -130,7 +130,7 @@ func (s *stmts) Query(ctx context.Context, query string, args ...any) (*sql.Rows
 func (s *stmts) QueryRow(ctx context.Context, query string, args ...any) sqlstore.Scanner {
 	st, err := s.stmt(ctx, query)
 	if err != nil {
-		return errRow{err}
+		return sqlstore.FailedRow(err)
 	}
 	return st.QueryRowContext(bg, args...)
 }
@@ -142,8 +142,3 @@ func (s *stmts) close() {
 		return true
 	})
 }
-
-// errRow is a row that could not be queried.
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }

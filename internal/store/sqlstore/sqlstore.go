@@ -22,6 +22,13 @@ type Querier interface {
 // Scanner is a row to read.
 type Scanner interface{ Scan(dest ...any) error }
 
+// FailedRow is a row that could not be queried: its Scan returns err.
+func FailedRow(err error) Scanner { return failedRow{err} }
+
+type failedRow struct{ err error }
+
+func (r failedRow) Scan(...any) error { return r.err }
+
 // Backend is a database a Store runs on.
 type Backend interface {
 	// Write runs fn as one transaction, as if alone (serializable), and

@@ -167,11 +167,21 @@ func (w *Writer) commit(batch []*job) (rest []*job) {
 		}
 		return nil
 	}
+	alone := len(batch) == 1 // its failure is the transaction's: no savepoint needed
 	for i, j := range batch {
 		if !j.state.CompareAndSwap(jobQueued, jobTaken) {
 			continue // its caller gave up waiting in the queue
 		}
 		ran = append(ran, j)
+		if alone {
+			if err := j.fn(tx); err != nil {
+				_ = tx.Rollback()
+				j.done <- err
+				return nil
+			}
+			outcomes = append(outcomes, nil)
+			break
+		}
 		err, broken := savepoint(tx, j.fn)
 		outcomes = append(outcomes, err)
 		if broken != nil {
