@@ -29,6 +29,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
+	"github.com/corral-sandbox/corral/internal/store/stores"
 	"github.com/corral-sandbox/corral/internal/testbug"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
@@ -39,6 +40,7 @@ var (
 	driverFlag = flag.String("driver", "fake", "the driver to torture: fake, docker or native")
 	killsFlag  = flag.Int("kills", 12, "kill points per seed")
 	isolation  = flag.String("isolation", "", "the isolation tier of the sandboxes (docker): namespaces or gvisor")
+	storeFlag  = flag.String("store", "sqlite", "the gateway's store: sqlite (in its home) or postgres (a database of $CORRAL_TEST_POSTGRES's server)")
 )
 
 var bin string
@@ -67,6 +69,9 @@ func TestTorture(t *testing.T) {
 				testenv.RequireRoot(t)
 			}
 			r := newRunOn(t, seed, *driverFlag, *isolation)
+			if *storeFlag == "postgres" {
+				r.onPostgres()
+			}
 			r.torture(*killsFlag)
 			total += r.kills
 			violations := r.check()
@@ -113,6 +118,28 @@ func TestTortureNativeSmoke(t *testing.T) {
 	}
 }
 
+// TestTorturePostgresSmoke is the bounded run on a PostgreSQL store of
+// every `go test` (the full one is TestTorture with -store postgres).
+func TestTorturePostgresSmoke(t *testing.T) {
+	if *driverFlag != "fake" || *seedFlag >= 0 || *storeFlag != "sqlite" {
+		t.Skip("TestTorture runs the chosen driver and store")
+	}
+	testenv.RequirePostgres(t)
+	created := 0
+	for seed := int64(1); seed <= 2; seed++ {
+		r := newRun(t, seed)
+		r.onPostgres()
+		r.torture(8)
+		for _, v := range r.check() {
+			t.Errorf("seed %d: invariant violated: %s (replay: go test ./chaos -run 'TestTorture$' -store postgres -seed %d -v)", seed, v, seed)
+		}
+		created += len(r.created)
+	}
+	if created == 0 {
+		t.Error("no create was acknowledged: the run tested nothing")
+	}
+}
+
 // TestTortureDockerGVisorSmoke is the bounded run on Docker's gVisor tier
 // of every `go test` (the full one is TestTorture with -driver docker
 // -isolation gvisor).
@@ -143,9 +170,10 @@ type run struct {
 	kills int
 	log   bytes.Buffer // every gateway's output, shown on failure
 
-	env     []string // extra environment of the gateway children
-	label   string   // the gateway's sandbox label
-	backend backend
+	env      []string // extra environment of the gateway children
+	label    string   // the gateway's sandbox label
+	backend  backend
+	storeURL string // the gateway's --store; "": SQLite in its home
 
 	mu             sync.Mutex
 	created        map[string]bool     // acknowledged creates
@@ -236,6 +264,12 @@ func newRunOn(t *testing.T, seed int64, driverName, isolation string) *run {
 	return r
 }
 
+// onPostgres makes the run's gateways keep their store in a database of
+// their own on the PostgreSQL server of the tests.
+func (r *run) onPostgres() {
+	r.storeURL = testenv.PostgresDatabase(r.t, fmt.Sprintf("torture-%d", r.seed))
+}
+
 // gateway is one gateway child process.
 type gateway struct {
 	cmd  *exec.Cmd
@@ -246,7 +280,7 @@ type gateway struct {
 func (r *run) start() *gateway {
 	args := append([]string{"--home", r.home, "gateway", "--sandbox-label", r.label,
 		"--shutdown-timeout", "1s", "--provisioning-timeout", "2s", "--stop-timeout", "1s",
-		"--resync-interval", "200ms", "--orphan-grace", "300ms"}, r.backend.args()...)
+		"--resync-interval", "200ms", "--orphan-grace", "300ms", "--store", r.storeURL}, r.backend.args()...)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), r.env...)
 	g := &gateway{cmd: cmd, done: make(chan struct{}), out: &testenv.SyncBuffer{}}
@@ -547,7 +581,7 @@ func (r *run) lockedBy(g *gateway) bool {
 // pending counts the journal entries left pending in the store of a
 // stopped gateway: the ones of instance, and the others.
 func (r *run) pending(instance string) (own, others int) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(r.home, "corral.db"))
+	st, err := stores.Open(context.Background(), r.storeURL, r.home)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -713,13 +747,15 @@ func (r *run) check() []violation {
 	// 7. the store is intact, and holds no snapshot left half taken
 	g.cmd.Process.Signal(syscall.SIGTERM)
 	<-g.done
-	st, err := sqlite.Open(ctx, filepath.Join(r.home, "corral.db"))
+	st, err := stores.Open(ctx, r.storeURL, r.home)
 	if err != nil {
 		return append(v, violated(storeDamaged, "store: %v", err))
 	}
 	defer st.Close()
-	if err := st.IntegrityCheck(ctx); err != nil {
-		v = append(v, violated(storeDamaged, "integrity_check: %v", err))
+	if lite, ok := st.(*sqlite.Store); ok {
+		if err := lite.IntegrityCheck(ctx); err != nil {
+			v = append(v, violated(storeDamaged, "integrity_check: %v", err))
+		}
 	}
 	if snaps, err := st.ListSnapshots(ctx, ""); err != nil || len(snaps) > 0 {
 		v = append(v, violated(halfSnapshot, "after every snapshot's delete, the store keeps %d (%v)", len(snaps), err))

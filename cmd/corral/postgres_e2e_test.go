@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/testenv"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 )
 
 // A gateway on a PostgreSQL store (--store): its records and journal are
@@ -32,13 +35,28 @@ func TestGatewayOnPostgres(t *testing.T) {
 
 	g.signal(syscall.SIGKILL)
 	g.exitCode(30 * time.Second)
-	startGateway(t, home, "--store", url)
+	g = startGateway(t, home, "--store", url)
 	if sb := getJSON(t, home, "pg-one"); sb["phase"] != "ready" || sb["generation"] != float64(1) {
 		t.Errorf("after a SIGKILL and a restart on PostgreSQL: phase %v, generation %v", sb["phase"], sb["generation"])
 	}
 	if out := mustCorral(t, home, "sandbox", "history", "pg-one"); !strings.Contains(out, "create") {
 		t.Errorf("the journal on PostgreSQL lacks the create:\n%s", out)
 	}
+	// A gateway that loses its hold of the store (the server ended the
+	// session) exits at once; the next one takes the store over.
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND pid <> pg_backend_pid()`); err != nil {
+		t.Fatal(err)
+	}
+	if code := g.exitCode(10 * time.Second); code == 0 || !strings.Contains(g.logs.String(), "lost the hold of the store") {
+		t.Errorf("a gateway whose hold ended: exit %d\n%s", code, g.logs.String())
+	}
+	startGateway(t, home, "--store", url)
 	mustCorral(t, home, "sandbox", "stop", "pg-one")
 	mustCorral(t, home, "sandbox", "delete", "pg-one")
 

@@ -48,15 +48,23 @@ import (
 
 // holdStore makes this gateway the only one on its store where the store
 // can be shared (PostgreSQL): two gateways on one store would each settle
-// the other's journal and drive the other's sandboxes.
-func holdStore(st store.Store) error {
-	h, ok := st.(interface{ Hold(context.Context) error })
+// the other's journal and drive the other's sandboxes. A gateway that
+// loses the hold (its database went unanswered) exits at once, before
+// another can take it: what it was doing is in the store's journal, for
+// the gateway that holds the store next.
+func holdStore(st store.Store, log *slog.Logger) error {
+	h, ok := st.(interface {
+		Hold(context.Context, func(error)) error
+	})
 	if !ok {
 		return nil // a SQLite store is its home's, which lockHome holds
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return h.Hold(ctx)
+	return h.Hold(ctx, func(err error) {
+		log.Error("lost the hold of the store: exiting, so that no two gateways act on its sandboxes", "err", err)
+		os.Exit(1)
+	})
 }
 
 // Options are what Run needs besides the settings.
@@ -106,7 +114,7 @@ func Run(opts Options) error {
 		return err
 	}
 	defer st.Close()
-	if err := holdStore(st); err != nil {
+	if err := holdStore(st, log); err != nil {
 		return err
 	}
 	log.Info("store open", "store", stores.Describe(cfg.StoreURL, opts.Home))

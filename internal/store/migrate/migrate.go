@@ -48,7 +48,9 @@ func Copy(ctx context.Context, path, url string) (map[string]int, error) {
 		return nil, err
 	}
 	defer dst.Close()
-	if err := dst.Hold(ctx); err != nil {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if err := dst.Hold(ctx, cancel); err != nil { // a hold lost ends the copy's transaction
 		return nil, err
 	}
 	to, err := sql.Open("pgx", url)

@@ -33,7 +33,7 @@ type Store struct {
 	w    *sqlstore.Writer
 	r    *querier
 	url  string
-	held *sql.Conn // the session of Hold's lock, while it is held
+	hold *hold // Hold's, while it is held
 }
 
 var _ store.Store = (*Store)(nil)
@@ -135,43 +135,11 @@ func schemaVersion(ctx context.Context, tx *sql.Tx) (int, error) {
 	return v, nil
 }
 
-// holdLock is the advisory lock key of the gateway that uses the store
-// ("corral-g" in ASCII).
-const holdLock = 0x636f7272616c2d67
-
-// Hold makes this the only store open on its database that holds it,
-// until Close: a second gateway is refused (errdefs.ErrFailedPrecondition)
-// rather than let two gateways reconcile the same records, each settling
-// the other's journal. The lock is PostgreSQL's, of this session: a
-// gateway that dies, SIGKILL included, lets go of it with its connection.
-func (s *Store) Hold(ctx context.Context) error {
-	c, err := s.db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	var got bool
-	if err := c.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", int64(holdLock)).Scan(&got); err != nil {
-		c.Close()
-		return err
-	}
-	if !got {
-		c.Close()
-		return errdefs.FailedPrecondition("another gateway uses the store %s: one gateway per store (stop it first)", Redact(s.url))
-	}
-	s.held = c
-	return nil
-}
-
 // Close lets the queued writes commit and closes the store's
 // connections, letting go of Hold's lock.
 func (s *Store) Close() error {
 	s.w.Close()
-	var err error
-	if s.held != nil {
-		err = s.held.Close()
-		s.held = nil
-	}
-	return errors.Join(err, s.db.Close())
+	return errors.Join(s.release(), s.db.Close())
 }
 
 // backend is the Store's sqlstore.Backend.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/testenv"
@@ -77,20 +78,42 @@ func TestConcurrentOpensMigrateOnce(t *testing.T) {
 	}
 }
 
-// Hold admits one holder of a database at a time, and its Close lets the
-// next one in.
+// Hold admits one holder of a database at a time: a second waits for the
+// first to go and takes the hold then, or is refused once the first has
+// kept it for the whole wait.
 func TestHoldIsExclusive(t *testing.T) {
 	ctx := context.Background()
 	a, b := openStore(t, "held"), openStore(t, "held")
-	if err := a.Hold(ctx); err != nil {
+	if err := a.Hold(ctx, func(err error) { t.Errorf("the first holder lost its hold: %v", err) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Hold(ctx); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "another gateway") {
+	if err := b.Hold(ctx, nil); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "another gateway") {
 		t.Errorf("a second Hold: %v", err)
 	}
+	held := make(chan error, 1)
+	go func() { held <- b.Hold(ctx, func(err error) { t.Errorf("the second holder lost its hold: %v", err) }) }()
+	time.Sleep(2 * time.Second)
 	a.Close()
-	if err := b.Hold(ctx); err != nil {
-		t.Errorf("Hold after the holder closed: %v", err)
+	if err := <-held; err != nil {
+		t.Errorf("a Hold waiting for the holder to close: %v", err)
+	}
+}
+
+// A holder whose session the server ended is told at once that its hold
+// is lost.
+func TestHoldLostWithItsSession(t *testing.T) {
+	url := testenv.PostgresDatabase(t, "lost")
+	s := openStore(t, "lost")
+	lost := make(chan error, 1)
+	if err := s.Hold(context.Background(), func(err error) { lost <- err }); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, url, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND pid <> pg_backend_pid()")
+	select {
+	case err := <-lost:
+		t.Logf("lost: %v", err)
+	case <-time.After(holdFence):
+		t.Fatal("the holder was not told that its session ended")
 	}
 }
 
