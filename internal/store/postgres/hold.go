@@ -73,8 +73,14 @@ func (s *Store) Hold(ctx context.Context, lost func(error)) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+	var pid int64
+	if err := c.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		c.Close()
+		return err
+	}
 	h := &hold{conn: c, stop: make(chan struct{}), stopped: make(chan struct{})}
 	s.hold = h
+	s.holder.Store(pid)
 	go h.keep(lost)
 	return nil
 }
@@ -119,6 +125,7 @@ func (s *Store) release() error {
 		return nil
 	}
 	s.hold = nil
+	s.holder.Store(0)
 	close(h.stop)
 	<-h.stopped
 	return h.conn.Close()

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -34,6 +35,9 @@ type Store struct {
 	r    *querier
 	url  string
 	hold *hold // Hold's, while it is held
+	// holder is the server's pid of the session that holds the store
+	// (Hold), 0 when it is not held: every batch checks that it still does.
+	holder atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -63,7 +67,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, fmt.Errorf("store %s: %w", Redact(url), err)
 	}
 	s := &Store{db: db, r: &querier{x: db}, url: url}
-	s.w = sqlstore.NewWriter(batches{db})
+	s.w = sqlstore.NewWriter(batches{db: db, holder: &s.holder})
 	s.Store = sqlstore.New(backend{s})
 	return s, nil
 }
@@ -159,9 +163,22 @@ const writerLock = 0x636f7272616c2d77
 // after the writer lock, which the transaction holds to its end (both in
 // one round trip). So the batch runs alone among the database's writers
 // and reads all they wrote.
-type batches struct{ db *sql.DB }
+type batches struct {
+	db     *sql.DB
+	holder *atomic.Int64
+}
 
 var beginBatch = fmt.Sprintf("BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(%d)", int64(writerLock))
+
+// stillHeld fails a batch of a store whose hold (by the session of pid)
+// has ended: the writes of a gateway that lost the store are refused,
+// even before it has noticed.
+func stillHeld(pid int64) string {
+	return fmt.Sprintf(`; DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND pid = %d AND classid::bigint = %d AND objid::bigint = %d AND objsubid = 1) THEN
+		RAISE EXCEPTION 'this gateway no longer holds the store: its writes are refused'; END IF; END $$`,
+		pid, uint64(holdLock)>>32, uint64(holdLock)&0xffffffff)
+}
 
 func (b batches) Begin() (sqlstore.Batch, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchWait)
@@ -170,7 +187,11 @@ func (b batches) Begin() (sqlstore.Batch, error) {
 		cancel()
 		return nil, err
 	}
-	if _, err := conn.ExecContext(ctx, beginBatch); err != nil {
+	begin := beginBatch
+	if pid := b.holder.Load(); pid != 0 {
+		begin += stillHeld(pid)
+	}
+	if _, err := conn.ExecContext(ctx, begin); err != nil {
 		_, _ = conn.ExecContext(ctx, "ROLLBACK")
 		conn.Close()
 		cancel()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/store/storetest"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
 
@@ -108,7 +109,14 @@ func TestHoldLostWithItsSession(t *testing.T) {
 	if err := s.Hold(context.Background(), func(err error) { lost <- err }); err != nil {
 		t.Fatal(err)
 	}
+	before := storetest.NewSandbox("before", storetest.T0)
+	storetest.Create(t, s, before)
 	exec(t, url, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND pid <> pg_backend_pid()")
+	// refused at once, before the holder has been told
+	after := storetest.NewSandbox("after", storetest.T0)
+	if _, _, err := s.CreateSandbox(storetest.Ctx(t), after, storetest.NewOp(after.ID, "create", "me", storetest.T0)); err == nil || !strings.Contains(err.Error(), "no longer holds the store") {
+		t.Errorf("a write after the hold ended: %v; want it refused", err)
+	}
 	select {
 	case err := <-lost:
 		t.Logf("lost: %v", err)
