@@ -104,18 +104,7 @@ func TestTortureNativeSmoke(t *testing.T) {
 		t.Skip("TestTorture runs the chosen driver")
 	}
 	testenv.RequireRoot(t)
-	created := 0
-	for seed := int64(1); seed <= 2; seed++ {
-		r := newRunOn(t, seed, "native", "")
-		r.torture(8)
-		for _, v := range r.check() {
-			t.Errorf("seed %d: invariant violated: %s (replay: go test ./chaos -run 'TestTorture$' -driver native -seed %d -v)", seed, v, seed)
-		}
-		created += len(r.created)
-	}
-	if created == 0 {
-		t.Error("no create was acknowledged: the run tested nothing")
-	}
+	smoke(t, "-driver native", func(seed int64) *run { return newRunOn(t, seed, "native", "") })
 }
 
 // TestTorturePostgresSmoke is the bounded run on a PostgreSQL store of
@@ -125,13 +114,22 @@ func TestTorturePostgresSmoke(t *testing.T) {
 		t.Skip("TestTorture runs the chosen driver and store")
 	}
 	testenv.RequirePostgres(t)
-	created := 0
-	for seed := int64(1); seed <= 2; seed++ {
+	smoke(t, "-store postgres", func(seed int64) *run {
 		r := newRun(t, seed)
 		r.onPostgres()
+		return r
+	})
+}
+
+// smoke tortures the runs newRun makes for seeds 1 and 2 at 8 kill points
+// each; flags replay a failure under TestTorture.
+func smoke(t *testing.T, flags string, newRun func(seed int64) *run) {
+	created := 0
+	for seed := int64(1); seed <= 2; seed++ {
+		r := newRun(seed)
 		r.torture(8)
 		for _, v := range r.check() {
-			t.Errorf("seed %d: invariant violated: %s (replay: go test ./chaos -run 'TestTorture$' -store postgres -seed %d -v)", seed, v, seed)
+			t.Errorf("seed %d: invariant violated: %s (replay: go test ./chaos -run 'TestTorture$' %s -seed %d -v)", seed, v, flags, seed)
 		}
 		created += len(r.created)
 	}
