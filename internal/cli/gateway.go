@@ -14,7 +14,6 @@ import (
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/earlysignal"
 	"github.com/corral-sandbox/corral/internal/gateway"
-	"github.com/corral-sandbox/corral/internal/store/stores"
 )
 
 func newGatewayCmd(g *globals) *cobra.Command {
@@ -120,7 +119,7 @@ func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Confi
 	}
 	err := cfg.Validate()
 	if err == nil {
-		err = stores.Check(cfg.StoreURL)
+		err = gateway.CheckStoreURL(cfg.StoreURL)
 	}
 	if err == nil {
 		err = gateway.CheckDriverSettings(cfg)

@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/corral-sandbox/corral/internal/gateway"
-	"github.com/corral-sandbox/corral/internal/store/migrate"
 )
 
 func newMigrateStoreCmd(g *globals) *cobra.Command {
@@ -34,8 +33,8 @@ home (HOME/secrets.key): the values are sealed with it.`,
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "TABLE\tROWS")
-			for _, table := range migrate.Tables {
-				fmt.Fprintf(tw, "%s\t%d\n", table, counts[table])
+			for _, c := range counts {
+				fmt.Fprintf(tw, "%s\t%d\n", c.Table, c.Rows)
 			}
 			return tw.Flush()
 		},

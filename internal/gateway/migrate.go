@@ -12,7 +12,7 @@ import (
 // empty PostgreSQL store to, with no gateway running on home (its lock is
 // taken for the copy) or on to (which is held as a gateway holds it), and
 // returns the rows each table got.
-func MigrateStore(ctx context.Context, home, from, to string) (map[string]int, error) {
+func MigrateStore(ctx context.Context, home, from, to string) ([]TableRows, error) {
 	path, err := stores.SQLitePath(from, home)
 	if err != nil {
 		return nil, err
@@ -30,3 +30,9 @@ func MigrateStore(ctx context.Context, home, from, to string) (map[string]int, e
 	defer lock.release()
 	return migrate.Copy(ctx, path, to)
 }
+
+// TableRows is how many rows a table of the store got.
+type TableRows = migrate.Count
+
+// CheckStoreURL reports whether url names a store this build can open.
+func CheckStoreURL(url string) error { return stores.Check(url) }

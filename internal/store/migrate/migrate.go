@@ -24,13 +24,19 @@ var Tables = []string{"identity", "tenants", "sandboxes", "operations", "gateway
 // made are the rows a new store's schema makes, which the copy replaces.
 var made = map[string]bool{"identity": true, "tenants": true}
 
+// Count is how many rows a table got.
+type Count struct {
+	Table string
+	Rows  int
+}
+
 // Copy copies the SQLite store at path into the PostgreSQL store at url,
 // which must be empty (as its migrations leave it), in one transaction of
-// PostgreSQL, and returns how many rows each table got. The source is
+// PostgreSQL, and returns how many rows each table got, in Tables' order. The source is
 // brought to the current schema first (SQLite's migrations, with their
 // backup); nothing of it changes otherwise. The target is held as a
 // gateway holds it: a gateway running on it is refused.
-func Copy(ctx context.Context, path, url string) (map[string]int, error) {
+func Copy(ctx context.Context, path, url string) ([]Count, error) {
 	src, err := sqlite.Open(ctx, path)
 	if err != nil {
 		return nil, err
@@ -81,7 +87,14 @@ func Copy(ctx context.Context, path, url string) (map[string]int, error) {
 			return nil, fmt.Errorf("%s: %d rows copied but %d in PostgreSQL", table, counts[table], n)
 		}
 	}
-	return counts, tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	out := make([]Count, len(Tables))
+	for i, table := range Tables {
+		out[i] = Count{table, counts[table]}
+	}
+	return out, nil
 }
 
 // empty checks that table holds nothing but what a new schema makes, and
