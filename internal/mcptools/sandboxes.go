@@ -313,11 +313,14 @@ func (t *Tools) exec(ctx context.Context, _ *mcp.CallToolRequest, in execIn) (*m
 	if in.Stdin != "" {
 		opts.Stdin = strings.NewReader(in.Stdin)
 	}
-	ectx, cancel := context.WithTimeout(ctx, timeout)
+	deadline := time.Now().Add(timeout)
+	ectx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	code, err := t.c.Exec(ectx, in.Name, argv, opts)
 	out := execOut{Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: code, Truncated: stdout.cut || stderr.cut}
-	if err != nil && ectx.Err() != nil && ctx.Err() == nil {
+	// Past the deadline, the gateway may have ended the stream (its copy of
+	// the deadline) before this side's timer has fired: a timeout too.
+	if err != nil && ctx.Err() == nil && (ectx.Err() != nil || !time.Now().Before(deadline)) {
 		out.TimedOut, out.ExitCode = true, -1
 		return nil, out, nil
 	}
