@@ -49,11 +49,21 @@ type Config struct {
 	Listen string `toml:"listen"`
 	// MetricsListen, when set (HOST:PORT), serves Prometheus metrics at
 	// /metrics over plain HTTP.
-	MetricsListen string  `toml:"metrics_listen"`
-	TLS           TLS     `toml:"tls"`
-	Egress        Egress  `toml:"egress"`
-	MCP           MCP     `toml:"mcp"`
-	Drivers       Drivers `toml:"drivers"`
+	MetricsListen string   `toml:"metrics_listen"`
+	TLS           TLS      `toml:"tls"`
+	Egress        Egress   `toml:"egress"`
+	MCP           MCP      `toml:"mcp"`
+	Replicas      Replicas `toml:"replicas"`
+	Drivers       Drivers  `toml:"drivers"`
+}
+
+// Replicas is the [replicas] table: gateways that share one PostgreSQL
+// store and one home, of which one holds the store's lease at a time.
+type Replicas struct {
+	// LeaseTTL is how long a leader cut off from the store keeps the lease
+	// (PostgreSQL ends its silent session after it): a standby takes over
+	// within it. The leader gives the lease up itself after half of it.
+	LeaseTTL time.Duration `toml:"lease_ttl"`
 }
 
 // MCP is the [mcp] table: the gateway's MCP endpoint (/mcp on the TLS
@@ -118,6 +128,7 @@ func Default() Config {
 		SandboxLogMaxSize:   "10Mi",
 		Egress:              Egress{MaxConnections: 256, HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute},
 		MCP:                 MCP{MaxSandboxes: 5},
+		Replicas:            Replicas{LeaseTTL: 10 * time.Second},
 	}
 }
 
@@ -162,6 +173,9 @@ func (c *Config) Validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s %s: want a positive duration such as 10s", name, d))
 		}
+	}
+	if c.Replicas.LeaseTTL < 3*time.Second {
+		errs = append(errs, fmt.Errorf("replicas.lease_ttl %s: want 3s or more (the leader asks the store every second, and gives the lease up after half of it)", c.Replicas.LeaseTTL))
 	}
 	if c.Egress.MaxConnections < 1 {
 		errs = append(errs, fmt.Errorf("egress.max_connections %d: want at least 1", c.Egress.MaxConnections))

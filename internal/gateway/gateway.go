@@ -40,32 +40,10 @@ import (
 	"github.com/corral-sandbox/corral/internal/secrets"
 	"github.com/corral-sandbox/corral/internal/service"
 	"github.com/corral-sandbox/corral/internal/snapshots"
-	"github.com/corral-sandbox/corral/internal/store"
 	"github.com/corral-sandbox/corral/internal/store/stores"
 	"github.com/corral-sandbox/corral/internal/tenants"
 	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
-
-// holdStore makes this gateway the only one on its store where the store
-// can be shared (PostgreSQL): two gateways on one store would each settle
-// the other's journal and drive the other's sandboxes. A gateway that
-// loses the hold (its database went unanswered) exits at once, before
-// another can take it: what it was doing is in the store's journal, for
-// the gateway that holds the store next.
-func holdStore(st store.Store, log *slog.Logger) error {
-	h, ok := st.(interface {
-		Hold(context.Context, func(error)) error
-	})
-	if !ok {
-		return nil // a SQLite store is its home's, which lockHome holds
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return h.Hold(ctx, func(err error) {
-		log.Error("lost the hold of the store: exiting, so that no two gateways act on its sandboxes", "err", err)
-		os.Exit(1)
-	})
-}
 
 // Options are what Run needs besides the settings.
 type Options struct {
@@ -88,12 +66,6 @@ func Run(opts Options) error {
 	if err := prepareHome(opts.Home); err != nil {
 		return err
 	}
-	lock, err := lockHome(opts.Home)
-	if err != nil {
-		return err
-	}
-	defer lock.release()
-
 	instance := newInstanceID()
 	log = log.With("instance", instance)
 	// startCtx ends at the first signal: a start-up step that waits (for a
@@ -108,16 +80,18 @@ func Run(opts Options) error {
 		}
 	}()
 	// The store opens whatever the signals say: a stop during start-up
-	// still settles what dead instances left pending, at the shutdown.
-	st, err := stores.Open(context.Background(), cfg.StoreURL, opts.Home)
+	// still settles what dead instances left pending, at the shutdown. A
+	// replica in standby waits here, and a signal then ends it.
+	st, err := openStore(startCtx, opts, instance, log)
+	if errors.Is(err, errStandbyEnded) {
+		log.Info("gateway stopped", "in", "standby")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := holdStore(st, log); err != nil {
-		return err
-	}
-	log.Info("store open", "store", stores.Describe(cfg.StoreURL, opts.Home))
+	log.Info("store open", "store", stores.Describe(cfg.StoreURL, opts.Home), "epoch", st.epoch)
 	keys, err := secrets.Load(filepath.Join(opts.Home, "secrets.key"))
 	if err != nil {
 		return err
@@ -389,14 +363,9 @@ func background(log *slog.Logger, what string, serve func() error, stopped error
 	}()
 }
 
-// serveTLS serves cfg.Listen with TLS 1.3, making the gateway's CA and
-// server certificate on first use: the gRPC API to connections that
-// negotiate HTTP/2, MCP at /mcp (and /metrics, to admins) to those that
-// speak HTTP/1.1 (through fe, as the caller their certificate or token
-// names). A client certificate, when given, is verified at the handshake;
-// a request with neither a valid certificate nor a valid token is refused
-// before anything else (Unauthenticated, 401).
-func serveTLS(cfg config.Config, home string, core service.Core, fe *frontEnds, log *slog.Logger) ([]server, error) {
+// serverTLS is the TLS listener's configuration: the server certificate
+// (the settings', or one of the home's CA), client certificates of the CA.
+func serverTLS(cfg config.Config, home string, log *slog.Logger) (*tls.Config, error) {
 	ca, err := tlsauth.LoadOrCreateCA(filepath.Join(home, "tls"))
 	if err != nil {
 		return nil, fmt.Errorf("TLS: %w", err)
@@ -422,6 +391,21 @@ func serveTLS(cfg config.Config, home string, core service.Core, fe *frontEnds, 
 	}
 	if err != nil {
 		return nil, fmt.Errorf("TLS: %w", err)
+	}
+	return tlsCfg, nil
+}
+
+// serveTLS serves cfg.Listen with TLS 1.3, making the gateway's CA and
+// server certificate on first use: the gRPC API to connections that
+// negotiate HTTP/2, MCP at /mcp (and /metrics, to admins) to those that
+// speak HTTP/1.1 (through fe, as the caller their certificate or token
+// names). A client certificate, when given, is verified at the handshake;
+// a request with neither a valid certificate nor a valid token is refused
+// before anything else (Unauthenticated, 401).
+func serveTLS(cfg config.Config, home string, core service.Core, fe *frontEnds, log *slog.Logger) ([]server, error) {
+	tlsCfg, err := serverTLS(cfg, home, log)
+	if err != nil {
+		return nil, err
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

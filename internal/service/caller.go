@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 
@@ -21,6 +22,34 @@ const (
 	AuthorizationKey = "authorization"
 	TenantKey        = "corral-tenant"
 )
+
+// ForwardedKey is the metadata key of the caller that a replica in standby
+// authenticated, on the call it forwards to the leader's socket (Forward).
+// It is read on the Unix socket alone, whose callers are admins already:
+// a forwarded caller can only be less than the connection is.
+const ForwardedKey = "corral-forwarded-caller"
+
+// Forward is the value of ForwardedKey for c, on a call forwarded by
+// replica via.
+func Forward(c caller.Caller, via string) (string, error) {
+	c.Name += " through replica " + via
+	b, err := json.Marshal(c)
+	return string(b), err
+}
+
+// forwarded is the caller that ctx's ForwardedKey names, if it names one.
+func forwarded(ctx context.Context) (caller.Caller, bool, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(ForwardedKey)
+	if len(v) == 0 {
+		return caller.Caller{}, false, nil
+	}
+	var c caller.Caller
+	if err := json.Unmarshal([]byte(v[0]), &c); err != nil || c.Name == "" || !c.Role.Allows(caller.Viewer) {
+		return caller.Caller{}, true, errdefs.Unauthenticated("a forwarded caller that does not parse: %q", v[0])
+	}
+	return c, true, nil
+}
 
 // Gate is the one step every request takes before its handler: who calls
 // (identify), in which tenant, and whether access allows the call. A
@@ -77,10 +106,17 @@ func (g Gate) identify(ctx context.Context) (caller.Caller, error) {
 			return c, nil
 		}
 	} else if p.Addr != nil && p.Addr.Network() == "unix" {
+		if c, ok, err := forwarded(ctx); ok {
+			return c, err
+		}
 		return caller.Local, nil
 	}
 	return caller.Caller{}, errdefs.Unauthenticated(noCredentials)
 }
+
+// Identify is who a gRPC request comes from, as the gate of every call
+// says: a replica in standby authenticates the calls it forwards with it.
+func (g Gate) Identify(ctx context.Context) (caller.Caller, error) { return g.identify(ctx) }
 
 // token is the caller a bearer token names.
 func (g Gate) token(ctx context.Context, token string) (caller.Caller, error) {

@@ -174,10 +174,8 @@ var beginBatch = fmt.Sprintf("BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_ad
 // has ended: the writes of a gateway that lost the store are refused,
 // even before it has noticed.
 func stillHeld(pid int64) string {
-	return fmt.Sprintf(`; DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND pid = %d AND classid::bigint = %d AND objid::bigint = %d AND objsubid = 1) THEN
-		RAISE EXCEPTION 'this gateway no longer holds the store: its writes are refused'; END IF; END $$`,
-		pid, uint64(holdLock)>>32, uint64(holdLock)&0xffffffff)
+	return fmt.Sprintf(`; DO $$ BEGIN IF NOT %s THEN
+		RAISE EXCEPTION 'this gateway no longer holds the store: its writes are refused'; END IF; END $$`, lockHeld(strconv.FormatInt(pid, 10)))
 }
 
 func (b batches) Begin() (sqlstore.Batch, error) {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
+	"github.com/corral-sandbox/corral/internal/store"
 	"github.com/corral-sandbox/corral/internal/store/storetest"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
@@ -79,25 +81,79 @@ func TestConcurrentOpensMigrateOnce(t *testing.T) {
 	}
 }
 
-// Hold admits one holder of a database at a time: a second waits for the
-// first to go and takes the hold then, or is refused once the first has
-// kept it for the whole wait.
+// Hold admits one holder of a database at a time: a second that does not
+// wait is refused once the first has kept it for the TTL and a little; one
+// that waits is told whose it is, and takes it once the first lets go,
+// with a greater epoch.
 func TestHoldIsExclusive(t *testing.T) {
 	ctx := context.Background()
 	a, b := openStore(t, "held"), openStore(t, "held")
-	if err := a.Hold(ctx, func(err error) { t.Errorf("the first holder lost its hold: %v", err) }); err != nil {
+	ra, rb := replica("a", "/home/one"), replica("b", "/home/one")
+	joinStore(t, a, ra)
+	joinStore(t, b, rb)
+	first, err := a.Hold(ctx, Lease{Me: ra, TTL: 2 * time.Second}, func(err error) { t.Errorf("the first holder lost its hold: %v", err) })
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Hold(ctx, nil); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "another gateway") {
+	if _, err := b.Hold(ctx, Lease{Me: rb, TTL: 2 * time.Second}, nil); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "another gateway") {
 		t.Errorf("a second Hold: %v", err)
 	}
-	held := make(chan error, 1)
-	go func() { held <- b.Hold(ctx, func(err error) { t.Errorf("the second holder lost its hold: %v", err) }) }()
-	time.Sleep(2 * time.Second)
-	a.Close()
-	if err := <-held; err != nil {
-		t.Errorf("a Hold waiting for the holder to close: %v", err)
+	told := make(chan store.Replica, 1)
+	type held struct {
+		epoch int64
+		err   error
 	}
+	got := make(chan held, 1)
+	go func() {
+		e, err := b.Hold(ctx, Lease{Me: rb, TTL: 2 * time.Second, Wait: true, Waiting: func(h store.Replica) { told <- h }},
+			func(err error) { t.Errorf("the second holder lost its hold: %v", err) })
+		got <- held{e, err}
+	}()
+	if h := <-told; h.ID != "a" {
+		t.Errorf("the waiting replica was told the hold is %q's, want a's", h.ID)
+	}
+	rs, err := b.Replicas(ctx)
+	if err != nil || len(rs) != 2 || rs[0].ID != "a" || !rs[0].Leader || rs[0].Epoch != first || rs[1].Leader {
+		t.Errorf("replicas while a holds the store: %+v, %v", rs, err)
+	}
+	a.Close()
+	h := <-got
+	if h.err != nil || h.epoch <= first {
+		t.Errorf("a Hold waiting for the holder to close: epoch %d (the first's %d), %v", h.epoch, first, h.err)
+	}
+	if rs, err := b.Replicas(ctx); err != nil || len(rs) == 0 || rs[0].ID != "b" || !rs[0].Leader || rs[0].Epoch != h.epoch {
+		t.Errorf("replicas once b holds the store: %+v, %v", rs, err)
+	}
+}
+
+// A gateway of another home than the holder's is refused at once, naming
+// the holder's host and home: replicas share one home.
+func TestHoldRefusesAnotherHome(t *testing.T) {
+	ctx := context.Background()
+	a, b := openStore(t, "homes"), openStore(t, "homes")
+	ra, rb := replica("a", "/home/one"), replica("b", "/home/two")
+	joinStore(t, a, ra)
+	if _, err := a.Hold(ctx, Lease{Me: ra}, func(error) {}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := b.Hold(ctx, Lease{Me: rb, Wait: true}, nil)
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "--home /home/one") || time.Since(start) > DefaultTTL {
+		t.Errorf("a Hold from another home: %v", err)
+	}
+}
+
+func replica(id, home string) store.Replica {
+	return store.Replica{ID: id, PID: os.Getpid(), Host: "here", Home: home, StartedAt: time.Now()}
+}
+
+func joinStore(t *testing.T, s *Store, r store.Replica) {
+	t.Helper()
+	leave, err := s.Join(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(leave)
 }
 
 // A holder whose session the server ended is told at once that its hold
@@ -106,7 +162,7 @@ func TestHoldLostWithItsSession(t *testing.T) {
 	url := testenv.PostgresDatabase(t, "lost")
 	s := openStore(t, "lost")
 	lost := make(chan error, 1)
-	if err := s.Hold(context.Background(), func(err error) { lost <- err }); err != nil {
+	if _, err := s.Hold(context.Background(), Lease{Me: replica("lost", "/home/one")}, func(err error) { lost <- err }); err != nil {
 		t.Fatal(err)
 	}
 	before := storetest.NewSandbox("before", storetest.T0)
@@ -120,7 +176,7 @@ func TestHoldLostWithItsSession(t *testing.T) {
 	select {
 	case err := <-lost:
 		t.Logf("lost: %v", err)
-	case <-time.After(holdFence):
+	case <-time.After(DefaultTTL / 2):
 		t.Fatal("the holder was not told that its session ended")
 	}
 }

@@ -159,6 +159,25 @@ var migrations = []string{
 		created_at  BIGINT NOT NULL,
 		UNIQUE (tenant, name)
 	);`,
+	// The replicas of the store (replicas.go): each gateway's row, beaten
+	// every second, and the lease of the one that holds the store, whose
+	// epoch grows with every new holder.
+	`CREATE TABLE replicas (
+		id         TEXT PRIMARY KEY,
+		pid        BIGINT NOT NULL,
+		host       TEXT NOT NULL,
+		home       TEXT NOT NULL,
+		listen     TEXT NOT NULL DEFAULT '',
+		started_at BIGINT NOT NULL,
+		seen_at    BIGINT NOT NULL
+	);
+	CREATE TABLE lease (
+		one    BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
+		epoch  BIGINT NOT NULL,
+		holder TEXT NOT NULL,
+		since  BIGINT NOT NULL
+	);
+	INSERT INTO lease (epoch, holder, since) VALUES (0, '', 0);`,
 }
 
 // SchemaVersion is the schema version this build writes.

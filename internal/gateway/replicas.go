@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/corral-sandbox/corral/internal/service"
+	"github.com/corral-sandbox/corral/internal/store"
+	"github.com/corral-sandbox/corral/internal/store/postgres"
+	"github.com/corral-sandbox/corral/internal/store/stores"
+	"github.com/corral-sandbox/corral/internal/tenants"
+)
+
+// owned is a store made this gateway's.
+type owned struct {
+	store.Store
+	// epoch is the lease's fencing token (0 on SQLite, whose home's lock
+	// is its only holder's).
+	epoch         int64
+	leave, unlock func()
+}
+
+// Close closes the store, leaving the replicas first and letting go of
+// the home's lock last.
+func (o *owned) Close() error {
+	if o.leave != nil {
+		o.leave()
+	}
+	err := o.Store.Close()
+	o.unlock()
+	return err
+}
+
+// errStandbyEnded is openStore's answer when a signal ended a replica in
+// standby: it held nothing, and nothing is to be settled.
+var errStandbyEnded = errors.New("stopped in standby")
+
+// openStore opens the gateway's store and makes it this gateway's. A
+// SQLite store is its home's: the home's lock holds it. A PostgreSQL store
+// can be shared by replicas on one host and one home: one holds its lease
+// at a time and owns every sandbox; the others wait in standby (serving
+// the API on their TLS listener through the leader, serveStandby), and the
+// first to get the lease then takes the home's lock too, which the last
+// leader's process lets go of only when it has ended. So no two replicas
+// ever drive the compute at once: the lease fences the store's writes, the
+// home's lock the processes. ctx ends the wait (errStandbyEnded).
+func openStore(ctx context.Context, opts Options, instance string, log *slog.Logger) (*owned, error) {
+	cfg := opts.Config
+	if !stores.IsPostgres(cfg.StoreURL) {
+		lock, err := lockHome(opts.Home)
+		if err != nil {
+			return nil, err
+		}
+		st, err := stores.Open(context.Background(), cfg.StoreURL, opts.Home)
+		if err != nil {
+			lock.release()
+			return nil, err
+		}
+		return &owned{Store: st, unlock: lock.release}, nil
+	}
+	st, err := postgres.Open(context.Background(), cfg.StoreURL)
+	if err != nil {
+		return nil, err
+	}
+	home, err := filepath.Abs(opts.Home)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	me := store.Replica{ID: instance, PID: os.Getpid(), Host: host, Home: home, Listen: cfg.Listen, StartedAt: time.Now()}
+	leave, err := st.Join(context.Background(), me)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	var standing *standby
+	epoch, err := st.Hold(ctx, postgres.Lease{Me: me, TTL: cfg.Replicas.LeaseTTL, Wait: true, Waiting: func(leader store.Replica) {
+		log.Info("standby: another replica holds the store; this one takes over when it goes", "leader", leader.ID, "leader_pid", leader.PID)
+		if cfg.Listen == "" {
+			return
+		}
+		s, err := serveStandby(cfg, opts.Home, instance, service.Gate{Tenants: tenants.New(st, nil)}, log)
+		if err != nil {
+			log.Error("standby: cannot serve the API", "err", err)
+		}
+		standing = s
+	}}, func(err error) {
+		log.Error("lost the hold of the store: exiting, so that no two gateways act on its sandboxes", "err", err)
+		os.Exit(1)
+	})
+	if standing != nil {
+		standing.stop()
+	}
+	if err == nil {
+		var lock *homeLock
+		if lock, err = waitHomeLock(ctx, opts.Home, log); err == nil {
+			return &owned{Store: st, epoch: epoch, leave: leave, unlock: lock.release}, nil
+		}
+	}
+	leave()
+	st.Close()
+	if ctx.Err() != nil {
+		return nil, errStandbyEnded
+	}
+	return nil, err
+}
+
+// waitHomeLock takes the home's lock, waiting for a last leader that has
+// lost the lease (and exits at once) to end.
+func waitHomeLock(ctx context.Context, home string, log *slog.Logger) (*homeLock, error) {
+	for told := false; ; told = true {
+		lock, err := lockHome(home)
+		if err == nil {
+			return lock, nil
+		}
+		if !told {
+			log.Info("holds the store's lease; waiting for the last leader's process to end", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/corral-sandbox/corral/internal/access"
+	"github.com/corral-sandbox/corral/internal/config"
+	"github.com/corral-sandbox/corral/internal/service"
+)
+
+// standby is what a replica that does not hold the store serves on its
+// TLS listener: every gRPC call goes, as it came, to the socket of the
+// leader in the shared home, carrying the caller this replica
+// authenticated (service.ForwardedKey), so that the leader's API core
+// decides it by the same rules as every other call. Nothing is decided
+// here but who calls. MCP over HTTP is the leader's: a standby answers it
+// 503.
+type standby struct {
+	srv    *grpc.Server
+	web    *http.Server
+	leader *grpc.ClientConn
+	lis    net.Listener
+}
+
+// serveStandby serves the forwarding API of replica id on cfg.Listen.
+func serveStandby(cfg config.Config, home, id string, gate service.Gate, log *slog.Logger) (*standby, error) {
+	tlsCfg, err := serverTLS(cfg, home, log)
+	if err != nil {
+		return nil, err
+	}
+	leader, err := grpc.NewClient("unix://"+config.SocketPath(home), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		leader.Close()
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	f := forwarder{leader: leader, gate: gate, via: id}
+	split := newTLSSplit(lis, tlsCfg, log)
+	s := &standby{leader: leader, lis: lis,
+		srv: grpc.NewServer(append(service.StreamOptions(), grpc.Creds(handshaken{}),
+			grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(f.handle))...),
+		web: &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "this gateway is a replica in standby: MCP is served by the replica that holds the store", http.StatusServiceUnavailable)
+		})}}
+	background(log, "API server (TCP, standby)", func() error { return s.srv.Serve(split.h2) }, grpc.ErrServerStopped)
+	background(log, "MCP server (TCP, standby)", func() error {
+		if err := s.web.Serve(split.http1); !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return http.ErrServerClosed
+	}, http.ErrServerClosed)
+	log.Info("standby: serving the API with mutual TLS, every call through the replica that holds the store", "address", lis.Addr().String())
+	return s, nil
+}
+
+// stop ends the standby's listener and every call it forwards (their
+// callers retry on the leader this replica is about to become).
+func (s *standby) stop() {
+	s.srv.Stop()
+	_ = s.web.Close()
+	_ = s.leader.Close()
+}
+
+// forwarder forwards every call it is given to the leader.
+type forwarder struct {
+	leader *grpc.ClientConn
+	gate   service.Gate
+	via    string
+}
+
+func (f forwarder) handle(_ any, in grpc.ServerStream) error {
+	method, ok := grpc.MethodFromServerStream(in)
+	if !ok {
+		return status.Error(codes.Internal, "a call without a method")
+	}
+	md, _ := metadata.FromIncomingContext(in.Context())
+	md = md.Copy()
+	delete(md, service.AuthorizationKey) // the caller goes as authenticated here
+	delete(md, service.ForwardedKey)
+	if c, err := f.gate.Identify(in.Context()); err == nil {
+		v, err := service.Forward(c, f.via)
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		md.Set(service.ForwardedKey, v)
+	} else if need, _ := access.Needs(method); need != access.Public {
+		return service.ToGRPC(err)
+	}
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(in.Context(), md))
+	defer cancel()
+	out, err := f.leader.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	if err != nil {
+		return err
+	}
+	go func() { // the caller's messages, then its half-close
+		for {
+			m := new(rawFrame)
+			if err := in.RecvMsg(m); err != nil {
+				if errors.Is(err, io.EOF) {
+					_ = out.CloseSend()
+				} else {
+					cancel()
+				}
+				return
+			}
+			if err := out.SendMsg(m); err != nil {
+				return // the leader's side ends the call; its status is read below
+			}
+		}
+	}()
+	header, err := out.Header()
+	if err != nil {
+		return err
+	}
+	if err := in.SendHeader(header); err != nil {
+		return err
+	}
+	for {
+		m := new(rawFrame)
+		if err := out.RecvMsg(m); err != nil {
+			in.SetTrailer(out.Trailer())
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := in.SendMsg(m); err != nil {
+			return err
+		}
+	}
+}
+
+// rawFrame is one message of a forwarded call, as its bytes.
+type rawFrame struct{ b []byte }
+
+// rawCodec passes messages as they are.
+type rawCodec struct{}
+
+var _ encoding.Codec = rawCodec{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	f, ok := v.(*rawFrame)
+	if !ok {
+		return nil, fmt.Errorf("forwarding: a %T is not a frame", v)
+	}
+	return f.b, nil
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	f, ok := v.(*rawFrame)
+	if !ok {
+		return fmt.Errorf("forwarding: a %T is not a frame", v)
+	}
+	f.b = append(f.b[:0], data...)
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
