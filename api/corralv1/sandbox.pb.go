@@ -384,7 +384,11 @@ type Operation struct {
 	// claim): the caller's name, tenant and role, e.g. "token ci
 	// (3f2a9c1b7d4e), tenant acme, member"; empty for the gateway's own
 	// entries.
-	Actor         string `protobuf:"bytes,13,opt,name=actor,proto3" json:"actor,omitempty"`
+	Actor string `protobuf:"bytes,13,opt,name=actor,proto3" json:"actor,omitempty"`
+	// epoch is the store's lease's when the entry was written: on a
+	// PostgreSQL store shared by replicas it grows with every replica that
+	// takes the lease over; 0 on a store one gateway holds alone.
+	Epoch         int64 `protobuf:"varint,14,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -508,6 +512,13 @@ func (x *Operation) GetActor() string {
 		return x.Actor
 	}
 	return ""
+}
+
+func (x *Operation) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 // CreateSandboxRequest asks for a new sandbox.
@@ -3596,7 +3607,7 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x06tenant\x18\x11 \x01(\tR\x06tenant\x12!\n" +
 	"\fpause_memory\x18\x12 \x01(\bR\vpauseMemoryB\f\n" +
 	"\n" +
-	"_exit_code\"\xa8\x03\n" +
+	"_exit_code\"\xbe\x03\n" +
 	"\tOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1d\n" +
 	"\n" +
@@ -3616,7 +3627,8 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"finishedAt\x12\x14\n" +
 	"\x05error\x18\v \x01(\tR\x05error\x12\x16\n" +
 	"\x06detail\x18\f \x01(\tR\x06detail\x12\x14\n" +
-	"\x05actor\x18\r \x01(\tR\x05actor\"\xae\x01\n" +
+	"\x05actor\x18\r \x01(\tR\x05actor\x12\x14\n" +
+	"\x05epoch\x18\x0e \x01(\x03R\x05epoch\"\xae\x01\n" +
 	"\x14CreateSandboxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04spec\x18\x02 \x01(\v2\x16.corral.v1.SandboxSpecR\x04spec\x12\x1d\n" +

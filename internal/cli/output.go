@@ -54,6 +54,7 @@ type operationView struct {
 	Attempt    int32  `json:"attempt" yaml:"attempt"`
 	Generation int64  `json:"generation" yaml:"generation"`
 	Owner      string `json:"owner" yaml:"owner"`
+	Epoch      int64  `json:"epoch,omitempty" yaml:"epoch,omitempty"`
 	StartedAt  string `json:"started_at" yaml:"started_at"`
 	Deadline   string `json:"deadline" yaml:"deadline"`
 	FinishedAt string `json:"finished_at,omitempty" yaml:"finished_at,omitempty"`
@@ -88,7 +89,7 @@ func opViewOf(op *corralv1.Operation) *operationView {
 	return &operationView{
 		ID: op.Id, Kind: op.Kind, State: op.State, Attempt: op.Attempt, Generation: op.Generation, Owner: op.Owner,
 		StartedAt: stamp(op.StartedAt), Deadline: stamp(op.Deadline), FinishedAt: stamp(op.FinishedAt),
-		Error: op.Error, Detail: op.Detail, Actor: op.Actor,
+		Error: op.Error, Detail: op.Detail, Actor: op.Actor, Epoch: op.Epoch,
 	}
 }
 

@@ -125,7 +125,7 @@ func Run(opts Options) error {
 		return fmt.Errorf("snapshots: %w", err)
 	}
 	lcfg := lifecycle.Config{
-		Store: st, Driver: drv, Instance: instance, Gateway: identity, Logger: log,
+		Store: st, Driver: drv, Instance: instance, Epoch: st.epoch, Gateway: identity, Logger: log,
 		ProvisioningTimeout: cfg.ProvisioningTimeout, StopTimeout: cfg.StopTimeout,
 		DefaultImage: compute.Image(cfg), OrphanGrace: cfg.OrphanGrace,
 		Failures: reintroduced(), Seeds: content,

@@ -28,6 +28,9 @@ type Config struct {
 	Driver driver.Driver
 	// Instance identifies this gateway process in the journal.
 	Instance string
+	// Epoch is the store's lease's, put on every journal entry this
+	// gateway writes (0 on a store without replicas).
+	Epoch int64
 	// Gateway is this gateway's identity (its store's), which the driver
 	// puts on its objects: an object of another gateway is never
 	// collected as an orphan.

@@ -217,7 +217,7 @@ func (ps *Pools) Claim(ctx context.Context, name, requestID, pool string, spec s
 	}
 	now := m.now()
 	tenant := caller.From(ctx).Tenant
-	op := &sandbox.Operation{Kind: sandbox.OpClaim, State: sandbox.OpSucceeded, Owner: m.cfg.Instance,
+	op := &sandbox.Operation{Kind: sandbox.OpClaim, State: sandbox.OpSucceeded, Owner: m.cfg.Instance, Epoch: m.cfg.Epoch,
 		StartedAt: now, FinishedAt: now, Deadline: now, Detail: fmt.Sprintf("claimed from pool %q as %q", pool, name), Actor: askedBy(ctx)}
 	sb, claimed, err := m.cfg.Store.ClaimSandbox(ctx, tenant, pool, store.Claim{Name: name, RequestID: requestID, Labels: labels, At: now, Op: op})
 	switch {

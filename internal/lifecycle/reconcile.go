@@ -268,7 +268,7 @@ func (m *Manager) forced(a *actor) bool {
 func (m *Manager) journalCall(a *actor, sb *sandbox.Sandbox, act action) (*sandbox.Operation, error) {
 	now := m.now()
 	op := &sandbox.Operation{
-		SandboxID: sb.ID, Kind: act.kind, State: sandbox.OpPending, Owner: m.cfg.Instance,
+		SandboxID: sb.ID, Kind: act.kind, State: sandbox.OpPending, Owner: m.cfg.Instance, Epoch: m.cfg.Epoch,
 		Attempt: a.failures + 1, Generation: act.gen, StartedAt: now, Deadline: now.Add(m.callTimeout(act)),
 	}
 	if act.pauseMemory {

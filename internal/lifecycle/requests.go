@@ -36,7 +36,7 @@ func (m *Manager) admit() (done func(), err error) {
 // of ctx.
 func (m *Manager) request(ctx context.Context, sb *sandbox.Sandbox, kind sandbox.OpKind) *sandbox.Operation {
 	return &sandbox.Operation{
-		SandboxID: sb.ID, Kind: kind, State: sandbox.OpPending, Owner: m.cfg.Instance,
+		SandboxID: sb.ID, Kind: kind, State: sandbox.OpPending, Owner: m.cfg.Instance, Epoch: m.cfg.Epoch,
 		Generation: sb.Generation, StartedAt: sb.UpdatedAt, Deadline: sb.Deadline, Actor: askedBy(ctx),
 	}
 }

@@ -70,4 +70,8 @@ type Operation struct {
 	// Actor is who asked for a request: a caller's name, tenant and role.
 	// Empty on the gateway's own entries.
 	Actor string
+	// Epoch is the store's lease's when Owner wrote it: it grows with
+	// every replica that takes the lease over (0 on a store one gateway
+	// holds by its home's lock).
+	Epoch int64
 }

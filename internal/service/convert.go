@@ -53,7 +53,7 @@ func opToProto(op *sandbox.Operation) *corralv1.Operation {
 		Id: op.ID, SandboxId: op.SandboxID, Kind: string(op.Kind), State: string(op.State), Owner: op.Owner,
 		Attempt: int32(op.Attempt), Generation: op.Generation, StartedAt: ts(op.StartedAt),
 		Deadline: ts(op.Deadline), FinishedAt: ts(op.FinishedAt), Error: op.Error, Detail: op.Detail,
-		Actor: op.Actor,
+		Actor: op.Actor, Epoch: op.Epoch,
 	}
 }
 

@@ -161,7 +161,7 @@ var migrations = []string{
 	);`,
 	// The replicas of the store (replicas.go): each gateway's row, beaten
 	// every second, and the lease of the one that holds the store, whose
-	// epoch grows with every new holder.
+	// epoch grows with every new holder and is on every journal entry.
 	`CREATE TABLE replicas (
 		id         TEXT PRIMARY KEY,
 		pid        BIGINT NOT NULL,
@@ -177,7 +177,8 @@ var migrations = []string{
 		holder TEXT NOT NULL,
 		since  BIGINT NOT NULL
 	);
-	INSERT INTO lease (epoch, holder, since) VALUES (0, '', 0);`,
+	INSERT INTO lease (epoch, holder, since) VALUES (0, '', 0);
+	ALTER TABLE operations ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0;`,
 }
 
 // SchemaVersion is the schema version this build writes.

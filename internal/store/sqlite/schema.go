@@ -220,6 +220,10 @@ var migrations = []string{
 
 	// A paused sandbox's pause checkpointed its memory out (pause --memory).
 	`ALTER TABLE sandboxes ADD COLUMN pause_memory INTEGER NOT NULL DEFAULT 0;`,
+
+	// A journal entry's epoch: the lease's of the gateway that wrote it
+	// (0 where one gateway holds the store by its home's lock).
+	`ALTER TABLE operations ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // SchemaVersion is the schema version this build writes.

@@ -15,7 +15,7 @@ import (
 
 const sandboxColumns = `id, tenant, name, request_id, spec, desired_state, phase, generation, reason, exit_code, restarts, created_at, updated_at, deadline, revision, memory, cpu_millis, disk, pause_memory`
 
-const operationColumns = `id, sandbox_id, kind, state, owner, attempt, generation, started_at, deadline, finished_at, error, detail, actor`
+const operationColumns = `id, sandbox_id, kind, state, owner, attempt, generation, started_at, deadline, finished_at, error, detail, actor, epoch`
 
 // requestKinds is the SQL list of the request kinds of the journal.
 const requestKinds = `('create','start','stop','delete','update','pause','resume')`
@@ -62,7 +62,7 @@ type operationRow struct {
 
 func (r *operationRow) dest() []any {
 	return []any{&r.id, &r.o.SandboxID, &r.o.Kind, &r.o.State, &r.o.Owner, &r.o.Attempt, &r.o.Generation,
-		&r.started, &r.deadline, &r.finished, &r.o.Error, &r.o.Detail, &r.o.Actor}
+		&r.started, &r.deadline, &r.finished, &r.o.Error, &r.o.Detail, &r.o.Actor, &r.o.Epoch}
 }
 
 func (r *operationRow) decode() *sandbox.Operation {
@@ -100,7 +100,7 @@ const sandboxWithRequest = `SELECT s.id, s.tenant, s.name, s.request_id, s.spec,
 	s.exit_code, s.restarts, s.created_at, s.updated_at, s.deadline, s.revision, s.memory, s.cpu_millis, s.disk, s.pause_memory,
 	o.id, coalesce(o.sandbox_id, ''), coalesce(o.kind, ''), coalesce(o.state, ''), coalesce(o.owner, ''),
 	coalesce(o.attempt, 0), coalesce(o.generation, 0), coalesce(o.started_at, 0), coalesce(o.deadline, 0),
-	o.finished_at, coalesce(o.error, ''), coalesce(o.detail, ''), coalesce(o.actor, '')
+	o.finished_at, coalesce(o.error, ''), coalesce(o.detail, ''), coalesce(o.actor, ''), coalesce(o.epoch, 0)
 	FROM sandboxes s LEFT JOIN operations o ON o.id = (SELECT id FROM operations
 		WHERE sandbox_id = s.id AND kind IN ` + requestKinds + ` ORDER BY id DESC LIMIT 1)
 	WHERE s.`
@@ -499,15 +499,15 @@ func putOperation(ctx context.Context, q Querier, o *sandbox.Operation) error {
 	}
 	if o.ID != 0 {
 		_, err := q.Exec(ctx, `UPDATE operations SET state=?, owner=?, attempt=?, generation=?, started_at=?,
-			deadline=?, finished_at=?, error=?, detail=?, actor=? WHERE id=?`,
+			deadline=?, finished_at=?, error=?, detail=?, actor=?, epoch=? WHERE id=?`,
 			o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline), nullNanos(o.FinishedAt),
-			o.Error, o.Detail, o.Actor, o.ID)
+			o.Error, o.Detail, o.Actor, o.Epoch, o.ID)
 		return err
 	}
 	return q.QueryRow(ctx, `INSERT INTO operations (sandbox_id, kind, state, owner, attempt, generation,
-		started_at, deadline, finished_at, error, detail, actor) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
+		started_at, deadline, finished_at, error, detail, actor, epoch) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) RETURNING id`,
 		o.SandboxID, o.Kind, o.State, o.Owner, o.Attempt, o.Generation, nanos(o.StartedAt), nanos(o.Deadline),
-		nullNanos(o.FinishedAt), o.Error, o.Detail, o.Actor).Scan(&o.ID)
+		nullNanos(o.FinishedAt), o.Error, o.Detail, o.Actor, o.Epoch).Scan(&o.ID)
 }
 
 // ListOperations implements store.Store.

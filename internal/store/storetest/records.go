@@ -433,9 +433,11 @@ func testPutOperationUpdates(t *testing.T, open Opener) {
 	s := fresh(t, open)
 	sb := NewSandbox("web", T0)
 	Create(t, s, sb)
-	op := Put(t, s, NewOp(sb.ID, sandbox.OpDriverStart, "me", T0))
+	op := NewOp(sb.ID, sandbox.OpDriverStart, "me", T0)
+	op.Epoch = 7
+	Put(t, s, op)
 	id := op.ID
-	op.State, op.FinishedAt, op.Error, op.Attempt = sandbox.OpFailed, T0.Add(time.Second), "boom", 2
+	op.State, op.FinishedAt, op.Error, op.Attempt, op.Epoch = sandbox.OpFailed, T0.Add(time.Second), "boom", 2, 8
 	Put(t, s, op)
 	if op.ID != id {
 		t.Errorf("update changed the id from %d to %d", id, op.ID)
@@ -445,7 +447,7 @@ func testPutOperationUpdates(t *testing.T, open Opener) {
 		t.Fatalf("journal has %d entries, want 2", len(journal))
 	}
 	got := journal[1]
-	if got.ID != id || got.State != sandbox.OpFailed || got.Error != "boom" || got.Attempt != 2 || !got.FinishedAt.Equal(T0.Add(time.Second)) {
+	if got.ID != id || got.State != sandbox.OpFailed || got.Error != "boom" || got.Attempt != 2 || got.Epoch != 8 || !got.FinishedAt.Equal(T0.Add(time.Second)) {
 		t.Errorf("updated entry = %+v", got)
 	}
 }

@@ -218,6 +218,12 @@ export interface Operation {
    * entries.
    */
   actor: string;
+  /**
+   * epoch is the store's lease's when the entry was written: on a
+   * PostgreSQL store shared by replicas it grows with every replica that
+   * takes the lease over; 0 on a store one gateway holds alone.
+   */
+  epoch: number;
 }
 
 /** CreateSandboxRequest asks for a new sandbox. */
@@ -1518,6 +1524,7 @@ function createBaseOperation(): Operation {
     error: "",
     detail: "",
     actor: "",
+    epoch: 0,
   };
 }
 
@@ -1561,6 +1568,9 @@ export const Operation: MessageFns<Operation> = {
     }
     if (message.actor !== "") {
       writer.uint32(106).string(message.actor);
+    }
+    if (message.epoch !== 0) {
+      writer.uint32(112).int64(message.epoch);
     }
     return writer;
   },
@@ -1682,6 +1692,14 @@ export const Operation: MessageFns<Operation> = {
             message.actor = reader.string();
             continue;
           }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.epoch = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1721,6 +1739,7 @@ export const Operation: MessageFns<Operation> = {
       error: isSet(object.error) ? globalThis.String(object.error) : "",
       detail: isSet(object.detail) ? globalThis.String(object.detail) : "",
       actor: isSet(object.actor) ? globalThis.String(object.actor) : "",
+      epoch: isSet(object.epoch) ? globalThis.Number(object.epoch) : 0,
     };
   },
 
@@ -1765,6 +1784,9 @@ export const Operation: MessageFns<Operation> = {
     if (message.actor !== "") {
       obj.actor = message.actor;
     }
+    if (message.epoch !== 0) {
+      obj.epoch = Math.round(message.epoch);
+    }
     return obj;
   },
 
@@ -1786,6 +1808,7 @@ export const Operation: MessageFns<Operation> = {
     message.error = object.error ?? "";
     message.detail = object.detail ?? "";
     message.actor = object.actor ?? "";
+    message.epoch = object.epoch ?? 0;
     return message;
   },
 };
