@@ -9,6 +9,7 @@ package corralv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -2096,7 +2097,9 @@ type DoctorReport struct {
 	Findings []*DoctorFinding `protobuf:"bytes,1,rep,name=findings,proto3" json:"findings,omitempty"`
 	// tiers are the isolation tiers a policy can ask for (its isolation key)
 	// and whether the driver can run each.
-	Tiers         []*IsolationTier `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	Tiers []*IsolationTier `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	// replicas are the gateways of the store, as ListReplicas gives them.
+	Replicas      []*Replica `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2145,6 +2148,252 @@ func (x *DoctorReport) GetTiers() []*IsolationTier {
 	return nil
 }
 
+func (x *DoctorReport) GetReplicas() []*Replica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// ListReplicasRequest asks for the gateways of the store.
+type ListReplicasRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReplicasRequest) Reset() {
+	*x = ListReplicasRequest{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReplicasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReplicasRequest) ProtoMessage() {}
+
+func (x *ListReplicasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReplicasRequest.ProtoReflect.Descriptor instead.
+func (*ListReplicasRequest) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{29}
+}
+
+// ListReplicasResponse is the gateways of the store, the leader first.
+type ListReplicasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replicas are the gateways, the leader first, then by start.
+	Replicas []*Replica `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// lease_ttl is how long a leader cut off from the store keeps its lease.
+	LeaseTtl      *durationpb.Duration `protobuf:"bytes,2,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReplicasResponse) Reset() {
+	*x = ListReplicasResponse{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReplicasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReplicasResponse) ProtoMessage() {}
+
+func (x *ListReplicasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReplicasResponse.ProtoReflect.Descriptor instead.
+func (*ListReplicasResponse) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListReplicasResponse) GetReplicas() []*Replica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *ListReplicasResponse) GetLeaseTtl() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseTtl
+	}
+	return nil
+}
+
+// Replica is one gateway of a store, as it said of itself.
+type Replica struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the gateway's instance, as the journal's entries name their owner.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// pid is its process on its host.
+	Pid int64 `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	// host is the host it runs on.
+	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	// home is its home directory (replicas share one).
+	Home string `protobuf:"bytes,4,opt,name=home,proto3" json:"home,omitempty"`
+	// listen is its TLS address; empty when it serves none.
+	Listen string `protobuf:"bytes,5,opt,name=listen,proto3" json:"listen,omitempty"`
+	// started_at is when it started (UTC).
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// seen_at is when it last said it was alive (UTC), every second.
+	SeenAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=seen_at,json=seenAt,proto3" json:"seen_at,omitempty"`
+	// alive is true when it was seen within the lease's TTL.
+	Alive bool `protobuf:"varint,8,opt,name=alive,proto3" json:"alive,omitempty"`
+	// leader is true for the one that holds the store's lease: it owns every
+	// sandbox, and the others forward their calls to it.
+	Leader bool `protobuf:"varint,9,opt,name=leader,proto3" json:"leader,omitempty"`
+	// epoch is the leader's lease's fencing token, which grows with every
+	// leader; 0 for a standby, and on a store one gateway holds alone.
+	Epoch int64 `protobuf:"varint,10,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// lease_since is when the leader took the lease (UTC); unset for a standby.
+	LeaseSince *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=lease_since,json=leaseSince,proto3" json:"lease_since,omitempty"`
+	// sandboxes is how many sandboxes it owns.
+	Sandboxes     int64 `protobuf:"varint,12,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Replica) Reset() {
+	*x = Replica{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Replica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Replica) ProtoMessage() {}
+
+func (x *Replica) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Replica.ProtoReflect.Descriptor instead.
+func (*Replica) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Replica) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Replica) GetPid() int64 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *Replica) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *Replica) GetHome() string {
+	if x != nil {
+		return x.Home
+	}
+	return ""
+}
+
+func (x *Replica) GetListen() string {
+	if x != nil {
+		return x.Listen
+	}
+	return ""
+}
+
+func (x *Replica) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Replica) GetSeenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SeenAt
+	}
+	return nil
+}
+
+func (x *Replica) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *Replica) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+func (x *Replica) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Replica) GetLeaseSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseSince
+	}
+	return nil
+}
+
+func (x *Replica) GetSandboxes() int64 {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return 0
+}
+
 // IsolationTier is one isolation tier of the driver.
 type IsolationTier struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2160,7 +2409,7 @@ type IsolationTier struct {
 
 func (x *IsolationTier) Reset() {
 	*x = IsolationTier{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2421,7 @@ func (x *IsolationTier) String() string {
 func (*IsolationTier) ProtoMessage() {}
 
 func (x *IsolationTier) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2434,7 @@ func (x *IsolationTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsolationTier.ProtoReflect.Descriptor instead.
 func (*IsolationTier) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *IsolationTier) GetName() string {
@@ -2229,7 +2478,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2490,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2503,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Image) GetId() string {
@@ -2309,7 +2558,7 @@ type PullImageRequest struct {
 
 func (x *PullImageRequest) Reset() {
 	*x = PullImageRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2570,7 @@ func (x *PullImageRequest) String() string {
 func (*PullImageRequest) ProtoMessage() {}
 
 func (x *PullImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2583,7 @@ func (x *PullImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullImageRequest.ProtoReflect.Descriptor instead.
 func (*PullImageRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PullImageRequest) GetImage() string {
@@ -2373,7 +2622,7 @@ type PullImageProgress struct {
 
 func (x *PullImageProgress) Reset() {
 	*x = PullImageProgress{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2634,7 @@ func (x *PullImageProgress) String() string {
 func (*PullImageProgress) ProtoMessage() {}
 
 func (x *PullImageProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2647,7 @@ func (x *PullImageProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullImageProgress.ProtoReflect.Descriptor instead.
 func (*PullImageProgress) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PullImageProgress) GetLayer() string {
@@ -2445,7 +2694,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2706,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2719,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 // ListImagesResponse is the images of the driver's store.
@@ -2484,7 +2733,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2745,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2758,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -2530,7 +2779,7 @@ type RemoveImageRequest struct {
 
 func (x *RemoveImageRequest) Reset() {
 	*x = RemoveImageRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2791,7 @@ func (x *RemoveImageRequest) String() string {
 func (*RemoveImageRequest) ProtoMessage() {}
 
 func (x *RemoveImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2804,7 @@ func (x *RemoveImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveImageRequest.ProtoReflect.Descriptor instead.
 func (*RemoveImageRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RemoveImageRequest) GetImage() string {
@@ -2574,7 +2823,7 @@ type PruneImagesRequest struct {
 
 func (x *PruneImagesRequest) Reset() {
 	*x = PruneImagesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2835,7 @@ func (x *PruneImagesRequest) String() string {
 func (*PruneImagesRequest) ProtoMessage() {}
 
 func (x *PruneImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2848,7 @@ func (x *PruneImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneImagesRequest.ProtoReflect.Descriptor instead.
 func (*PruneImagesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 // PruneImagesResponse is what a prune removed.
@@ -2615,7 +2864,7 @@ type PruneImagesResponse struct {
 
 func (x *PruneImagesResponse) Reset() {
 	*x = PruneImagesResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2876,7 @@ func (x *PruneImagesResponse) String() string {
 func (*PruneImagesResponse) ProtoMessage() {}
 
 func (x *PruneImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2889,7 @@ func (x *PruneImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneImagesResponse.ProtoReflect.Descriptor instead.
 func (*PruneImagesResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PruneImagesResponse) GetRemoved() []*Image {
@@ -2672,7 +2921,7 @@ type SandboxDenialsRequest struct {
 
 func (x *SandboxDenialsRequest) Reset() {
 	*x = SandboxDenialsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +2933,7 @@ func (x *SandboxDenialsRequest) String() string {
 func (*SandboxDenialsRequest) ProtoMessage() {}
 
 func (x *SandboxDenialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2697,7 +2946,7 @@ func (x *SandboxDenialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxDenialsRequest.ProtoReflect.Descriptor instead.
 func (*SandboxDenialsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SandboxDenialsRequest) GetName() string {
@@ -2742,7 +2991,7 @@ type Denial struct {
 
 func (x *Denial) Reset() {
 	*x = Denial{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +3003,7 @@ func (x *Denial) String() string {
 func (*Denial) ProtoMessage() {}
 
 func (x *Denial) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +3016,7 @@ func (x *Denial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Denial.ProtoReflect.Descriptor instead.
 func (*Denial) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Denial) GetTime() *timestamppb.Timestamp {
@@ -2852,7 +3101,7 @@ type PortForwardFrame struct {
 
 func (x *PortForwardFrame) Reset() {
 	*x = PortForwardFrame{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3113,7 @@ func (x *PortForwardFrame) String() string {
 func (*PortForwardFrame) ProtoMessage() {}
 
 func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3126,7 @@ func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortForwardFrame.ProtoReflect.Descriptor instead.
 func (*PortForwardFrame) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PortForwardFrame) GetName() string {
@@ -2924,7 +3173,7 @@ type ExposePortRequest struct {
 
 func (x *ExposePortRequest) Reset() {
 	*x = ExposePortRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +3185,7 @@ func (x *ExposePortRequest) String() string {
 func (*ExposePortRequest) ProtoMessage() {}
 
 func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +3198,7 @@ func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposePortRequest.ProtoReflect.Descriptor instead.
 func (*ExposePortRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ExposePortRequest) GetName() string {
@@ -2994,7 +3243,7 @@ type ExposedPort struct {
 
 func (x *ExposedPort) Reset() {
 	*x = ExposedPort{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3255,7 @@ func (x *ExposedPort) String() string {
 func (*ExposedPort) ProtoMessage() {}
 
 func (x *ExposedPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3268,7 @@ func (x *ExposedPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposedPort.ProtoReflect.Descriptor instead.
 func (*ExposedPort) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ExposedPort) GetSandboxId() string {
@@ -3070,7 +3319,7 @@ type UnexposePortRequest struct {
 
 func (x *UnexposePortRequest) Reset() {
 	*x = UnexposePortRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3331,7 @@ func (x *UnexposePortRequest) String() string {
 func (*UnexposePortRequest) ProtoMessage() {}
 
 func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3344,7 @@ func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnexposePortRequest.ProtoReflect.Descriptor instead.
 func (*UnexposePortRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UnexposePortRequest) GetName() string {
@@ -3123,7 +3372,7 @@ type ListExposedPortsRequest struct {
 
 func (x *ListExposedPortsRequest) Reset() {
 	*x = ListExposedPortsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3384,7 @@ func (x *ListExposedPortsRequest) String() string {
 func (*ListExposedPortsRequest) ProtoMessage() {}
 
 func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3397,7 @@ func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposedPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListExposedPortsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListExposedPortsRequest) GetName() string {
@@ -3169,7 +3418,7 @@ type ListExposedPortsResponse struct {
 
 func (x *ListExposedPortsResponse) Reset() {
 	*x = ListExposedPortsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3430,7 @@ func (x *ListExposedPortsResponse) String() string {
 func (*ListExposedPortsResponse) ProtoMessage() {}
 
 func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3443,7 @@ func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposedPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListExposedPortsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListExposedPortsResponse) GetPorts() []*ExposedPort {
@@ -3222,7 +3471,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3483,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3496,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PoolSpec) GetImage() string {
@@ -3294,7 +3543,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3306,7 +3555,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3319,7 +3568,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Pool) GetName() string {
@@ -3388,7 +3637,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +3649,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +3662,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -3446,7 +3695,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3458,7 +3707,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3471,7 +3720,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 // ListPoolsResponse is every pool of the gateway.
@@ -3485,7 +3734,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[50]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +3746,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[50]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +3759,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -3531,7 +3780,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[51]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3543,7 +3792,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[51]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3556,7 +3805,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeletePoolRequest) GetName() string {
@@ -3570,7 +3819,7 @@ var File_corral_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"\x17corral/v1/sandbox.proto\x12\tcorral.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x02\n" +
+	"\x17corral/v1/sandbox.proto\x12\tcorral.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x02\n" +
 	"\vSandboxSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x12:\n" +
@@ -3723,10 +3972,31 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\rDoctorFinding\x12\x18\n" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x18\n" +
 	"\aproblem\x18\x02 \x01(\tR\aproblem\x12\x16\n" +
-	"\x06action\x18\x03 \x01(\tR\x06action\"t\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\"\xa4\x01\n" +
 	"\fDoctorReport\x124\n" +
 	"\bfindings\x18\x01 \x03(\v2\x18.corral.v1.DoctorFindingR\bfindings\x12.\n" +
-	"\x05tiers\x18\x02 \x03(\v2\x18.corral.v1.IsolationTierR\x05tiers\"Y\n" +
+	"\x05tiers\x18\x02 \x03(\v2\x18.corral.v1.IsolationTierR\x05tiers\x12.\n" +
+	"\breplicas\x18\x03 \x03(\v2\x12.corral.v1.ReplicaR\breplicas\"\x15\n" +
+	"\x13ListReplicasRequest\"~\n" +
+	"\x14ListReplicasResponse\x12.\n" +
+	"\breplicas\x18\x01 \x03(\v2\x12.corral.v1.ReplicaR\breplicas\x126\n" +
+	"\tlease_ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"\xfa\x02\n" +
+	"\aReplica\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x12\n" +
+	"\x04home\x18\x04 \x01(\tR\x04home\x12\x16\n" +
+	"\x06listen\x18\x05 \x01(\tR\x06listen\x129\n" +
+	"\n" +
+	"started_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x123\n" +
+	"\aseen_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x06seenAt\x12\x14\n" +
+	"\x05alive\x18\b \x01(\bR\x05alive\x12\x16\n" +
+	"\x06leader\x18\t \x01(\bR\x06leader\x12\x14\n" +
+	"\x05epoch\x18\n" +
+	" \x01(\x03R\x05epoch\x12;\n" +
+	"\vlease_since\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"leaseSince\x12\x1c\n" +
+	"\tsandboxes\x18\f \x01(\x03R\tsandboxes\"Y\n" +
 	"\rIsolationTier\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tavailable\x18\x02 \x01(\bR\tavailable\x12\x16\n" +
@@ -3814,7 +4084,7 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x11ListPoolsResponse\x12%\n" +
 	"\x05pools\x18\x01 \x03(\v2\x0f.corral.v1.PoolR\x05pools\"'\n" +
 	"\x11DeletePoolRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name2\xbb\x0f\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name2\x8c\x10\n" +
 	"\x0eSandboxService\x12R\n" +
 	"\rCreateSandbox\x12\x1f.corral.v1.CreateSandboxRequest\x1a .corral.v1.CreateSandboxResponse\x12>\n" +
 	"\n" +
@@ -3831,7 +4101,8 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\x0eListOperations\x12 .corral.v1.ListOperationsRequest\x1a!.corral.v1.ListOperationsResponse\x12B\n" +
 	"\vExecSandbox\x12\x16.corral.v1.ExecRequest\x1a\x17.corral.v1.ExecResponse(\x010\x01\x12C\n" +
 	"\vSandboxLogs\x12\x1d.corral.v1.SandboxLogsRequest\x1a\x13.corral.v1.LogChunk0\x01\x12;\n" +
-	"\x06Doctor\x12\x18.corral.v1.DoctorRequest\x1a\x17.corral.v1.DoctorReport\x12H\n" +
+	"\x06Doctor\x12\x18.corral.v1.DoctorRequest\x1a\x17.corral.v1.DoctorReport\x12O\n" +
+	"\fListReplicas\x12\x1e.corral.v1.ListReplicasRequest\x1a\x1f.corral.v1.ListReplicasResponse\x12H\n" +
 	"\tPullImage\x12\x1b.corral.v1.PullImageRequest\x1a\x1c.corral.v1.PullImageProgress0\x01\x12I\n" +
 	"\n" +
 	"ListImages\x12\x1c.corral.v1.ListImagesRequest\x1a\x1d.corral.v1.ListImagesResponse\x12>\n" +
@@ -3861,7 +4132,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),              // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                  // 1: corral.v1.Sandbox
@@ -3892,46 +4163,50 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*DoctorRequest)(nil),            // 26: corral.v1.DoctorRequest
 	(*DoctorFinding)(nil),            // 27: corral.v1.DoctorFinding
 	(*DoctorReport)(nil),             // 28: corral.v1.DoctorReport
-	(*IsolationTier)(nil),            // 29: corral.v1.IsolationTier
-	(*Image)(nil),                    // 30: corral.v1.Image
-	(*PullImageRequest)(nil),         // 31: corral.v1.PullImageRequest
-	(*PullImageProgress)(nil),        // 32: corral.v1.PullImageProgress
-	(*ListImagesRequest)(nil),        // 33: corral.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),       // 34: corral.v1.ListImagesResponse
-	(*RemoveImageRequest)(nil),       // 35: corral.v1.RemoveImageRequest
-	(*PruneImagesRequest)(nil),       // 36: corral.v1.PruneImagesRequest
-	(*PruneImagesResponse)(nil),      // 37: corral.v1.PruneImagesResponse
-	(*SandboxDenialsRequest)(nil),    // 38: corral.v1.SandboxDenialsRequest
-	(*Denial)(nil),                   // 39: corral.v1.Denial
-	(*PortForwardFrame)(nil),         // 40: corral.v1.PortForwardFrame
-	(*ExposePortRequest)(nil),        // 41: corral.v1.ExposePortRequest
-	(*ExposedPort)(nil),              // 42: corral.v1.ExposedPort
-	(*UnexposePortRequest)(nil),      // 43: corral.v1.UnexposePortRequest
-	(*ListExposedPortsRequest)(nil),  // 44: corral.v1.ListExposedPortsRequest
-	(*ListExposedPortsResponse)(nil), // 45: corral.v1.ListExposedPortsResponse
-	(*PoolSpec)(nil),                 // 46: corral.v1.PoolSpec
-	(*Pool)(nil),                     // 47: corral.v1.Pool
-	(*CreatePoolRequest)(nil),        // 48: corral.v1.CreatePoolRequest
-	(*ListPoolsRequest)(nil),         // 49: corral.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),        // 50: corral.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),        // 51: corral.v1.DeletePoolRequest
-	nil,                              // 52: corral.v1.SandboxSpec.LabelsEntry
-	nil,                              // 53: corral.v1.ListSandboxesRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 54: google.protobuf.Timestamp
+	(*ListReplicasRequest)(nil),      // 29: corral.v1.ListReplicasRequest
+	(*ListReplicasResponse)(nil),     // 30: corral.v1.ListReplicasResponse
+	(*Replica)(nil),                  // 31: corral.v1.Replica
+	(*IsolationTier)(nil),            // 32: corral.v1.IsolationTier
+	(*Image)(nil),                    // 33: corral.v1.Image
+	(*PullImageRequest)(nil),         // 34: corral.v1.PullImageRequest
+	(*PullImageProgress)(nil),        // 35: corral.v1.PullImageProgress
+	(*ListImagesRequest)(nil),        // 36: corral.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),       // 37: corral.v1.ListImagesResponse
+	(*RemoveImageRequest)(nil),       // 38: corral.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),       // 39: corral.v1.PruneImagesRequest
+	(*PruneImagesResponse)(nil),      // 40: corral.v1.PruneImagesResponse
+	(*SandboxDenialsRequest)(nil),    // 41: corral.v1.SandboxDenialsRequest
+	(*Denial)(nil),                   // 42: corral.v1.Denial
+	(*PortForwardFrame)(nil),         // 43: corral.v1.PortForwardFrame
+	(*ExposePortRequest)(nil),        // 44: corral.v1.ExposePortRequest
+	(*ExposedPort)(nil),              // 45: corral.v1.ExposedPort
+	(*UnexposePortRequest)(nil),      // 46: corral.v1.UnexposePortRequest
+	(*ListExposedPortsRequest)(nil),  // 47: corral.v1.ListExposedPortsRequest
+	(*ListExposedPortsResponse)(nil), // 48: corral.v1.ListExposedPortsResponse
+	(*PoolSpec)(nil),                 // 49: corral.v1.PoolSpec
+	(*Pool)(nil),                     // 50: corral.v1.Pool
+	(*CreatePoolRequest)(nil),        // 51: corral.v1.CreatePoolRequest
+	(*ListPoolsRequest)(nil),         // 52: corral.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),        // 53: corral.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),        // 54: corral.v1.DeletePoolRequest
+	nil,                              // 55: corral.v1.SandboxSpec.LabelsEntry
+	nil,                              // 56: corral.v1.ListSandboxesRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 57: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 58: google.protobuf.Duration
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	52, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	55, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	54, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	54, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	54, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	57, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	57, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	57, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	54, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	54, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	54, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	57, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	57, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	57, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
-	53, // 11: corral.v1.ListSandboxesRequest.labels:type_name -> corral.v1.ListSandboxesRequest.LabelsEntry
+	56, // 11: corral.v1.ListSandboxesRequest.labels:type_name -> corral.v1.ListSandboxesRequest.LabelsEntry
 	1,  // 12: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
 	1,  // 13: corral.v1.DeleteSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 14: corral.v1.SandboxEvent.sandbox:type_name -> corral.v1.Sandbox
@@ -3940,76 +4215,84 @@ var file_corral_v1_sandbox_proto_depIdxs = []int32{
 	21, // 17: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
 	20, // 18: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
 	27, // 19: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
-	29, // 20: corral.v1.DoctorReport.tiers:type_name -> corral.v1.IsolationTier
-	54, // 21: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
-	30, // 22: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
-	30, // 23: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
-	30, // 24: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
-	54, // 25: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
-	42, // 26: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
-	46, // 27: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
-	54, // 28: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
-	46, // 29: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
-	47, // 30: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
-	3,  // 31: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
-	5,  // 32: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
-	6,  // 33: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
-	8,  // 34: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
-	9,  // 35: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 36: corral.v1.SandboxService.PauseSandbox:input_type -> corral.v1.PauseSandboxRequest
-	11, // 37: corral.v1.SandboxService.ResumeSandbox:input_type -> corral.v1.ResumeSandboxRequest
-	12, // 38: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	13, // 39: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
-	15, // 40: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	16, // 41: corral.v1.SandboxService.WaitSandbox:input_type -> corral.v1.WaitSandboxRequest
-	18, // 42: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	22, // 43: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	24, // 44: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	26, // 45: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	31, // 46: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
-	33, // 47: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
-	35, // 48: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
-	36, // 49: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
-	38, // 50: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
-	40, // 51: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
-	41, // 52: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
-	43, // 53: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
-	44, // 54: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
-	48, // 55: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
-	49, // 56: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
-	51, // 57: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
-	4,  // 58: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 59: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 60: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 61: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 62: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	1,  // 63: corral.v1.SandboxService.PauseSandbox:output_type -> corral.v1.Sandbox
-	1,  // 64: corral.v1.SandboxService.ResumeSandbox:output_type -> corral.v1.Sandbox
-	14, // 65: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	1,  // 66: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
-	17, // 67: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	17, // 68: corral.v1.SandboxService.WaitSandbox:output_type -> corral.v1.SandboxEvent
-	19, // 69: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	23, // 70: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	25, // 71: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	28, // 72: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	32, // 73: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
-	34, // 74: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
-	30, // 75: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
-	37, // 76: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
-	39, // 77: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
-	40, // 78: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
-	42, // 79: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
-	42, // 80: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
-	45, // 81: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
-	47, // 82: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
-	50, // 83: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
-	47, // 84: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
-	58, // [58:85] is the sub-list for method output_type
-	31, // [31:58] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	32, // 20: corral.v1.DoctorReport.tiers:type_name -> corral.v1.IsolationTier
+	31, // 21: corral.v1.DoctorReport.replicas:type_name -> corral.v1.Replica
+	31, // 22: corral.v1.ListReplicasResponse.replicas:type_name -> corral.v1.Replica
+	58, // 23: corral.v1.ListReplicasResponse.lease_ttl:type_name -> google.protobuf.Duration
+	57, // 24: corral.v1.Replica.started_at:type_name -> google.protobuf.Timestamp
+	57, // 25: corral.v1.Replica.seen_at:type_name -> google.protobuf.Timestamp
+	57, // 26: corral.v1.Replica.lease_since:type_name -> google.protobuf.Timestamp
+	57, // 27: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
+	33, // 28: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
+	33, // 29: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
+	33, // 30: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
+	57, // 31: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
+	45, // 32: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
+	49, // 33: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
+	57, // 34: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
+	49, // 35: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
+	50, // 36: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
+	3,  // 37: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
+	5,  // 38: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
+	6,  // 39: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
+	8,  // 40: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
+	9,  // 41: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
+	10, // 42: corral.v1.SandboxService.PauseSandbox:input_type -> corral.v1.PauseSandboxRequest
+	11, // 43: corral.v1.SandboxService.ResumeSandbox:input_type -> corral.v1.ResumeSandboxRequest
+	12, // 44: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	13, // 45: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
+	15, // 46: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	16, // 47: corral.v1.SandboxService.WaitSandbox:input_type -> corral.v1.WaitSandboxRequest
+	18, // 48: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	22, // 49: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	24, // 50: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	26, // 51: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	29, // 52: corral.v1.SandboxService.ListReplicas:input_type -> corral.v1.ListReplicasRequest
+	34, // 53: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
+	36, // 54: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
+	38, // 55: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
+	39, // 56: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
+	41, // 57: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
+	43, // 58: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
+	44, // 59: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
+	46, // 60: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
+	47, // 61: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
+	51, // 62: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
+	52, // 63: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
+	54, // 64: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
+	4,  // 65: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 66: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 67: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 68: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 69: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	1,  // 70: corral.v1.SandboxService.PauseSandbox:output_type -> corral.v1.Sandbox
+	1,  // 71: corral.v1.SandboxService.ResumeSandbox:output_type -> corral.v1.Sandbox
+	14, // 72: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 73: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	17, // 74: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	17, // 75: corral.v1.SandboxService.WaitSandbox:output_type -> corral.v1.SandboxEvent
+	19, // 76: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	23, // 77: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	25, // 78: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	28, // 79: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	30, // 80: corral.v1.SandboxService.ListReplicas:output_type -> corral.v1.ListReplicasResponse
+	35, // 81: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
+	37, // 82: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
+	33, // 83: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
+	40, // 84: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
+	42, // 85: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
+	43, // 86: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
+	45, // 87: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
+	45, // 88: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
+	48, // 89: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
+	50, // 90: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
+	53, // 91: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
+	50, // 92: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
+	65, // [65:93] is the sub-list for method output_type
+	37, // [37:65] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_sandbox_proto_init() }
@@ -4035,7 +4318,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   54,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,6 +34,7 @@ const (
 	SandboxService_ExecSandbox_FullMethodName      = "/corral.v1.SandboxService/ExecSandbox"
 	SandboxService_SandboxLogs_FullMethodName      = "/corral.v1.SandboxService/SandboxLogs"
 	SandboxService_Doctor_FullMethodName           = "/corral.v1.SandboxService/Doctor"
+	SandboxService_ListReplicas_FullMethodName     = "/corral.v1.SandboxService/ListReplicas"
 	SandboxService_PullImage_FullMethodName        = "/corral.v1.SandboxService/PullImage"
 	SandboxService_ListImages_FullMethodName       = "/corral.v1.SandboxService/ListImages"
 	SandboxService_RemoveImage_FullMethodName      = "/corral.v1.SandboxService/RemoveImage"
@@ -123,6 +124,11 @@ type SandboxServiceClient interface {
 	// Doctor lists what is inconsistent between records, journal and driver,
 	// and what the gateway does (or the operator can do) about each.
 	Doctor(ctx context.Context, in *DoctorRequest, opts ...grpc.CallOption) (*DoctorReport, error)
+	// ListReplicas lists the gateways of this gateway's store: on a
+	// PostgreSQL store shared by replicas, which are alive, which one holds
+	// the store's lease (and so owns every sandbox), and how old each one's
+	// last word is; a gateway on SQLite is its store's only one.
+	ListReplicas(ctx context.Context, in *ListReplicasRequest, opts ...grpc.CallOption) (*ListReplicasResponse, error)
 	// PullImage brings an image into the driver's store: a registry
 	// reference, "docker-archive:/path.tar" or "oci:/dir". It streams the
 	// pull's progress; the last message carries the image. A driver that
@@ -357,6 +363,16 @@ func (c *sandboxServiceClient) Doctor(ctx context.Context, in *DoctorRequest, op
 	return out, nil
 }
 
+func (c *sandboxServiceClient) ListReplicas(ctx context.Context, in *ListReplicasRequest, opts ...grpc.CallOption) (*ListReplicasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReplicasResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListReplicas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sandboxServiceClient) PullImage(ctx context.Context, in *PullImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PullImageProgress], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_PullImage_FullMethodName, cOpts...)
@@ -573,6 +589,11 @@ type SandboxServiceServer interface {
 	// Doctor lists what is inconsistent between records, journal and driver,
 	// and what the gateway does (or the operator can do) about each.
 	Doctor(context.Context, *DoctorRequest) (*DoctorReport, error)
+	// ListReplicas lists the gateways of this gateway's store: on a
+	// PostgreSQL store shared by replicas, which are alive, which one holds
+	// the store's lease (and so owns every sandbox), and how old each one's
+	// last word is; a gateway on SQLite is its store's only one.
+	ListReplicas(context.Context, *ListReplicasRequest) (*ListReplicasResponse, error)
 	// PullImage brings an image into the driver's store: a registry
 	// reference, "docker-archive:/path.tar" or "oci:/dir". It streams the
 	// pull's progress; the last message carries the image. A driver that
@@ -671,6 +692,9 @@ func (UnimplementedSandboxServiceServer) SandboxLogs(*SandboxLogsRequest, grpc.S
 }
 func (UnimplementedSandboxServiceServer) Doctor(context.Context, *DoctorRequest) (*DoctorReport, error) {
 	return nil, status.Error(codes.Unimplemented, "method Doctor not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListReplicas(context.Context, *ListReplicasRequest) (*ListReplicasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReplicas not implemented")
 }
 func (UnimplementedSandboxServiceServer) PullImage(*PullImageRequest, grpc.ServerStreamingServer[PullImageProgress]) error {
 	return status.Error(codes.Unimplemented, "method PullImage not implemented")
@@ -967,6 +991,24 @@ func _SandboxService_Doctor_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_ListReplicas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReplicasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListReplicas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListReplicas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListReplicas(ctx, req.(*ListReplicasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SandboxService_PullImage_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(PullImageRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -1208,6 +1250,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Doctor",
 			Handler:    _SandboxService_Doctor_Handler,
+		},
+		{
+			MethodName: "ListReplicas",
+			Handler:    _SandboxService_ListReplicas_Handler,
 		},
 		{
 			MethodName: "ListImages",

@@ -136,8 +136,9 @@ var rpcs = map[string]rpcCase{
 	"ExecSandbox": {addresses: true, req: func(tg target, _ int) proto.Message {
 		return &corralv1.ExecRequest{Msg: &corralv1.ExecRequest_Start{Start: &corralv1.ExecStart{Name: tg.sandbox, Command: []string{"true"}}}}
 	}},
-	"SandboxLogs": {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.SandboxLogsRequest{Name: tg.sandbox} }},
-	"Doctor":      {req: func(target, int) proto.Message { return &corralv1.DoctorRequest{} }},
+	"SandboxLogs":  {addresses: true, req: func(tg target, _ int) proto.Message { return &corralv1.SandboxLogsRequest{Name: tg.sandbox} }},
+	"Doctor":       {req: func(target, int) proto.Message { return &corralv1.DoctorRequest{} }},
+	"ListReplicas": {req: func(target, int) proto.Message { return &corralv1.ListReplicasRequest{} }},
 	"PullImage": {req: func(target, int) proto.Message {
 		return &corralv1.PullImageRequest{Image: "busybox:latest", IfNeeded: true}
 	}},

@@ -31,6 +31,7 @@ var rules = map[string]caller.Role{
 	"/corral.v1.SandboxService/ExecSandbox":      caller.Member,
 	"/corral.v1.SandboxService/SandboxLogs":      caller.Viewer,
 	"/corral.v1.SandboxService/Doctor":           caller.Admin,
+	"/corral.v1.SandboxService/ListReplicas":     caller.Admin,
 	"/corral.v1.SandboxService/PullImage":        caller.Member,
 	"/corral.v1.SandboxService/ListImages":       caller.Viewer,
 	"/corral.v1.SandboxService/RemoveImage":      caller.Admin, // images are every tenant's

@@ -32,6 +32,12 @@ func newDoctorCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintln(tw)
 			}
+			if len(report.Replicas) > 1 || len(report.Replicas) == 1 && report.Replicas[0].Epoch > 0 {
+				if err := printReplicas(tw, &corralv1.ListReplicasResponse{Replicas: report.Replicas}); err != nil {
+					return err
+				}
+				fmt.Fprintln(tw)
+			}
 			if len(report.Findings) == 0 {
 				fmt.Fprintln(tw, "no inconsistencies found")
 				return tw.Flush()

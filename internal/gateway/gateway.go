@@ -144,7 +144,7 @@ func Run(opts Options) error {
 	ports.Core = mgr
 	snaps := snapshots.New(mgr, st, drv, content, log)
 	core := service.Core{Sandboxes: mgr, Files: sandboxfiles.New(mgr, drv), Images: driverimages.New(drv, cfg.ImagePullPolicy), Ports: ports,
-		Pools: mgr.Pools(), Secrets: secretsPart, Tenants: tenants.New(st, mgr.Delete), Snapshots: snaps}
+		Pools: mgr.Pools(), Secrets: secretsPart, Tenants: tenants.New(st, mgr.Delete), Snapshots: snaps, Replicas: st}
 	g := &gateway{opts: opts, cfg: cfg, log: log, mgr: mgr, ports: ports, snaps: snaps, core: core, startCtx: startCtx}
 	log.Info("gateway starting", "home", opts.Home, "driver", drv.Name(), "gateway", identity, "pid", os.Getpid(), "open_files", files)
 	cause := g.run(sig)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/service"
 	"github.com/corral-sandbox/corral/internal/store"
 	"github.com/corral-sandbox/corral/internal/store/postgres"
@@ -20,7 +21,10 @@ type owned struct {
 	store.Store
 	// epoch is the lease's fencing token (0 on SQLite, whose home's lock
 	// is its only holder's).
-	epoch         int64
+	epoch int64
+	// me is this gateway as it says of itself among the replicas.
+	me            sandbox.Replica
+	ttl           time.Duration
 	leave, unlock func()
 }
 
@@ -60,26 +64,20 @@ func openStore(ctx context.Context, opts Options, instance string, log *slog.Log
 			lock.release()
 			return nil, err
 		}
-		return &owned{Store: st, unlock: lock.release}, nil
+		return &owned{Store: st, me: replicaOf(opts, instance), ttl: cfg.Replicas.LeaseTTL, unlock: lock.release}, nil
 	}
 	st, err := postgres.Open(context.Background(), cfg.StoreURL)
 	if err != nil {
 		return nil, err
 	}
-	home, err := filepath.Abs(opts.Home)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	host, _ := os.Hostname()
-	me := store.Replica{ID: instance, PID: os.Getpid(), Host: host, Home: home, Listen: cfg.Listen, StartedAt: time.Now()}
+	me := replicaOf(opts, instance)
 	leave, err := st.Join(context.Background(), me)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
 	var standing *standby
-	epoch, err := st.Hold(ctx, postgres.Lease{Me: me, TTL: cfg.Replicas.LeaseTTL, Wait: true, Waiting: func(leader store.Replica) {
+	epoch, err := st.Hold(ctx, postgres.Lease{Me: me, TTL: cfg.Replicas.LeaseTTL, Wait: true, Waiting: func(leader sandbox.Replica) {
 		log.Info("standby: another replica holds the store; this one takes over when it goes", "leader", leader.ID, "leader_pid", leader.PID)
 		if cfg.Listen == "" {
 			return
@@ -99,7 +97,7 @@ func openStore(ctx context.Context, opts Options, instance string, log *slog.Log
 	if err == nil {
 		var lock *homeLock
 		if lock, err = waitHomeLock(ctx, opts.Home, log); err == nil {
-			return &owned{Store: st, epoch: epoch, leave: leave, unlock: lock.release}, nil
+			return &owned{Store: st, epoch: epoch, me: me, ttl: cfg.Replicas.LeaseTTL, leave: leave, unlock: lock.release}, nil
 		}
 	}
 	leave()
@@ -108,6 +106,45 @@ func openStore(ctx context.Context, opts Options, instance string, log *slog.Log
 		return nil, errStandbyEnded
 	}
 	return nil, err
+}
+
+// replicaOf is the gateway of instance as it says of itself.
+func replicaOf(opts Options, instance string) sandbox.Replica {
+	home, err := filepath.Abs(opts.Home)
+	if err != nil {
+		home = opts.Home
+	}
+	host, _ := os.Hostname()
+	return sandbox.Replica{ID: instance, PID: os.Getpid(), Host: host, Home: home, Listen: opts.Config.Listen, StartedAt: time.Now()}
+}
+
+// Replicas lists the store's gateways for the API core: the replicas of
+// a shared store as they said of themselves, else this gateway alone; the
+// leader owns every sandbox.
+func (o *owned) Replicas(ctx context.Context) ([]sandbox.Replica, time.Duration, error) {
+	var list []sandbox.Replica
+	if shared, ok := o.Store.(interface {
+		Replicas(context.Context) ([]sandbox.Replica, error)
+	}); ok {
+		var err error
+		if list, err = shared.Replicas(ctx); err != nil {
+			return nil, 0, err
+		}
+	} else {
+		me := o.me
+		me.SeenAt, me.Leader = time.Now(), true
+		list = []sandbox.Replica{me}
+	}
+	records, err := o.ListSandboxes(ctx, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	for i := range list {
+		if list[i].Leader {
+			list[i].Sandboxes = len(records)
+		}
+	}
+	return list, o.ttl, nil
 }
 
 // waitHomeLock takes the home's lock, waiting for a last leader that has

@@ -10,6 +10,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -67,6 +69,15 @@ type Core struct {
 	// Snapshots, when set, serves the snapshot API and creates from
 	// snapshots.
 	Snapshots Snapshots
+	// Replicas, when set, lists the gateways of the store (ListReplicas,
+	// and doctor's report).
+	Replicas Replicas
+}
+
+// Replicas lists the gateways of the store, the leader first, and the
+// lease's TTL, within which a live one has said so.
+type Replicas interface {
+	Replicas(ctx context.Context) ([]sandbox.Replica, time.Duration, error)
 }
 
 // service implements corral.v1.SandboxService on the core.
@@ -77,11 +88,13 @@ type service struct {
 	ports  Porter
 	pools  Pools
 	snaps  Snapshots
+	// replicas is nil where the core lists none (tests of the core)
+	replicas Replicas
 }
 
 // New is the sandbox API served on the core.
 func New(c Core) corralv1.SandboxServiceServer {
-	return &service{m: c.Sandboxes, images: c.Images, ports: c.Ports, pools: c.Pools, snaps: c.Snapshots}
+	return &service{m: c.Sandboxes, images: c.Images, ports: c.Ports, pools: c.Pools, snaps: c.Snapshots, replicas: c.Replicas}
 }
 
 // NewServer is a gRPC server with the API, health checking and
@@ -260,7 +273,34 @@ func (s *service) Doctor(ctx context.Context, _ *corralv1.DoctorRequest) (*corra
 	for _, t := range s.m.Tiers(ctx) {
 		report.Tiers = append(report.Tiers, &corralv1.IsolationTier{Name: t.Name, Available: t.Available, Detail: t.Detail})
 	}
+	replicas, err := s.ListReplicas(ctx, &corralv1.ListReplicasRequest{})
+	if err != nil {
+		return nil, err
+	}
+	report.Replicas = replicas.Replicas
 	return report, nil
+}
+
+func (s *service) ListReplicas(ctx context.Context, _ *corralv1.ListReplicasRequest) (*corralv1.ListReplicasResponse, error) {
+	if s.replicas == nil {
+		return nil, status.Error(codes.Unimplemented, "this gateway lists no replicas")
+	}
+	list, ttl, err := s.replicas.Replicas(ctx)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	resp := &corralv1.ListReplicasResponse{LeaseTtl: durationpb.New(ttl)}
+	now := time.Now()
+	for _, r := range list {
+		p := &corralv1.Replica{Id: r.ID, Pid: int64(r.PID), Host: r.Host, Home: r.Home, Listen: r.Listen,
+			StartedAt: ts(r.StartedAt), SeenAt: ts(r.SeenAt), Alive: now.Sub(r.SeenAt) < ttl,
+			Leader: r.Leader, Epoch: r.Epoch, Sandboxes: int64(r.Sandboxes)}
+		if r.Leader {
+			p.LeaseSince = ts(r.Since)
+		}
+		resp.Replicas = append(resp.Replicas, p)
+	}
+	return resp, nil
 }
 
 func (s *service) ListOperations(ctx context.Context, req *corralv1.ListOperationsRequest) (*corralv1.ListOperationsResponse, error) {

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
-	"github.com/corral-sandbox/corral/internal/store"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store/postgres"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
 )
@@ -57,7 +57,7 @@ func Copy(ctx context.Context, path, url string) ([]Count, error) {
 	defer dst.Close()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if _, err := dst.Hold(ctx, postgres.Lease{Me: store.Replica{ID: "migrate-store"}}, cancel); err != nil { // a hold lost ends the copy's transaction
+	if _, err := dst.Hold(ctx, postgres.Lease{Me: sandbox.Replica{ID: "migrate-store"}}, cancel); err != nil { // a hold lost ends the copy's transaction
 		return nil, err
 	}
 	to, err := sql.Open("pgx", url)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
-	"github.com/corral-sandbox/corral/internal/store"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
 // holdLock is the advisory lock key of the gateway that holds the store
@@ -41,7 +41,7 @@ const (
 // Lease is how a gateway asks for the store's hold.
 type Lease struct {
 	// Me is who asks; its ID is written as the lease's holder.
-	Me store.Replica
+	Me sandbox.Replica
 	// TTL is the lease's (DefaultTTL when 0).
 	TTL time.Duration
 	// Wait waits for the hold until ctx ends, as a replica in standby
@@ -50,7 +50,7 @@ type Lease struct {
 	Wait bool
 	// Waiting, when set, is told once that the hold is another's, and
 	// whose.
-	Waiting func(holder store.Replica)
+	Waiting func(holder sandbox.Replica)
 }
 
 func (l Lease) ttl() time.Duration {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
-	"github.com/corral-sandbox/corral/internal/store"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 	"github.com/corral-sandbox/corral/internal/store/storetest"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
@@ -98,14 +98,14 @@ func TestHoldIsExclusive(t *testing.T) {
 	if _, err := b.Hold(ctx, Lease{Me: rb, TTL: 2 * time.Second}, nil); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "another gateway") {
 		t.Errorf("a second Hold: %v", err)
 	}
-	told := make(chan store.Replica, 1)
+	told := make(chan sandbox.Replica, 1)
 	type held struct {
 		epoch int64
 		err   error
 	}
 	got := make(chan held, 1)
 	go func() {
-		e, err := b.Hold(ctx, Lease{Me: rb, TTL: 2 * time.Second, Wait: true, Waiting: func(h store.Replica) { told <- h }},
+		e, err := b.Hold(ctx, Lease{Me: rb, TTL: 2 * time.Second, Wait: true, Waiting: func(h sandbox.Replica) { told <- h }},
 			func(err error) { t.Errorf("the second holder lost its hold: %v", err) })
 		got <- held{e, err}
 	}()
@@ -143,11 +143,11 @@ func TestHoldRefusesAnotherHome(t *testing.T) {
 	}
 }
 
-func replica(id, home string) store.Replica {
-	return store.Replica{ID: id, PID: os.Getpid(), Host: "here", Home: home, StartedAt: time.Now()}
+func replica(id, home string) sandbox.Replica {
+	return sandbox.Replica{ID: id, PID: os.Getpid(), Host: "here", Home: home, StartedAt: time.Now()}
 }
 
-func joinStore(t *testing.T, s *Store, r store.Replica) {
+func joinStore(t *testing.T, s *Store, r sandbox.Replica) {
 	t.Helper()
 	leave, err := s.Join(context.Background(), r)
 	if err != nil {

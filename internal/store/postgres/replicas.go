@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"time"
 
-	"github.com/corral-sandbox/corral/internal/store"
+	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
 // beat is how often a replica says it is alive; forgetAfter is how long a
@@ -18,7 +18,7 @@ const (
 // Join puts me among the store's replicas and says so every second until
 // leave, which takes its row away. A row not beaten for a minute is taken
 // away by any replica's beat.
-func (s *Store) Join(ctx context.Context, me store.Replica) (leave func(), err error) {
+func (s *Store) Join(ctx context.Context, me sandbox.Replica) (leave func(), err error) {
 	if err := s.beat(ctx, me); err != nil {
 		return nil, err
 	}
@@ -50,7 +50,7 @@ func (s *Store) Join(ctx context.Context, me store.Replica) (leave func(), err e
 // beat writes me's row as seen now and forgets replicas long gone. It
 // writes outside the writer's batches: the rows are the replicas' own,
 // which no check of the store reads.
-func (s *Store) beat(ctx context.Context, me store.Replica) error {
+func (s *Store) beat(ctx context.Context, me sandbox.Replica) error {
 	now := time.Now()
 	_, err := s.db.ExecContext(ctx, `INSERT INTO replicas (id, pid, host, home, listen, started_at, seen_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -65,7 +65,7 @@ func (s *Store) beat(ctx context.Context, me store.Replica) error {
 
 // Replicas lists the store's replicas, the leader first, then by start:
 // the leader is the lease's holder while its session holds the lock.
-func (s *Store) Replicas(ctx context.Context) ([]store.Replica, error) {
+func (s *Store) Replicas(ctx context.Context) ([]sandbox.Replica, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT r.id, r.pid, r.host, r.home, r.listen, r.started_at, r.seen_at,
 			r.id = l.holder AND `+lockHeld("")+`, l.epoch, l.since
 		FROM replicas r CROSS JOIN lease l ORDER BY 8 DESC, r.started_at`)
@@ -73,10 +73,10 @@ func (s *Store) Replicas(ctx context.Context) ([]store.Replica, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []store.Replica
+	var out []sandbox.Replica
 	for rows.Next() {
 		var (
-			r                    store.Replica
+			r                    sandbox.Replica
 			started, seen, since int64
 			epoch                int64
 		)
@@ -93,8 +93,8 @@ func (s *Store) Replicas(ctx context.Context) ([]store.Replica, error) {
 }
 
 // holderOf is the replica that the lease names, when it has a row.
-func (s *Store) holderOf(ctx context.Context) (store.Replica, bool, error) {
-	var r store.Replica
+func (s *Store) holderOf(ctx context.Context) (sandbox.Replica, bool, error) {
+	var r sandbox.Replica
 	err := s.db.QueryRowContext(ctx, `SELECT r.id, r.pid, r.host, r.home FROM lease l JOIN replicas r ON r.id = l.holder`).
 		Scan(&r.ID, &r.PID, &r.Host, &r.Home)
 	if err == sql.ErrNoRows {

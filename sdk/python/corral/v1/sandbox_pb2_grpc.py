@@ -92,6 +92,11 @@ class SandboxServiceStub(object):
                 request_serializer=corral_dot_v1_dot_sandbox__pb2.DoctorRequest.SerializeToString,
                 response_deserializer=corral_dot_v1_dot_sandbox__pb2.DoctorReport.FromString,
                 )
+        self.ListReplicas = channel.unary_unary(
+                '/corral.v1.SandboxService/ListReplicas',
+                request_serializer=corral_dot_v1_dot_sandbox__pb2.ListReplicasRequest.SerializeToString,
+                response_deserializer=corral_dot_v1_dot_sandbox__pb2.ListReplicasResponse.FromString,
+                )
         self.PullImage = channel.unary_stream(
                 '/corral.v1.SandboxService/PullImage',
                 request_serializer=corral_dot_v1_dot_sandbox__pb2.PullImageRequest.SerializeToString,
@@ -302,6 +307,16 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListReplicas(self, request, context):
+        """ListReplicas lists the gateways of this gateway's store: on a
+        PostgreSQL store shared by replicas, which are alive, which one holds
+        the store's lease (and so owns every sandbox), and how old each one's
+        last word is; a gateway on SQLite is its store's only one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PullImage(self, request, context):
         """PullImage brings an image into the driver's store: a registry
         reference, "docker-archive:/path.tar" or "oci:/dir". It streams the
@@ -483,6 +498,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.Doctor,
                     request_deserializer=corral_dot_v1_dot_sandbox__pb2.DoctorRequest.FromString,
                     response_serializer=corral_dot_v1_dot_sandbox__pb2.DoctorReport.SerializeToString,
+            ),
+            'ListReplicas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListReplicas,
+                    request_deserializer=corral_dot_v1_dot_sandbox__pb2.ListReplicasRequest.FromString,
+                    response_serializer=corral_dot_v1_dot_sandbox__pb2.ListReplicasResponse.SerializeToString,
             ),
             'PullImage': grpc.unary_stream_rpc_method_handler(
                     servicer.PullImage,
@@ -809,6 +829,23 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/corral.v1.SandboxService/Doctor',
             corral_dot_v1_dot_sandbox__pb2.DoctorRequest.SerializeToString,
             corral_dot_v1_dot_sandbox__pb2.DoctorReport.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/corral.v1.SandboxService/ListReplicas',
+            corral_dot_v1_dot_sandbox__pb2.ListReplicasRequest.SerializeToString,
+            corral_dot_v1_dot_sandbox__pb2.ListReplicasResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -22,6 +22,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { Duration } from "../../google/protobuf/duration.js";
 import { Timestamp } from "../../google/protobuf/timestamp.js";
 
 export const protobufPackage = "corral.v1";
@@ -550,6 +551,60 @@ export interface DoctorReport {
    * and whether the driver can run each.
    */
   tiers: IsolationTier[];
+  /** replicas are the gateways of the store, as ListReplicas gives them. */
+  replicas: Replica[];
+}
+
+/** ListReplicasRequest asks for the gateways of the store. */
+export interface ListReplicasRequest {
+}
+
+/** ListReplicasResponse is the gateways of the store, the leader first. */
+export interface ListReplicasResponse {
+  /** replicas are the gateways, the leader first, then by start. */
+  replicas: Replica[];
+  /** lease_ttl is how long a leader cut off from the store keeps its lease. */
+  leaseTtl: Duration | undefined;
+}
+
+/** Replica is one gateway of a store, as it said of itself. */
+export interface Replica {
+  /** id is the gateway's instance, as the journal's entries name their owner. */
+  id: string;
+  /** pid is its process on its host. */
+  pid: number;
+  /** host is the host it runs on. */
+  host: string;
+  /** home is its home directory (replicas share one). */
+  home: string;
+  /** listen is its TLS address; empty when it serves none. */
+  listen: string;
+  /** started_at is when it started (UTC). */
+  startedAt:
+    | Date
+    | undefined;
+  /** seen_at is when it last said it was alive (UTC), every second. */
+  seenAt:
+    | Date
+    | undefined;
+  /** alive is true when it was seen within the lease's TTL. */
+  alive: boolean;
+  /**
+   * leader is true for the one that holds the store's lease: it owns every
+   * sandbox, and the others forward their calls to it.
+   */
+  leader: boolean;
+  /**
+   * epoch is the leader's lease's fencing token, which grows with every
+   * leader; 0 for a standby, and on a store one gateway holds alone.
+   */
+  epoch: number;
+  /** lease_since is when the leader took the lease (UTC); unset for a standby. */
+  leaseSince:
+    | Date
+    | undefined;
+  /** sandboxes is how many sandboxes it owns. */
+  sandboxes: number;
 }
 
 /** IsolationTier is one isolation tier of the driver. */
@@ -4229,7 +4284,7 @@ export const DoctorFinding: MessageFns<DoctorFinding> = {
 };
 
 function createBaseDoctorReport(): DoctorReport {
-  return { findings: [], tiers: [] };
+  return { findings: [], tiers: [], replicas: [] };
 }
 
 export const DoctorReport: MessageFns<DoctorReport> = {
@@ -4239,6 +4294,9 @@ export const DoctorReport: MessageFns<DoctorReport> = {
     }
     for (const v of message.tiers) {
       IsolationTier.encode(v!, writer.uint32(18).fork()).join();
+    }
+    for (const v of message.replicas) {
+      Replica.encode(v!, writer.uint32(26).fork()).join();
     }
     return writer;
   },
@@ -4272,6 +4330,14 @@ export const DoctorReport: MessageFns<DoctorReport> = {
             message.tiers.push(IsolationTier.decode(reader, reader.uint32()));
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.replicas.push(Replica.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4290,6 +4356,7 @@ export const DoctorReport: MessageFns<DoctorReport> = {
         ? object.findings.map((e: any) => DoctorFinding.fromJSON(e))
         : [],
       tiers: globalThis.Array.isArray(object?.tiers) ? object.tiers.map((e: any) => IsolationTier.fromJSON(e)) : [],
+      replicas: globalThis.Array.isArray(object?.replicas) ? object.replicas.map((e: any) => Replica.fromJSON(e)) : [],
     };
   },
 
@@ -4301,6 +4368,9 @@ export const DoctorReport: MessageFns<DoctorReport> = {
     if (message.tiers?.length) {
       obj.tiers = message.tiers.map((e) => IsolationTier.toJSON(e));
     }
+    if (message.replicas?.length) {
+      obj.replicas = message.replicas.map((e) => Replica.toJSON(e));
+    }
     return obj;
   },
 
@@ -4311,6 +4381,420 @@ export const DoctorReport: MessageFns<DoctorReport> = {
     const message = createBaseDoctorReport();
     message.findings = object.findings?.map((e) => DoctorFinding.fromPartial(e)) || [];
     message.tiers = object.tiers?.map((e) => IsolationTier.fromPartial(e)) || [];
+    message.replicas = object.replicas?.map((e) => Replica.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseListReplicasRequest(): ListReplicasRequest {
+  return {};
+}
+
+export const ListReplicasRequest: MessageFns<ListReplicasRequest> = {
+  encode(_: ListReplicasRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListReplicasRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListReplicasRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListReplicasRequest {
+    return {};
+  },
+
+  toJSON(_: ListReplicasRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListReplicasRequest>, I>>(base?: I): ListReplicasRequest {
+    return ListReplicasRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListReplicasRequest>, I>>(_: I): ListReplicasRequest {
+    const message = createBaseListReplicasRequest();
+    return message;
+  },
+};
+
+function createBaseListReplicasResponse(): ListReplicasResponse {
+  return { replicas: [], leaseTtl: undefined };
+}
+
+export const ListReplicasResponse: MessageFns<ListReplicasResponse> = {
+  encode(message: ListReplicasResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.replicas) {
+      Replica.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.leaseTtl !== undefined) {
+      Duration.encode(message.leaseTtl, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListReplicasResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListReplicasResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.replicas.push(Replica.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.leaseTtl = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListReplicasResponse {
+    return {
+      replicas: globalThis.Array.isArray(object?.replicas) ? object.replicas.map((e: any) => Replica.fromJSON(e)) : [],
+      leaseTtl: isSet(object.leaseTtl)
+        ? Duration.fromJSON(object.leaseTtl)
+        : isSet(object.lease_ttl)
+        ? Duration.fromJSON(object.lease_ttl)
+        : undefined,
+    };
+  },
+
+  toJSON(message: ListReplicasResponse): unknown {
+    const obj: any = {};
+    if (message.replicas?.length) {
+      obj.replicas = message.replicas.map((e) => Replica.toJSON(e));
+    }
+    if (message.leaseTtl !== undefined) {
+      obj.leaseTtl = Duration.toJSON(message.leaseTtl);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListReplicasResponse>, I>>(base?: I): ListReplicasResponse {
+    return ListReplicasResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListReplicasResponse>, I>>(object: I): ListReplicasResponse {
+    const message = createBaseListReplicasResponse();
+    message.replicas = object.replicas?.map((e) => Replica.fromPartial(e)) || [];
+    message.leaseTtl = (object.leaseTtl !== undefined && object.leaseTtl !== null)
+      ? Duration.fromPartial(object.leaseTtl)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseReplica(): Replica {
+  return {
+    id: "",
+    pid: 0,
+    host: "",
+    home: "",
+    listen: "",
+    startedAt: undefined,
+    seenAt: undefined,
+    alive: false,
+    leader: false,
+    epoch: 0,
+    leaseSince: undefined,
+    sandboxes: 0,
+  };
+}
+
+export const Replica: MessageFns<Replica> = {
+  encode(message: Replica, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.pid !== 0) {
+      writer.uint32(16).int64(message.pid);
+    }
+    if (message.host !== "") {
+      writer.uint32(26).string(message.host);
+    }
+    if (message.home !== "") {
+      writer.uint32(34).string(message.home);
+    }
+    if (message.listen !== "") {
+      writer.uint32(42).string(message.listen);
+    }
+    if (message.startedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.startedAt), writer.uint32(50).fork()).join();
+    }
+    if (message.seenAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.seenAt), writer.uint32(58).fork()).join();
+    }
+    if (message.alive !== false) {
+      writer.uint32(64).bool(message.alive);
+    }
+    if (message.leader !== false) {
+      writer.uint32(72).bool(message.leader);
+    }
+    if (message.epoch !== 0) {
+      writer.uint32(80).int64(message.epoch);
+    }
+    if (message.leaseSince !== undefined) {
+      Timestamp.encode(toTimestamp(message.leaseSince), writer.uint32(90).fork()).join();
+    }
+    if (message.sandboxes !== 0) {
+      writer.uint32(96).int64(message.sandboxes);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Replica {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReplica();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.pid = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.host = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.home = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.listen = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.startedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.seenAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.alive = reader.bool();
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.leader = reader.bool();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.epoch = longToNumber(reader.int64());
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.leaseSince = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.sandboxes = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Replica {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      pid: isSet(object.pid) ? globalThis.Number(object.pid) : 0,
+      host: isSet(object.host) ? globalThis.String(object.host) : "",
+      home: isSet(object.home) ? globalThis.String(object.home) : "",
+      listen: isSet(object.listen) ? globalThis.String(object.listen) : "",
+      startedAt: isSet(object.startedAt)
+        ? fromJsonTimestamp(object.startedAt)
+        : isSet(object.started_at)
+        ? fromJsonTimestamp(object.started_at)
+        : undefined,
+      seenAt: isSet(object.seenAt)
+        ? fromJsonTimestamp(object.seenAt)
+        : isSet(object.seen_at)
+        ? fromJsonTimestamp(object.seen_at)
+        : undefined,
+      alive: isSet(object.alive) ? globalThis.Boolean(object.alive) : false,
+      leader: isSet(object.leader) ? globalThis.Boolean(object.leader) : false,
+      epoch: isSet(object.epoch) ? globalThis.Number(object.epoch) : 0,
+      leaseSince: isSet(object.leaseSince)
+        ? fromJsonTimestamp(object.leaseSince)
+        : isSet(object.lease_since)
+        ? fromJsonTimestamp(object.lease_since)
+        : undefined,
+      sandboxes: isSet(object.sandboxes) ? globalThis.Number(object.sandboxes) : 0,
+    };
+  },
+
+  toJSON(message: Replica): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.pid !== 0) {
+      obj.pid = Math.round(message.pid);
+    }
+    if (message.host !== "") {
+      obj.host = message.host;
+    }
+    if (message.home !== "") {
+      obj.home = message.home;
+    }
+    if (message.listen !== "") {
+      obj.listen = message.listen;
+    }
+    if (message.startedAt !== undefined) {
+      obj.startedAt = message.startedAt.toISOString();
+    }
+    if (message.seenAt !== undefined) {
+      obj.seenAt = message.seenAt.toISOString();
+    }
+    if (message.alive !== false) {
+      obj.alive = message.alive;
+    }
+    if (message.leader !== false) {
+      obj.leader = message.leader;
+    }
+    if (message.epoch !== 0) {
+      obj.epoch = Math.round(message.epoch);
+    }
+    if (message.leaseSince !== undefined) {
+      obj.leaseSince = message.leaseSince.toISOString();
+    }
+    if (message.sandboxes !== 0) {
+      obj.sandboxes = Math.round(message.sandboxes);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Replica>, I>>(base?: I): Replica {
+    return Replica.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Replica>, I>>(object: I): Replica {
+    const message = createBaseReplica();
+    message.id = object.id ?? "";
+    message.pid = object.pid ?? 0;
+    message.host = object.host ?? "";
+    message.home = object.home ?? "";
+    message.listen = object.listen ?? "";
+    message.startedAt = object.startedAt ?? undefined;
+    message.seenAt = object.seenAt ?? undefined;
+    message.alive = object.alive ?? false;
+    message.leader = object.leader ?? false;
+    message.epoch = object.epoch ?? 0;
+    message.leaseSince = object.leaseSince ?? undefined;
+    message.sandboxes = object.sandboxes ?? 0;
     return message;
   },
 };
@@ -6748,6 +7232,22 @@ export const SandboxServiceService = {
     responseDeserialize: (value: Buffer): DoctorReport => DoctorReport.decode(value),
   },
   /**
+   * ListReplicas lists the gateways of this gateway's store: on a
+   * PostgreSQL store shared by replicas, which are alive, which one holds
+   * the store's lease (and so owns every sandbox), and how old each one's
+   * last word is; a gateway on SQLite is its store's only one.
+   */
+  listReplicas: {
+    path: "/corral.v1.SandboxService/ListReplicas" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListReplicasRequest): Buffer => Buffer.from(ListReplicasRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListReplicasRequest => ListReplicasRequest.decode(value),
+    responseSerialize: (value: ListReplicasResponse): Buffer =>
+      Buffer.from(ListReplicasResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListReplicasResponse => ListReplicasResponse.decode(value),
+  },
+  /**
    * PullImage brings an image into the driver's store: a registry
    * reference, "docker-archive:/path.tar" or "oci:/dir". It streams the
    * pull's progress; the last message carries the image. A driver that
@@ -7002,6 +7502,13 @@ export interface SandboxServiceServer extends UntypedServiceImplementation {
    * and what the gateway does (or the operator can do) about each.
    */
   doctor: handleUnaryCall<DoctorRequest, DoctorReport>;
+  /**
+   * ListReplicas lists the gateways of this gateway's store: on a
+   * PostgreSQL store shared by replicas, which are alive, which one holds
+   * the store's lease (and so owns every sandbox), and how old each one's
+   * last word is; a gateway on SQLite is its store's only one.
+   */
+  listReplicas: handleUnaryCall<ListReplicasRequest, ListReplicasResponse>;
   /**
    * PullImage brings an image into the driver's store: a registry
    * reference, "docker-archive:/path.tar" or "oci:/dir". It streams the
@@ -7328,6 +7835,27 @@ export interface SandboxServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: DoctorReport) => void,
+  ): ClientUnaryCall;
+  /**
+   * ListReplicas lists the gateways of this gateway's store: on a
+   * PostgreSQL store shared by replicas, which are alive, which one holds
+   * the store's lease (and so owns every sandbox), and how old each one's
+   * last word is; a gateway on SQLite is its store's only one.
+   */
+  listReplicas(
+    request: ListReplicasRequest,
+    callback: (error: ServiceError | null, response: ListReplicasResponse) => void,
+  ): ClientUnaryCall;
+  listReplicas(
+    request: ListReplicasRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListReplicasResponse) => void,
+  ): ClientUnaryCall;
+  listReplicas(
+    request: ListReplicasRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListReplicasResponse) => void,
   ): ClientUnaryCall;
   /**
    * PullImage brings an image into the driver's store: a registry
