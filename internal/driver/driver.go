@@ -137,6 +137,11 @@ type Config struct {
 	// Egress, when set, is the proxy every sandbox's traffic leaves through;
 	// nil: sandboxes have no way out at all (no network_policies).
 	Egress Egress
+	// Epoch is the store's lease's of the gateway that drives: it grows
+	// with every replica that takes the store over (0 on a store one
+	// gateway holds alone). A backend that can refuse a stale caller
+	// fences with it; the fake driver records it on every call.
+	Epoch int64
 }
 
 // DefaultLogMaxBytes is what is kept of a sandbox's output by default.

@@ -112,7 +112,7 @@ func Run(opts Options) error {
 	// The configured compute driver ("auto": docker when an engine answers,
 	// else native when this host can run it, else an error that says what
 	// to install or run).
-	compute, err := computeDrivers.Open(startCtx, registry.Env{Config: cfg, Home: opts.Home, Gateway: identity, Log: log, Egress: eg,
+	compute, err := computeDrivers.Open(startCtx, registry.Env{Config: cfg, Home: opts.Home, Gateway: identity, Epoch: st.epoch, Log: log, Egress: eg,
 		Supervisor: func(dir string) (string, error) { return installSupervisor(dir, log) }})
 	if err != nil {
 		return err

@@ -31,7 +31,7 @@ func Entry(faults func(stateDir string) Faults) registry.Entry {
 			if faults != nil {
 				opts.Faults = faults(dir)
 			}
-			return New(driver.Config{Label: env.Config.SandboxLabel, Gateway: env.Gateway, StateDir: dir}, opts)
+			return New(driver.Config{Label: env.Config.SandboxLabel, Gateway: env.Gateway, Epoch: env.Epoch, StateDir: dir}, opts)
 		},
 		NoEgress: func(registry.Env) string { return "the fake driver's sandboxes do not exist" },
 		NotAuto:  "simulates sandboxes, for tests only",

@@ -44,6 +44,8 @@ type Driver struct {
 	free []string // files of the free dir believed there (d.mu)
 
 	faults Faults // nil: none
+
+	calls inFlight
 }
 
 // Options tune a fake driver.
@@ -371,6 +373,9 @@ func (d *Driver) call(ctx context.Context, op, id, name string, fn func() error)
 	}
 	if err := d.inject(ctx, op, id, name, false); err != nil {
 		return err
+	}
+	if id != "" {
+		defer d.calls.begin(d.cfg, id, op)()
 	}
 	if err := fn(); err != nil {
 		return err

@@ -3,6 +3,7 @@ package fake_test
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -580,5 +581,57 @@ func TestFreeFilesShared(t *testing.T) {
 	}
 	if o, err := d2.Inspect(ctx(t), specs[5].ID); err != nil || o.ExitCode != 7 {
 		t.Errorf("Inspect after Exit from outside: %+v, %v; want exit code 7", o, err)
+	}
+}
+
+// A call for a sandbox while another driver on the state dir (another
+// gateway) has one in flight for it is written down with both epochs;
+// calls of one driver at once, and calls one after the other, are not.
+func TestOverlappingCallsAreWrittenDown(t *testing.T) {
+	dir := t.TempDir()
+	a, err := fake.New(driver.Config{Label: label, StateDir: dir, Epoch: 1}, fake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fake.New(driver.Config{Label: label, StateDir: dir, Epoch: 2}, fake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := newSpec()
+	if err := a.Create(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx(t), driver.Ref{ID: spec.ID, Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Inspect(ctx(t), spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fake.Overlaps(dir); err != nil || len(got) != 0 {
+		t.Fatalf("calls one after the other: overlaps %q, %v", got, err)
+	}
+	stdin, feed := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Exec(ctx(t), spec.ID, driver.ExecOptions{Command: []string{"cat"}, Stdin: stdin})
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the exec is in flight, reading its input
+	if _, err := a.Inspect(ctx(t), spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := fake.Overlaps(dir); len(got) != 0 {
+		t.Fatalf("two calls of one driver at once: overlaps %q", got)
+	}
+	if _, err := b.Inspect(ctx(t), spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	feed.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got, err := fake.Overlaps(dir)
+	if err != nil || len(got) != 1 || !strings.Contains(got[0], "epoch 2 inspect while pid") || !strings.Contains(got[0], "epoch 1 exec") {
+		t.Errorf("a call while another driver's was in flight: overlaps %q, %v", got, err)
 	}
 }

@@ -41,7 +41,9 @@ type Env struct {
 	Home string
 	// Gateway is the gateway's identity, for driver.Config.Gateway.
 	Gateway string
-	Log     *slog.Logger
+	// Epoch is the store's lease's, for driver.Config.Epoch.
+	Epoch int64
+	Log   *slog.Logger
 	// Egress is the gateway's egress proxy, for the drivers that can
 	// attach their sandboxes to it.
 	Egress driver.Egress
@@ -55,7 +57,7 @@ type Env struct {
 // its sandboxes can have one (its entry's NoEgress says none).
 func (env Env) DriverConfig(stateDir, noEgress string) driver.Config {
 	logMax, _ := env.Config.SandboxLogMaxBytes() // validated with the rest
-	c := driver.Config{Label: env.Config.SandboxLabel, Gateway: env.Gateway, StateDir: stateDir, LogMaxBytes: logMax}
+	c := driver.Config{Label: env.Config.SandboxLabel, Gateway: env.Gateway, Epoch: env.Epoch, StateDir: stateDir, LogMaxBytes: logMax}
 	if noEgress == "" {
 		c.Egress = env.Egress
 	}
