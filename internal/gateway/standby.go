@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
@@ -42,8 +43,12 @@ func serveStandby(cfg config.Config, home, id string, gate service.Gate, log *sl
 	if err != nil {
 		return nil, err
 	}
+	// The leader's socket is gone for the instant of a takeover: a call
+	// waits for the next leader (leaderWait at most), which is looked for
+	// every 100 ms to a second rather than gRPC's default backoff.
 	leader, err := grpc.NewClient("unix://"+config.SocketPath(home), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.WaitForReady(true)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, MaxDelay: time.Second}, MinConnectTimeout: time.Second}))
 	if err != nil {
 		return nil, err
 	}
@@ -80,6 +85,10 @@ func (s *standby) stop() {
 	_ = s.leader.Close()
 }
 
+// leaderWait bounds how long a forwarded call waits for a leader to
+// answer: beyond a takeover, a standby without one is soon the leader.
+const leaderWait = 30 * time.Second
+
 // forwarder forwards every call it is given to the leader.
 type forwarder struct {
 	leader *grpc.ClientConn
@@ -107,7 +116,22 @@ func (f forwarder) handle(_ any, in grpc.ServerStream) error {
 	}
 	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(in.Context(), md))
 	defer cancel()
+	connected := make(chan struct{})
+	waited := make(chan bool, 1)
+	go func() {
+		select {
+		case <-connected:
+			waited <- false
+		case <-time.After(leaderWait):
+			waited <- true
+			cancel()
+		}
+	}()
 	out, err := f.leader.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	close(connected)
+	if <-waited {
+		return status.Errorf(codes.Unavailable, "no replica has held the store for %v: try again", leaderWait)
+	}
 	if err != nil {
 		return err
 	}

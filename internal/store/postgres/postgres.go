@@ -18,8 +18,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/sandbox"
@@ -56,10 +57,15 @@ const maxConns = 16
 // with a newer schema, or with tables that are not a corral store's, is
 // refused and left untouched.
 func Open(ctx context.Context, url string) (*Store, error) {
-	db, err := sql.Open("pgx", url)
+	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", Redact(url), err)
 	}
+	// A transaction left open by a gateway cut off from the server ends
+	// after the lease's time, with the writer lock it holds: the replica
+	// that takes the store over is not kept waiting for it.
+	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(DefaultTTL.Milliseconds(), 10)
+	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	if err := migrate(ctx, db); err != nil {
