@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,16 +23,19 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/driver/fake"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/store/sqlite"
 	"github.com/corral-sandbox/corral/internal/store/stores"
 	"github.com/corral-sandbox/corral/internal/testbug"
 	"github.com/corral-sandbox/corral/internal/testenv"
+	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
 
 var (
@@ -41,6 +45,7 @@ var (
 	killsFlag  = flag.Int("kills", 12, "kill points per seed")
 	isolation  = flag.String("isolation", "", "the isolation tier of the sandboxes (docker): namespaces or gvisor")
 	storeFlag  = flag.String("store", "sqlite", "the gateway's store: sqlite (in its home) or postgres (a database of $CORRAL_TEST_POSTGRES's server)")
+	replicasF  = flag.Int("replicas", 1, "gateways at once on one home and one PostgreSQL store (more than 1 implies -store postgres): random ones are killed and started again, requests go to any")
 )
 
 var bin string
@@ -69,8 +74,11 @@ func TestTorture(t *testing.T) {
 				testenv.RequireRoot(t)
 			}
 			r := newRunOn(t, seed, *driverFlag, *isolation)
-			if *storeFlag == "postgres" {
+			if *storeFlag == "postgres" || *replicasF > 1 {
 				r.onPostgres()
+			}
+			if *replicasF > 1 {
+				r.asReplicas(*replicasF)
 			}
 			r.torture(*killsFlag)
 			total += r.kills
@@ -117,6 +125,22 @@ func TestTorturePostgresSmoke(t *testing.T) {
 	smoke(t, "-store postgres", func(seed int64) *run {
 		r := newRun(t, seed)
 		r.onPostgres()
+		return r
+	})
+}
+
+// TestTortureReplicasSmoke is the bounded run of three replicas on one
+// PostgreSQL store of every `go test` (the full one is TestTorture with
+// -replicas 3).
+func TestTortureReplicasSmoke(t *testing.T) {
+	if *driverFlag != "fake" || *seedFlag >= 0 || *storeFlag != "sqlite" || *replicasF > 1 {
+		t.Skip("TestTorture runs the chosen driver, store and replicas")
+	}
+	testenv.RequirePostgres(t)
+	smoke(t, "-replicas 3", func(seed int64) *run {
+		r := newRun(t, seed)
+		r.onPostgres()
+		r.asReplicas(3)
 		return r
 	})
 }
@@ -172,6 +196,10 @@ type run struct {
 	label    string   // the gateway's sandbox label
 	backend  backend
 	storeURL string // the gateway's --store; "": SQLite in its home
+	// addrs are the TLS addresses of the replicas (asReplicas), one per
+	// slot; certs holds an admin's certificate to call them.
+	addrs []string
+	certs string
 
 	mu             sync.Mutex
 	created        map[string]bool     // acknowledged creates
@@ -206,6 +234,7 @@ const (
 	undeletable         kind = "undeletable"           // a sandbox could not be deleted
 	storeDamaged        kind = "store-damaged"         // the store is damaged
 	halfSnapshot        kind = "half-snapshot"         // a snapshot listed but not whole, or left half taken
+	twoDrivers          kind = "two-drivers"           // two gateways called the driver for one sandbox at once
 )
 
 // violation is one invariant broken.
@@ -268,6 +297,24 @@ func (r *run) onPostgres() {
 	r.storeURL = testenv.PostgresDatabase(r.t, fmt.Sprintf("torture-%d", r.seed))
 }
 
+// asReplicas makes the run's gateways n replicas on its home and store,
+// each with a TLS address of its own, which the clients call at random.
+func (r *run) asReplicas(n int) {
+	r.certs = r.t.TempDir()
+	out, err := exec.Command(bin, "--home", r.home, "gateway", "client-cert", "chaos", "--role", "admin", "--out", r.certs).CombinedOutput()
+	if err != nil {
+		r.t.Fatalf("client-cert: %v\n%s", err, out)
+	}
+	for range n {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		r.addrs = append(r.addrs, lis.Addr().String())
+		lis.Close()
+	}
+}
+
 // gateway is one gateway child process.
 type gateway struct {
 	cmd  *exec.Cmd
@@ -275,10 +322,16 @@ type gateway struct {
 	out  *testenv.SyncBuffer
 }
 
-func (r *run) start() *gateway {
+func (r *run) start() *gateway { return r.startAt("") }
+
+// startAt starts a gateway that also listens on addr, when it is not "".
+func (r *run) startAt(addr string) *gateway {
 	args := append([]string{"--home", r.home, "gateway", "--sandbox-label", r.label,
 		"--shutdown-timeout", "1s", "--provisioning-timeout", "2s", "--stop-timeout", "1s",
 		"--resync-interval", "200ms", "--orphan-grace", "300ms", "--store", r.storeURL}, r.backend.args()...)
+	if addr != "" {
+		args = append(args, "--listen", addr)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), r.env...)
 	g := &gateway{cmd: cmd, done: make(chan struct{}), out: &testenv.SyncBuffer{}}
@@ -314,6 +367,37 @@ func (r *run) client() (api, func()) {
 	return api{corralv1.NewSandboxServiceClient(conn), corralv1.NewSnapshotServiceClient(conn)}, func() { conn.Close() }
 }
 
+// replicaClients are clients of every replica's TLS address, or the
+// home's socket's client when the run has no replicas.
+func (r *run) replicaClients() ([]api, func()) {
+	if len(r.addrs) == 0 {
+		c, closeConn := r.client()
+		return []api{c}, closeConn
+	}
+	cfg, err := tlsauth.ClientConfig(filepath.Join(r.certs, "ca.crt"), filepath.Join(r.certs, "chaos.crt"), filepath.Join(r.certs, "chaos.key"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	reconnect := grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 5 * time.Millisecond, Multiplier: 1.6, MaxDelay: 50 * time.Millisecond}, MinConnectTimeout: time.Second}
+	var (
+		cs    []api
+		conns []*grpc.ClientConn
+	)
+	for _, addr := range r.addrs {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)), grpc.WithConnectParams(reconnect))
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		conns = append(conns, conn)
+		cs = append(cs, api{corralv1.NewSandboxServiceClient(conn), corralv1.NewSnapshotServiceClient(conn)})
+	}
+	return cs, func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+}
+
 // clients sends random requests until stop is closed; some give up early.
 func (r *run) clients(stop <-chan struct{}, seed uint64) *sync.WaitGroup {
 	var wg sync.WaitGroup
@@ -322,15 +406,15 @@ func (r *run) clients(stop <-chan struct{}, seed uint64) *sync.WaitGroup {
 		rng := rand.New(rand.NewPCG(seed, uint64(w)))
 		go func() {
 			defer wg.Done()
-			c, closeConn := r.client()
-			defer closeConn()
+			cs, closeConns := r.replicaClients()
+			defer closeConns()
 			for {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				r.request(c, rng)
+				r.request(cs[rng.IntN(len(cs))], rng)
 			}
 		}()
 	}
@@ -357,6 +441,11 @@ func (r *run) deletesOf(name string) *deletes {
 // applied by the gateway alive now; r.mu must be held.
 func (r *run) settled(name string) bool {
 	d := r.deletesOf(name)
+	if len(r.addrs) > 0 {
+		// the leader that may apply an unanswered delete can outlive
+		// any kill point but its own
+		return d.open == 0 && d.uncertain == 0
+	}
 	return d.open == 0 && d.uncertain != r.kills+1
 }
 
@@ -473,6 +562,10 @@ func (r *run) fail(v violation) {
 
 // torture runs the kill points.
 func (r *run) torture(kills int) {
+	if len(r.addrs) > 0 {
+		r.tortureReplicas(kills)
+		return
+	}
 	stop := make(chan struct{})
 	wg := r.clients(stop, uint64(r.seed))
 	for i := range kills {
@@ -515,6 +608,58 @@ func (r *run) torture(kills int) {
 	wg.Wait()
 }
 
+// tortureReplicas keeps a replica running on each address and, at each
+// kill point, kills one of them at random (the leader or a standby) with
+// SIGKILL, SIGTERM, or SIGTERM then SIGKILL, and starts it again.
+func (r *run) tortureReplicas(kills int) {
+	stop := make(chan struct{})
+	wg := r.clients(stop, uint64(r.seed))
+	live := make([]*gateway, len(r.addrs))
+	for i, addr := range r.addrs {
+		live[i] = r.startAt(addr)
+	}
+	for i := range kills {
+		r.backend.faults(r.rng)
+		wait := time.Duration(r.rng.Int64N(int64(3 * r.backend.lifetime())))
+		if r.rng.IntN(3) == 0 {
+			wait = time.Duration(r.rng.IntN(30)) * time.Millisecond
+		}
+		time.Sleep(wait)
+		for j, g := range live {
+			select {
+			case <-g.done:
+				r.t.Fatalf("kill point %d: replica %d exited by itself:\n%s", i, j, r.log.String())
+			default:
+			}
+		}
+		slot := r.rng.IntN(len(live))
+		g := live[slot]
+		switch r.rng.IntN(3) {
+		case 0:
+			g.cmd.Process.Signal(syscall.SIGKILL)
+			<-g.done
+		case 1:
+			g.cmd.Process.Signal(syscall.SIGTERM)
+			r.awaitGraceful(g, i)
+		default:
+			g.cmd.Process.Signal(syscall.SIGTERM)
+			time.Sleep(time.Duration(r.rng.IntN(300)) * time.Millisecond)
+			g.cmd.Process.Signal(syscall.SIGKILL)
+			<-g.done
+		}
+		r.mu.Lock()
+		r.kills++
+		r.mu.Unlock()
+		live[slot] = r.startAt(r.addrs[slot])
+	}
+	close(stop)
+	wg.Wait()
+	for _, g := range live {
+		g.cmd.Process.Signal(syscall.SIGKILL)
+		<-g.done
+	}
+}
+
 // awaitReady waits until the gateway says it serves, it exits, or limit
 // passes.
 func awaitReady(g *gateway, limit time.Duration) {
@@ -540,11 +685,11 @@ func (r *run) awaitGraceful(g *gateway, i int) {
 			if own > 0 {
 				r.lastSigterm = append(r.lastSigterm, violated(shutdownLeftOwn, "kill point %d: a graceful shutdown left %d of its own journal entries pending", i, own))
 			}
-			if others > 0 {
+			if others > 0 && len(r.addrs) == 0 { // a live replica's are rightly pending
 				r.lastSigterm = append(r.lastSigterm, violated(shutdownLeftDead, "kill point %d: a graceful shutdown left %d journal entries of dead instances pending", i, others))
 			}
 			r.mu.Unlock()
-		case !r.lockedBy(g):
+		case !r.lockedBy(g) && !strings.Contains(g.out.String(), "standby"):
 			// The signal came before the gateway took its home lock, at
 			// the latest within the Go runtime's own start (corral's
 			// handler is subscribed at package init): nothing was opened.
@@ -742,7 +887,17 @@ func (r *run) check() []violation {
 			}
 		}
 	}
-	// 7. the store is intact, and holds no snapshot left half taken
+	// 7. no two gateways called the driver for one sandbox at once
+	if fb, ok := r.backend.(*fakeBackend); ok {
+		overlaps, err := fake.Overlaps(fb.dir)
+		if err != nil {
+			v = append(v, violated(twoDrivers, "overlaps: %v", err))
+		}
+		for _, o := range overlaps {
+			v = append(v, violated(twoDrivers, "two gateways drove one sandbox at once: %s", o))
+		}
+	}
+	// 8. the store is intact, and holds no snapshot left half taken
 	g.cmd.Process.Signal(syscall.SIGTERM)
 	<-g.done
 	st, err := stores.Open(ctx, r.storeURL, r.home)
@@ -818,20 +973,28 @@ func unconverged(list []*corralv1.Sandbox) []string {
 // not just any.
 func TestHarnessCatchesTheFailuresOfDesign(t *testing.T) {
 	for _, tc := range []struct {
-		bug  string
-		want []kind // any one of them
+		bug      string
+		want     []kind // any one of them
+		replicas bool   // three replicas on one PostgreSQL store
 	}{
 		// SIGTERM during start-up recovery meets the default disposition
-		{testbug.LateSignalHandler, []kind{killedBySIGTERM}},
+		{testbug.LateSignalHandler, []kind{killedBySIGTERM}, false},
 		// a graceful shutdown returns with driver calls in flight, unsettled
-		{testbug.UnawaitedWorker, []kind{shutdownLeftOwn}},
+		{testbug.UnawaitedWorker, []kind{shutdownLeftOwn}, false},
 		// a dead instance's claim stays pending and refuses every request
-		{testbug.RetainedClaim, []kind{stillPending}},
+		{testbug.RetainedClaim, []kind{stillPending}, false},
+		// replicas that all lead drive the same sandboxes at once
+		{testbug.Unleased, []kind{twoDrivers}, true},
 	} {
 		t.Run(tc.bug, func(t *testing.T) {
 			var caught, other []violation
 			for seed := int64(1); seed <= 12 && len(caught) == 0; seed++ { // each failure shows only at some kill points
 				r := newRun(t, seed)
+				if tc.replicas {
+					testenv.RequirePostgres(t)
+					r.onPostgres()
+					r.asReplicas(3)
+				}
 				r.env = []string{testbug.ReintroduceEnv + "=" + tc.bug}
 				r.torture(60)
 				for _, v := range r.check() {

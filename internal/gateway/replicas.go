@@ -76,6 +76,9 @@ func openStore(ctx context.Context, opts Options, instance string, log *slog.Log
 		st.Close()
 		return nil, err
 	}
+	if unleased {
+		return &owned{Store: st, me: me, ttl: cfg.Replicas.LeaseTTL, leave: leave, unlock: func() {}}, nil
+	}
 	var standing *standby
 	epoch, err := st.Hold(ctx, postgres.Lease{Me: me, TTL: cfg.Replicas.LeaseTTL, Wait: true, Waiting: func(leader sandbox.Replica) {
 		log.Info("standby: another replica holds the store; this one takes over when it goes", "leader", leader.ID, "leader_pid", leader.PID)

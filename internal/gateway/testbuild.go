@@ -14,3 +14,6 @@ import (
 func fakeFaults(string) fake.Faults { return nil }
 
 func reintroduced() lifecycle.Failures { return lifecycle.Failures{} }
+
+// unleased is false: every replica takes the store's lease.
+const unleased = false

@@ -21,3 +21,7 @@ func reintroduced() lifecycle.Failures {
 		UnawaitedWorker: testbug.On(testbug.UnawaitedWorker),
 	}
 }
+
+// unleased: replicas on a shared store take neither its lease nor the
+// home's lock, so that every one of them leads (testbug.Unleased).
+var unleased = testbug.On(testbug.Unleased)

@@ -16,6 +16,8 @@
 //	retained-claim       recovery keeps a dead instance's pending entries,
 //	                     and a pending driver call blocks every request
 //	                     (internal/lifecycle)
+//	unleased             replicas on one store take neither its lease nor
+//	                     the home's lock: each one leads (internal/gateway)
 //	LandlockABIEnv       the kernel's Landlock ABI, as the exec stage sees it
 //	                     (internal/supervisor)
 package testbug
@@ -32,6 +34,7 @@ const (
 	LateSignalHandler = "late-signal-handler"
 	UnawaitedWorker   = "unawaited-worker"
 	RetainedClaim     = "retained-claim"
+	Unleased          = "unleased"
 )
 
 // LandlockABIEnv, when set (to a number) for a test build's exec stage, is

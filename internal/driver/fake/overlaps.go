@@ -63,8 +63,8 @@ func (c *inFlight) begin(cfg driver.Config, id, op string) (end func()) {
 		}
 		return func() {}
 	}
-	_ = f.Truncate(0)
-	_, _ = f.WriteAt([]byte(me+"\n"), 0)
+	_, _ = f.WriteAt([]byte(me+"\n"), 0) // then cut what a longer holder's left
+	_ = f.Truncate(int64(len(me) + 1))
 	if c.files == nil {
 		c.files = map[string]*heldCalls{}
 	}
