@@ -301,3 +301,65 @@ func TestReplicaCutOffFromTheStore(t *testing.T) {
 	mustCorral(t, home, "sandbox", "exec", "before", "--", "echo", "hi")
 	mustCorral(t, home, "sandbox", "delete", "--force", "before")
 }
+
+// On native, the replica that takes over from a SIGKILLed leader serves
+// what it served: each sandbox's egress rules (an allowed host allowed, a
+// denied one denied, read-only kept) and its exposed port, at the same
+// address; none was restarted.
+func TestReplicaTakeOverServesEgressAndPortsOnNative(t *testing.T) {
+	testenv.RequireRoot(t)
+	store := testenv.PostgresDatabase(t, "native-replicas")
+	srv := startEgressServers(t)
+	home := t.TempDir()
+	leader := nativeGateway(t, home, "--store", store)
+	standby := launch(t, home, "--driver", "native", "--store", store)
+	probeBin := buildProbe(t)
+	pol := egressPolicy(t, "allowed.test", srv.httpPort, "")
+	const n = 3
+	for i := range n {
+		box := fmt.Sprintf("e%d", i)
+		mustCorral(t, home, "sandbox", "create", "--name", box, "--policy", pol,
+			"--add-host", "allowed.test:127.0.0.1", "--add-host", "denied.test:127.0.0.1", "--", "sleep", "1d")
+		putProbe(t, home, box, probeBin)
+	}
+	run := func(args ...string) string { return mustCorral(t, home, args...) }
+	createWeb(t, run, "web")
+	addr := strings.TrimSpace(run("sandbox", "expose", "web", "8080"))
+	waitServed(t, addr, "hello from web\n")
+	if !strings.Contains(standby.logs.String(), "standby") {
+		t.Fatalf("the second replica is not in standby:\n%s", standby.logs.String())
+	}
+
+	leader.signal(syscall.SIGKILL)
+	leader.exitCode(10 * time.Second)
+	testenv.Eventually(t, 12*time.Second, func() error {
+		if !strings.Contains(standby.logs.String(), `msg="gateway ready"`) {
+			return fmt.Errorf("the standby has not taken over")
+		}
+		return nil
+	})
+	waitServed(t, addr, "hello from web\n")
+	c := api(t, home)
+	for i := range n {
+		box := fmt.Sprintf("e%d", i)
+		if sb := waitPhase(t, c, box, "ready"); sb.Generation != 1 {
+			t.Fatalf("%s came back as generation %d", box, sb.Generation)
+		}
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if got := probe(t, home, box, "get", "http://allowed.test:"+srv.httpPort+"/after"); !strings.HasPrefix(got, "200 ") {
+				return fmt.Errorf("%s: GET of allowed.test after the takeover: %q", box, got)
+			}
+			return nil
+		})
+		if got := probe(t, home, box, "get", "http://denied.test:"+srv.httpPort+"/after"); !strings.HasPrefix(got, "403 ") {
+			t.Errorf("%s: denied.test after the takeover: %q; want the rules in force again", box, got)
+		}
+		if got := probe(t, home, box, "post", "http://allowed.test:"+srv.httpPort+"/after"); !strings.HasPrefix(got, "403 ") {
+			t.Errorf("%s: POST after the takeover: %q; want read-only in force again", box, got)
+		}
+	}
+	if sb := getJSON(t, home, "web"); sb["generation"] != float64(1) {
+		t.Errorf("web after the takeover: generation %v", sb["generation"])
+	}
+	run("sandbox", "delete", "--all")
+}
