@@ -103,6 +103,23 @@ func benchCore(bin, dir string, quick bool) ([]*figure, error) {
 	if onlyClients > 0 {
 		return figs, nil
 	}
+	if postgresServer != "" {
+		url, err := newDatabase(postgresServer, "corral_bench_replicas")
+		if err != nil {
+			return nil, fmt.Errorf("PostgreSQL: %w", err)
+		}
+		n := 40
+		if quick {
+			n = 10
+		}
+		leader, standby, err := replicasCreate(bin, filepath.Join(dir, "replicas"), url, n)
+		if err != nil {
+			return nil, fmt.Errorf("replicas: %w", err)
+		}
+		add("create→ready through the leader, two replicas at once, p50", millis(p50(leader)), "ms", "", nil)
+		add("create→ready through the standby (forwarded), two replicas at once, p50", millis(p50(standby)), "ms", "", nil)
+		add("standby / leader, create→ready", float64(p50(standby))/float64(p50(leader)), "×", "", nil)
+	}
 	for _, n := range counts {
 		took, rss, size, err := recovery(bin, filepath.Join(dir, fmt.Sprintf("recover-%d", n)), n)
 		if err != nil {
