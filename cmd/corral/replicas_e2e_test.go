@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
@@ -65,10 +68,14 @@ func newReplicaSet(t *testing.T, store string, n int, args ...string) *replicaSe
 	return rs
 }
 
-// api is a client of replica i's TLS address.
-func (rs *replicaSet) api(i int) corralv1.SandboxServiceClient {
+// api is a client of replica i's TLS address, as the admin ops.
+func (rs *replicaSet) api(i int) corralv1.SandboxServiceClient { return rs.apiAs(i, "ops") }
+
+// apiAs is a client of replica i's TLS address with the certificate name
+// (made in rs.certs).
+func (rs *replicaSet) apiAs(i int, name string) corralv1.SandboxServiceClient {
 	rs.t.Helper()
-	cfg, err := tlsauth.ClientConfig(filepath.Join(rs.certs, "ca.crt"), filepath.Join(rs.certs, "ops.crt"), filepath.Join(rs.certs, "ops.key"))
+	cfg, err := tlsauth.ClientConfig(filepath.Join(rs.certs, "ca.crt"), filepath.Join(rs.certs, name+".crt"), filepath.Join(rs.certs, name+".key"))
 	if err != nil {
 		rs.t.Fatal(err)
 	}
@@ -108,6 +115,15 @@ func TestReplicasTakeOver(t *testing.T) {
 		t.Fatalf("the first replica does not lead: %v", list)
 	}
 	first := mustList(t, rs)[0].Epoch
+	// a member who claims to be a forwarded admin is the member still,
+	// through a standby and at the leader's TLS address alike
+	mustCorral(t, rs.home, "gateway", "client-cert", "bob", "--role", "member", "--out", rs.certs)
+	claim := metadata.AppendToOutgoingContext(ctx, "corral-forwarded-caller", `{"Name":"root","Tenant":"default","Role":"admin","Every":true}`)
+	for i := range 2 {
+		if _, err := rs.apiAs(i, "bob").ListReplicas(claim, &corralv1.ListReplicasRequest{}); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "bob") {
+			t.Errorf("a member claiming to be a forwarded admin at replica %d: %v", i, err)
+		}
+	}
 
 	watch, err := rs.api(2).WatchSandboxes(ctx, &corralv1.WatchSandboxesRequest{})
 	if err != nil {
