@@ -329,6 +329,28 @@ func TestEgressAfterKillsOnDocker(t *testing.T) {
 	egressAfterKills(t, func(home string) *gatewayProc { return dockerGateway(t, home, label) }, false)
 }
 
+// rulesInForceAgain checks that box came back ready at generation 1 after
+// what (a restart, a takeover) with its policy's rules in force: GET of
+// allowed.test allowed, denied.test denied, POST refused (read-only).
+func rulesInForceAgain(t *testing.T, home string, c corralv1.SandboxServiceClient, box, port, what string) {
+	t.Helper()
+	if sb := waitPhase(t, c, box, "ready"); sb.Generation != 1 {
+		t.Fatalf("%s came back as generation %d after %s", box, sb.Generation, what)
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if got := probe(t, home, box, "get", "http://allowed.test:"+port+"/after"); !strings.HasPrefix(got, "200 ") {
+			return fmt.Errorf("%s: GET of allowed.test after %s: %q", box, what, got)
+		}
+		return nil
+	})
+	if got := probe(t, home, box, "get", "http://denied.test:"+port+"/after"); !strings.HasPrefix(got, "403 ") {
+		t.Errorf("%s: denied.test after %s: %q; want the rules in force again", box, what, got)
+	}
+	if got := probe(t, home, box, "post", "http://allowed.test:"+port+"/after"); !strings.HasPrefix(got, "403 ") {
+		t.Errorf("%s: POST after %s: %q; want read-only in force again", box, what, got)
+	}
+}
+
 func egressAfterKills(t *testing.T, gateway func(home string) *gatewayProc, killSupervisor bool) {
 	srv := startEgressServers(t)
 	home := t.TempDir()
@@ -380,22 +402,7 @@ func egressAfterKills(t *testing.T, gateway func(home string) *gatewayProc, kill
 	gateway(home)
 	c := api(t, home)
 	for i := range n {
-		box := fmt.Sprintf("k%d", i)
-		if sb := waitPhase(t, c, box, "ready"); sb.Generation != 1 {
-			t.Fatalf("%s came back as generation %d", box, sb.Generation)
-		}
-		testenv.Eventually(t, 10*time.Second, func() error {
-			if got := probe(t, home, box, "get", "http://allowed.test:"+srv.httpPort+"/after"); !strings.HasPrefix(got, "200 ") {
-				return fmt.Errorf("%s: GET of allowed.test after the restart: %q", box, got)
-			}
-			return nil
-		})
-		if got := probe(t, home, box, "get", "http://denied.test:"+srv.httpPort+"/after"); !strings.HasPrefix(got, "403 ") {
-			t.Errorf("%s: denied.test after the restart: %q; want the rules in force again", box, got)
-		}
-		if got := probe(t, home, box, "post", "http://allowed.test:"+srv.httpPort+"/after"); !strings.HasPrefix(got, "403 ") {
-			t.Errorf("%s: POST after the restart: %q; want read-only in force again", box, got)
-		}
+		rulesInForceAgain(t, home, c, fmt.Sprintf("k%d", i), srv.httpPort, "the restart")
 	}
 	if killSupervisor {
 		pids := supervisorPids(t, home)

@@ -357,22 +357,7 @@ func TestReplicaTakeOverServesEgressAndPortsOnNative(t *testing.T) {
 	waitServed(t, addr, "hello from web\n")
 	c := api(t, home)
 	for i := range n {
-		box := fmt.Sprintf("e%d", i)
-		if sb := waitPhase(t, c, box, "ready"); sb.Generation != 1 {
-			t.Fatalf("%s came back as generation %d", box, sb.Generation)
-		}
-		testenv.Eventually(t, 10*time.Second, func() error {
-			if got := probe(t, home, box, "get", "http://allowed.test:"+srv.httpPort+"/after"); !strings.HasPrefix(got, "200 ") {
-				return fmt.Errorf("%s: GET of allowed.test after the takeover: %q", box, got)
-			}
-			return nil
-		})
-		if got := probe(t, home, box, "get", "http://denied.test:"+srv.httpPort+"/after"); !strings.HasPrefix(got, "403 ") {
-			t.Errorf("%s: denied.test after the takeover: %q; want the rules in force again", box, got)
-		}
-		if got := probe(t, home, box, "post", "http://allowed.test:"+srv.httpPort+"/after"); !strings.HasPrefix(got, "403 ") {
-			t.Errorf("%s: POST after the takeover: %q; want read-only in force again", box, got)
-		}
+		rulesInForceAgain(t, home, c, fmt.Sprintf("e%d", i), srv.httpPort, "the takeover")
 	}
 	if sb := getJSON(t, home, "web"); sb["generation"] != float64(1) {
 		t.Errorf("web after the takeover: generation %v", sb["generation"])
