@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -124,6 +126,24 @@ func TestReplicasTakeOver(t *testing.T) {
 			t.Errorf("a member claiming to be a forwarded admin at replica %d: %v", i, err)
 		}
 	}
+
+	// an agent's MCP session through a standby
+	cfg, err := tlsauth.ClientConfig(filepath.Join(rs.certs, "ca.crt"), filepath.Join(rs.certs, "ops.crt"), filepath.Join(rs.certs, "ops.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "https://" + rs.addrs[1] + "/mcp",
+		HTTPClient: &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: time.Minute}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := mcpSession{t, cs}
+	agent.must("sandbox_create", map[string]any{"name": "agent"})
+	if out := agent.must("sandbox_exec", map[string]any{"name": "agent", "command": []string{"echo", "through", "a", "standby"}}); out["stdout"] != "through a standby\n" {
+		t.Errorf("sandbox_exec over MCP through a standby: %v", out)
+	}
+	agent.must("sandbox_delete", map[string]any{"name": "agent"})
+	cs.Close()
 
 	watch, err := rs.api(2).WatchSandboxes(ctx, &corralv1.WatchSandboxesRequest{})
 	if err != nil {

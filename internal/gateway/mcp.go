@@ -30,13 +30,19 @@ const maxMCPCallers = 64
 // caller creates through it carry the label of its session, "https
 // CALLER", and are bounded by maxSandboxes.
 type mcpEndpoint struct {
-	fe           *frontEnds
+	fe           clientsFor
 	gate         service.Gate
 	maxSandboxes int
 
 	mu      sync.Mutex
 	callers map[string]*list.Element // of *mcpCaller, most recent first
 	order   list.List
+}
+
+// clientsFor makes clients of the API core on behalf of a caller: the
+// gateway's own (frontEnds), or a standby's of the leader (leaderClients).
+type clientsFor interface {
+	Client(c caller.Caller) (*client.Client, error)
 }
 
 // mcpCaller is what the endpoint keeps of one caller.
@@ -54,7 +60,7 @@ type mcpCaller struct {
 //
 // It also serves /metrics, to admins only: the labels name every tenant's
 // secrets.
-func newMCPEndpoint(fe *frontEnds, gate service.Gate, maxSandboxes int) http.Handler {
+func newMCPEndpoint(fe clientsFor, gate service.Gate, maxSandboxes int) http.Handler {
 	e := &mcpEndpoint{fe: fe, gate: gate, maxSandboxes: maxSandboxes, callers: map[string]*list.Element{}}
 	mux := http.NewServeMux()
 	mux.Handle(mcpPath, e)

@@ -18,7 +18,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/corral-sandbox/corral/client"
 	"github.com/corral-sandbox/corral/internal/access"
+	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/service"
 )
@@ -28,8 +30,8 @@ import (
 // leader in the shared home, carrying the caller this replica
 // authenticated (service.ForwardedKey), so that the leader's API core
 // decides it by the same rules as every other call. Nothing is decided
-// here but who calls. MCP over HTTP is the leader's: a standby answers it
-// 503.
+// here but who calls. MCP over HTTP is served here, its tools calling the
+// leader the same way (leaderClients).
 type standby struct {
 	srv    *grpc.Server
 	web    *http.Server
@@ -44,11 +46,9 @@ func serveStandby(cfg config.Config, home, id string, gate service.Gate, log *sl
 		return nil, err
 	}
 	// The leader's socket is gone for the instant of a takeover: a call
-	// waits for the next leader (leaderWait at most), which is looked for
-	// every 100 ms to a second rather than gRPC's default backoff.
-	leader, err := grpc.NewClient("unix://"+config.SocketPath(home), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.WaitForReady(true)),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, MaxDelay: time.Second}, MinConnectTimeout: time.Second}))
+	// waits for the next leader (leaderWait at most).
+	leader, err := grpc.NewClient("unix://"+config.SocketPath(home), append(leaderOptions(),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.WaitForReady(true)))...)
 	if err != nil {
 		return nil, err
 	}
@@ -62,10 +62,8 @@ func serveStandby(cfg config.Config, home, id string, gate service.Gate, log *sl
 	s := &standby{leader: leader, lis: lis,
 		srv: grpc.NewServer(append(service.StreamOptions(), grpc.Creds(handshaken{}),
 			grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(f.handle))...),
-		web: &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "this gateway is a replica in standby: MCP is served by the replica that holds the store", http.StatusServiceUnavailable)
-		})}}
+		web: &http.Server{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+			Handler: newMCPEndpoint(leaderClients{socket: config.SocketPath(home), via: id}, gate, cfg.MCP.MaxSandboxes)}}
 	background(log, "API server (TCP, standby)", func() error { return s.srv.Serve(split.h2) }, grpc.ErrServerStopped)
 	background(log, "MCP server (TCP, standby)", func() error {
 		if err := s.web.Serve(split.http1); !errors.Is(err, net.ErrClosed) {
@@ -73,8 +71,44 @@ func serveStandby(cfg config.Config, home, id string, gate service.Gate, log *sl
 		}
 		return http.ErrServerClosed
 	}, http.ErrServerClosed)
-	log.Info("standby: serving the API with mutual TLS, every call through the replica that holds the store", "address", lis.Addr().String())
+	log.Info("standby: serving the API and MCP with mutual TLS, every call through the replica that holds the store", "address", lis.Addr().String())
 	return s, nil
+}
+
+// leaderOptions dial the leader's socket: a call waits for the leader
+// through a takeover, looked for every 100 ms to a second rather than
+// gRPC's default backoff.
+func leaderOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, MaxDelay: time.Second}, MinConnectTimeout: time.Second})}
+}
+
+// leaderClients are a standby's clients of the leader's socket, each call
+// carrying the caller (service.ForwardedKey), for its MCP endpoint.
+type leaderClients struct {
+	socket, via string
+}
+
+func (l leaderClients) Client(c caller.Caller) (*client.Client, error) {
+	v, err := service.Forward(c, l.via)
+	if err != nil {
+		return nil, err
+	}
+	as := func(ctx context.Context) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, service.ForwardedKey, v)
+	}
+	conn, err := grpc.NewClient("unix://"+l.socket, append(leaderOptions(),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoke(as(ctx), method, req, reply, cc, opts...)
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, stream grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return stream(as(ctx), desc, cc, method, opts...)
+		}))...)
+	if err != nil {
+		return nil, err
+	}
+	return client.NewFromConn(conn, "the leader"), nil
 }
 
 // stop ends the standby's listener and every call it forwards (their
