@@ -127,6 +127,17 @@ func TestReplicasTakeOver(t *testing.T) {
 		}
 	}
 
+	// a viewer's bearer token, through a standby: it lists, and may not create
+	out := strings.TrimSpace(mustCorral(t, rs.home, "token", "create", "--tenant", "default", "--role", "viewer", "--name", "watcher"))
+	token := out[strings.LastIndex(out, "\n")+1:]
+	asViewer := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	if _, err := rs.apiAs(1, "bob").ListSandboxes(asViewer, &corralv1.ListSandboxesRequest{}); err != nil {
+		t.Errorf("a viewer's token through a standby: %v", err)
+	}
+	if _, err := rs.apiAs(1, "bob").CreateSandbox(asViewer, &corralv1.CreateSandboxRequest{Name: "by-viewer"}); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "watcher") {
+		t.Errorf("a viewer's create through a standby: %v", err)
+	}
+
 	// an agent's MCP session through a standby
 	cfg, err := tlsauth.ClientConfig(filepath.Join(rs.certs, "ca.crt"), filepath.Join(rs.certs, "ops.crt"), filepath.Join(rs.certs, "ops.key"))
 	if err != nil {

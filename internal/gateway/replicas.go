@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -79,17 +80,22 @@ func openStore(ctx context.Context, opts Options, instance string, log *slog.Log
 	if unleased {
 		return &owned{Store: st, me: me, ttl: cfg.Replicas.LeaseTTL, leave: leave, unlock: func() {}}, nil
 	}
-	var standing *standby
-	epoch, err := st.Hold(ctx, postgres.Lease{Me: me, TTL: cfg.Replicas.LeaseTTL, Wait: true, Waiting: func(leader sandbox.Replica) {
+	// A standby that cannot serve its address stops, as a gateway that
+	// cannot does.
+	var (
+		standing *standby
+		standErr error
+	)
+	holdCtx, cancelHold := context.WithCancel(ctx)
+	defer cancelHold()
+	epoch, err := st.Hold(holdCtx, postgres.Lease{Me: me, TTL: cfg.Replicas.LeaseTTL, Wait: true, Waiting: func(leader sandbox.Replica) {
 		log.Info("standby: another replica holds the store; this one takes over when it goes", "leader", leader.ID, "leader_pid", leader.PID)
 		if cfg.Listen == "" {
 			return
 		}
-		s, err := serveStandby(cfg, opts.Home, instance, service.Gate{Tenants: tenants.New(st, nil)}, log)
-		if err != nil {
-			log.Error("standby: cannot serve the API", "err", err)
+		if standing, standErr = serveStandby(cfg, opts.Home, instance, service.Gate{Tenants: tenants.New(st, nil)}, log); standErr != nil {
+			cancelHold()
 		}
-		standing = s
 	}}, func(err error) {
 		log.Error("lost the hold of the store: exiting, so that no two gateways act on its sandboxes", "err", err)
 		os.Exit(1)
@@ -105,7 +111,10 @@ func openStore(ctx context.Context, opts Options, instance string, log *slog.Log
 	}
 	leave()
 	st.Close()
-	if ctx.Err() != nil {
+	switch {
+	case standErr != nil:
+		return nil, fmt.Errorf("standby: %w", standErr)
+	case ctx.Err() != nil:
 		return nil, errStandbyEnded
 	}
 	return nil, err

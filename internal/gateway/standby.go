@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/corral-sandbox/corral/client"
-	"github.com/corral-sandbox/corral/internal/access"
 	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/service"
@@ -139,14 +138,12 @@ func (f forwarder) handle(_ any, in grpc.ServerStream) error {
 	md = md.Copy()
 	delete(md, service.AuthorizationKey) // the caller goes as authenticated here
 	delete(md, service.ForwardedKey)
-	if c, err := f.gate.Identify(in.Context()); err == nil {
-		v, err := service.Forward(c, f.via)
-		if err != nil {
-			return status.Error(codes.Internal, err.Error())
-		}
+	v, err := f.gate.Forwarding(in.Context(), method, f.via)
+	if err != nil {
+		return err
+	}
+	if v != "" {
 		md.Set(service.ForwardedKey, v)
-	} else if need, _ := access.Needs(method); need != access.Public {
-		return service.ToGRPC(err)
 	}
 	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(in.Context(), md))
 	defer cancel()

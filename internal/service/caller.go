@@ -114,9 +114,25 @@ func (g Gate) identify(ctx context.Context) (caller.Caller, error) {
 	return caller.Caller{}, errdefs.Unauthenticated(noCredentials)
 }
 
-// Identify is who a gRPC request comes from, as the gate of every call
-// says: a replica in standby authenticates the calls it forwards with it.
-func (g Gate) Identify(ctx context.Context) (caller.Caller, error) { return g.identify(ctx) }
+// Forwarding is the value of ForwardedKey for a call of method that
+// replica via forwards: who the call comes from, as the gate of every call
+// says; "" for a call that needs no caller (health checks) and brings
+// none. A call that needs a caller and brings none is refused here, as a
+// gRPC status.
+func (g Gate) Forwarding(ctx context.Context, method, via string) (string, error) {
+	c, err := g.identify(ctx)
+	if err != nil {
+		if need, _ := access.Needs(method); need == access.Public {
+			return "", nil
+		}
+		return "", toGRPC(err)
+	}
+	v, err := Forward(c, via)
+	if err != nil {
+		return "", toGRPC(err)
+	}
+	return v, nil
+}
 
 // token is the caller a bearer token names.
 func (g Gate) token(ctx context.Context, token string) (caller.Caller, error) {

@@ -13,9 +13,6 @@ import (
 // toGRPC maps an error to a gRPC status error, keeping its message: the
 // only place where errdefs' classes meet gRPC's codes (the supervisor,
 // which shares errdefs, links no gRPC at all).
-// ToGRPC is err as a gRPC status, its class's code with its message.
-func ToGRPC(err error) error { return toGRPC(err) }
-
 func toGRPC(err error) error {
 	if err == nil {
 		return nil
