@@ -128,8 +128,7 @@ func TestReplicasTakeOver(t *testing.T) {
 	}
 
 	// a viewer's bearer token, through a standby: it lists, and may not create
-	out := strings.TrimSpace(mustCorral(t, rs.home, "token", "create", "--tenant", "default", "--role", "viewer", "--name", "watcher"))
-	token := out[strings.LastIndex(out, "\n")+1:]
+	token := lastLine(mustCorral(t, rs.home, "token", "create", "--tenant", "default", "--role", "viewer", "--name", "watcher"))
 	asViewer := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	if _, err := rs.apiAs(1, "bob").ListSandboxes(asViewer, &corralv1.ListSandboxesRequest{}); err != nil {
 		t.Errorf("a viewer's token through a standby: %v", err)

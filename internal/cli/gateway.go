@@ -63,6 +63,7 @@ HOME/corral.toml when it exists); flags override the file.`,
 	f.StringVar(&flags.StoreURL, "store", "", "where records and the journal are kept: sqlite://PATH or postgres://USER@HOST:PORT/DATABASE (default: SQLite at HOME/corral.db)")
 	f.StringVar(&flags.Listen, "listen", "", "also serve the API on HOST:PORT over TCP with mutual TLS 1.3")
 	f.DurationVar(&flags.Replicas.LeaseTTL, "lease-ttl", flags.Replicas.LeaseTTL, "replicas on one PostgreSQL store: how long a leader cut off from it keeps the lease, within which a standby takes over")
+	f.StringVar(&flags.UIListen, "ui-listen", "", "serve the web console on a loopback HOST:PORT (log in with a token: corral token create)")
 	f.StringVar(&flags.MetricsListen, "metrics-listen", "", "serve Prometheus metrics on HOST:PORT at /metrics")
 	f.StringArrayVar(&flags.TLS.ServerNames, "tls-server-name", nil, "extra name or IP for the server certificate (repeatable)")
 	f.DurationVar(&flags.OrphanGrace, "orphan-grace", flags.OrphanGrace, "how long a compute object without a record is kept before it is removed")
@@ -111,6 +112,7 @@ func loadGatewayConfig(cmd *cobra.Command, path, home string, flags config.Confi
 	set("store", &cfg.StoreURL, flags.StoreURL)
 	set("listen", &cfg.Listen, flags.Listen)
 	set("metrics-listen", &cfg.MetricsListen, flags.MetricsListen)
+	set("ui-listen", &cfg.UIListen, flags.UIListen)
 	if cmd.Flags().Changed("tls-server-name") {
 		cfg.TLS.ServerNames = flags.TLS.ServerNames
 	}

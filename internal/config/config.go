@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,6 +48,9 @@ type Config struct {
 	// Listen, when set (HOST:PORT), also serves the API over TCP with
 	// mutual TLS 1.3.
 	Listen string `toml:"listen"`
+	// UIListen, when set (a loopback HOST:PORT), serves the web console
+	// over plain HTTP to this host's browsers, who log in with a token.
+	UIListen string `toml:"ui_listen"`
 	// MetricsListen, when set (HOST:PORT), serves Prometheus metrics at
 	// /metrics over plain HTTP.
 	MetricsListen string   `toml:"metrics_listen"`
@@ -186,6 +190,9 @@ func (c *Config) Validate() error {
 	if _, err := c.SandboxLogMaxBytes(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := checkLoopback(c.UIListen); err != nil {
+		errs = append(errs, fmt.Errorf("ui_listen %q: %w", c.UIListen, err))
+	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		errs = append(errs, errors.New("tls: give both cert_file and key_file, or neither"))
 	}
@@ -219,6 +226,25 @@ func DefaultHome() string {
 		return filepath.Join(os.TempDir(), "corral")
 	}
 	return filepath.Join(home, ".local", "share", "corral")
+}
+
+// checkLoopback refuses an address that is not "" or a loopback
+// HOST:PORT: the console's plain HTTP is for this host's browsers.
+func checkLoopback(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return errors.New("want a loopback address such as 127.0.0.1:7080 (plain HTTP is for this host's browsers)")
+	}
+	return nil
 }
 
 // SocketPath is the gateway's Unix socket in a home directory.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/corral-sandbox/corral/internal/caller"
 	"github.com/corral-sandbox/corral/internal/config"
+	"github.com/corral-sandbox/corral/internal/console"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/registry"
 	"github.com/corral-sandbox/corral/internal/driverimages"
@@ -266,14 +267,24 @@ func (g *gateway) listen() error {
 		return err
 	}
 	g.servers = append(g.servers, grpcServer{srv})
-	if g.cfg.Listen != "" {
-		fe := newFrontEnds(g.core)
+	var fe *frontEnds // the MCP endpoint's and the console's
+	if g.cfg.Listen != "" || g.cfg.UIListen != "" {
+		fe = newFrontEnds(g.core)
 		g.servers = append(g.servers, grpcServer{fe.srv})
+	}
+	if g.cfg.Listen != "" {
 		tcp, err := serveTLS(g.cfg, g.opts.Home, g.core, fe, g.log)
 		if err != nil {
 			return err
 		}
 		g.servers = append(g.servers, tcp...)
+	}
+	if g.cfg.UIListen != "" {
+		web, err := serveConsole(g.cfg.UIListen, fe, g.core, g.log)
+		if err != nil {
+			return err
+		}
+		g.servers = append(g.servers, httpServer{web})
 	}
 	if g.cfg.MetricsListen != "" {
 		msrv, err := serveMetrics(g.cfg.MetricsListen, g.log)
@@ -424,6 +435,19 @@ func serveTLS(cfg config.Config, home string, core service.Core, fe *frontEnds, 
 	log.Info("serving the API and MCP with mutual TLS", "address", lis.Addr().String(), "mcp", "https://"+lis.Addr().String()+mcpPath,
 		"ca", filepath.Join(home, "tls", "ca.crt"))
 	return []server{grpcServer{srv}, httpServer{web}}, nil
+}
+
+// serveConsole serves the web console on addr (loopback, plain HTTP), its
+// calls through fe as each session's caller.
+func serveConsole(addr string, fe *frontEnds, core service.Core, log *slog.Logger) (*http.Server, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("console: listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: console.New(fe, service.Gate{Tenants: core.Tenants}), ReadHeaderTimeout: 10 * time.Second}
+	background(log, "console", func() error { return srv.Serve(lis) }, http.ErrServerClosed)
+	log.Info("serving the web console", "address", "http://"+lis.Addr().String()+"/")
+	return srv, nil
 }
 
 // serveMetrics serves Prometheus metrics at /metrics on addr, and Go's

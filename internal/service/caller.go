@@ -134,6 +134,12 @@ func (g Gate) Forwarding(ctx context.Context, method, via string) (string, error
 	return v, nil
 }
 
+// Token is the caller a bearer token names, as the gate of every call
+// says (the console's sessions keep a token and ask it on each request).
+func (g Gate) Token(ctx context.Context, token string) (caller.Caller, error) {
+	return g.token(ctx, token)
+}
+
 // token is the caller a bearer token names.
 func (g Gate) token(ctx context.Context, token string) (caller.Caller, error) {
 	if g.Tenants == nil {

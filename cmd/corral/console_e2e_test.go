@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/testenv"
+)
+
+// The web console in Debian's Chromium (test/console, playwright-core from
+// its lockfile): a sandbox made from the form becomes ready on the page
+// without a reload, its journal shows, it stops and is deleted (with the
+// confirmation of --force); a bad policy is refused with its line; what
+// a sandbox wrote is shown as text; a viewer sees no action and the API
+// refuses one forced; 1,000 sandboxes render in under a second and stay
+// live. Screenshots go to docs/console when CORRAL_CONSOLE_SHOTS=1.
+func TestConsoleInABrowser(t *testing.T) {
+	dir := filepath.Join(testenv.ModuleRoot(), "test", "console")
+	if _, err := exec.LookPath("node"); err != nil {
+		requireNode(t, "needs Node.js: "+err.Error())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil {
+		requireNode(t, "needs playwright-core: run npm ci in test/console")
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err != nil {
+		requireNode(t, "needs Debian's chromium: "+err.Error())
+	}
+	home := t.TempDir()
+	addr := freePort(t)
+	startGateway(t, home, "--ui-listen", addr)
+	token := lastLine(mustCorral(t, home, "token", "create", "--tenant", "default", "--role", "member", "--name", "browser"))
+	viewer := lastLine(mustCorral(t, home, "token", "create", "--tenant", "default", "--role", "viewer", "--name", "onlooker"))
+
+	c := api(t, home)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := range 1000 {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := c.CreateSandbox(context.Background(), &corralv1.CreateSandboxRequest{Name: fmt.Sprintf("many-%04d", i),
+				Spec: &corralv1.SandboxSpec{Command: []string{"sleep", "1d"}}}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+
+	cmd := exec.Command("node", "--test", "--test-concurrency=1", "console.test.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CORRAL_BIN="+bin, "CORRAL_HOME="+home, "CORRAL_CONSOLE_URL=http://"+addr,
+		"CORRAL_TOKEN="+token, "CORRAL_VIEWER_TOKEN="+viewer)
+	if os.Getenv("CORRAL_CONSOLE_SHOTS") == "1" {
+		cmd.Env = append(cmd.Env, "CORRAL_SHOTS="+filepath.Join(testenv.ModuleRoot(), "docs", "console"))
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "# pass 5") {
+		t.Fatalf("node --test passed, but not its 5 tests:\n%s", out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "rendered") {
+			t.Log(strings.TrimLeft(strings.TrimSpace(line), "#\\ "))
+		}
+	}
+}
+
+// The console refuses what a page of another site sends with its
+// visitor's cookie, and answers with headers that forbid inline scripts
+// and framing; without a session it sends the browser to log in.
+func TestConsoleRefusesOtherSites(t *testing.T) {
+	home := t.TempDir()
+	addr := freePort(t)
+	startGateway(t, home, "--ui-listen", addr)
+	token := lastLine(mustCorral(t, home, "token", "create", "--tenant", "default", "--role", "member", "--name", "browser"))
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }, Timeout: 10 * time.Second}
+
+	resp, err := noRedirect.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	csp := resp.Header.Get("Content-Security-Policy")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/login" || !strings.Contains(csp, "script-src 'self'") ||
+		strings.Contains(csp, "unsafe-inline") || resp.Header.Get("X-Frame-Options") != "DENY" {
+		t.Errorf("/ without a session: %s, Location %q, CSP %q", resp.Status, resp.Header.Get("Location"), csp)
+	}
+	login, err := noRedirect.PostForm("http://"+addr+"/login", map[string][]string{"token": {token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	login.Body.Close()
+	var cookie *http.Cookie
+	for _, ck := range login.Cookies() {
+		if ck.Name == "corral_console" {
+			cookie = ck
+		}
+	}
+	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("the session's cookie: %+v", cookie)
+	}
+	post := func(origin, site, csrf string) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/sandboxes", strings.NewReader(`{"name":"forged"}`))
+		req.AddCookie(cookie)
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		if site != "" {
+			req.Header.Set("Sec-Fetch-Site", site)
+		}
+		if csrf != "" {
+			req.Header.Set("X-CSRF-Token", csrf)
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("https://evil.example", "cross-site", ""); code != http.StatusForbidden {
+		t.Errorf("a cross-site POST with the cookie: %d, want 403", code)
+	}
+	if code := post("", "", ""); code != http.StatusForbidden {
+		t.Errorf("a same-site POST without the CSRF token: %d, want 403", code)
+	}
+	if code := post("", "", "not-the-token"); code != http.StatusForbidden {
+		t.Errorf("a POST with another CSRF token: %d, want 403", code)
+	}
+	if _, errOut, code := corral(t, home, "sandbox", "get", "forged"); code == 0 || !strings.Contains(errOut, "not found") {
+		t.Errorf("a forged create made a sandbox: %d %q", code, errOut)
+	}
+	mustCorral(t, home, "token", "revoke", "browser")
+	resp, err = func() (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/session", nil)
+		req.AddCookie(cookie)
+		return noRedirect.Do(req)
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a session whose token was revoked: %s, want 401", resp.Status)
+	}
+
+	bad := launch(t, t.TempDir(), "--ui-listen", "0.0.0.0:7080")
+	if code := bad.exitCode(30 * time.Second); code == 0 || !strings.Contains(bad.logs.String(), "want a loopback address") {
+		t.Errorf("--ui-listen on every address: exit %d\n%s", code, bad.logs.String())
+	}
+}

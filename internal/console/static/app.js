@@ -1,0 +1,242 @@
+// The console's page: the sandbox list, live from the gateway's watch
+// (server-sent events, no polling), and one sandbox's page. Everything a
+// sandbox or a caller wrote (names, labels, reasons, logs) goes into the
+// page as text (textContent), never as markup.
+"use strict";
+
+const state = { session: null, sandboxes: new Map(), synced: false, logs: null };
+const $ = (id) => document.getElementById(id);
+const PHASES = ["pending", "provisioning", "ready", "paused", "stopping", "stopped", "exited", "error", "deleting"];
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+async function call(method, path, body) {
+  const opts = { method, headers: {}, credentials: "same-origin" };
+  if (method !== "GET") opts.headers["X-CSRF-Token"] = state.session.csrf;
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, opts);
+  const data = await resp.json().catch(() => ({ error: resp.statusText }));
+  if (resp.status === 401) location.href = "/login";
+  if (!resp.ok) throw new Error(data.error || resp.statusText);
+  return data;
+}
+
+function age(stamp) {
+  if (!stamp) return "-";
+  const s = Math.max(0, Math.floor((Date.now() - Date.parse(stamp)) / 1000));
+  if (s < 60) return s + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m";
+  if (s < 172800) return Math.floor(s / 3600) + "h";
+  return Math.floor(s / 86400) + "d";
+}
+
+function labelsOf(sb) {
+  const labels = (sb.spec && sb.spec.labels) || {};
+  return Object.keys(labels).sort().map((k) => k + "=" + labels[k]).join(", ");
+}
+
+// --- the list
+
+function matches(sb) {
+  const phase = $("filter-phase").value;
+  if (phase && sb.phase !== phase) return false;
+  const want = $("filter-label").value.trim();
+  if (!want) return true;
+  const [k, v] = want.split("=", 2);
+  const labels = (sb.spec && sb.spec.labels) || {};
+  return v === undefined ? k in labels : labels[k] === v;
+}
+
+let drawQueued = false;
+function drawList() {
+  if (drawQueued) return;
+  drawQueued = true;
+  requestAnimationFrame(() => {
+    drawQueued = false;
+    const body = document.createElement("tbody");
+    const list = [...state.sandboxes.values()].filter(matches).sort((a, b) => a.name.localeCompare(b.name));
+    for (const sb of list) {
+      const tr = document.createElement("tr");
+      tr.dataset.name = sb.name;
+      const name = el("td");
+      const a = el("a", sb.name);
+      a.href = "#/sandbox/" + encodeURIComponent(sb.name);
+      name.append(a);
+      tr.append(name, el("td", sb.tenant), el("td", sb.phase, "phase phase-" + sb.phase), el("td", sb.desired_state),
+        el("td", sb.generation), el("td", age(sb.created_at)), el("td", sb.reason), el("td", labelsOf(sb)));
+      body.append(tr);
+    }
+    $("sandboxes").replaceChild(body, $("sandboxes").tBodies[0]);
+    $("live").textContent = state.synced ? "live · " + state.sandboxes.size + " sandboxes" : "loading…";
+  });
+}
+
+function watch() {
+  const source = new EventSource("/api/watch");
+  source.addEventListener("sandbox", (e) => {
+    const ev = JSON.parse(e.data);
+    if (ev.type === "SYNCED") {
+      state.synced = true;
+    } else if (ev.type === "DELETED") {
+      state.sandboxes.delete(ev.sandbox.id);
+    } else if (ev.sandbox) {
+      state.sandboxes.set(ev.sandbox.id, ev.sandbox);
+    }
+    drawList();
+    if (currentName() && ev.sandbox && ev.sandbox.name === currentName()) showSandbox(currentName());
+  });
+  source.addEventListener("error", () => {
+    $("live").textContent = "reconnecting…";
+    state.synced = false;
+    state.sandboxes.clear();
+  });
+}
+
+function parseCreate(form) {
+  const f = new FormData(form);
+  const labels = {};
+  for (const pair of String(f.get("labels") || "").split(",")) {
+    const [k, v] = pair.split("=", 2).map((s) => (s || "").trim());
+    if (k) labels[k] = v || "";
+  }
+  const command = String(f.get("command") || "").trim();
+  return {
+    name: String(f.get("name") || "").trim(),
+    image: String(f.get("image") || "").trim(),
+    command: command ? command.split(/\s+/) : [],
+    labels,
+    policy: String(f.get("policy") || ""),
+  };
+}
+
+// --- one sandbox
+
+function currentName() {
+  const m = location.hash.match(/^#\/sandbox\/(.+)$/);
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+function action(name, what, label) {
+  const b = el("button", label, "act");
+  b.dataset.action = what;
+  b.addEventListener("click", async () => {
+    if (what === "delete-force" && !confirm("Delete " + name + " at once, without a graceful stop?")) return;
+    $("sb-error").hidden = true;
+    try {
+      await call("POST", "/api/sandboxes/" + encodeURIComponent(name) + "/" + what);
+      if (what.startsWith("delete")) location.hash = "#/";
+      else showSandbox(name);
+    } catch (err) {
+      $("sb-error").textContent = err.message;
+      $("sb-error").hidden = false;
+    }
+  });
+  return b;
+}
+
+async function showSandbox(name) {
+  let data;
+  try {
+    data = await call("GET", "/api/sandboxes/" + encodeURIComponent(name));
+  } catch (err) {
+    $("sb-error").textContent = err.message;
+    $("sb-error").hidden = false;
+    return;
+  }
+  const sb = data.sandbox;
+  $("sb-name").textContent = sb.name;
+  const actions = $("sb-actions");
+  actions.replaceChildren();
+  if (state.session.may_act) {
+    actions.append(action(sb.name, "stop", "Stop"), action(sb.name, "start", "Start"), action(sb.name, "pause", "Pause"),
+      action(sb.name, "resume", "Resume"), action(sb.name, "delete", "Delete"), action(sb.name, "delete-force", "Delete --force"));
+  }
+  const facts = $("sb-facts");
+  facts.replaceChildren();
+  const fact = (k, v) => facts.append(el("dt", k), el("dd", v));
+  fact("id", sb.id);
+  fact("tenant", sb.tenant);
+  fact("phase", sb.phase);
+  fact("desired", sb.desired_state);
+  fact("generation", sb.generation);
+  fact("reason", sb.reason || "-");
+  fact("image", (sb.spec && sb.spec.image) || "(default)");
+  fact("command", ((sb.spec && sb.spec.command) || []).join(" ") || "(the image's)");
+  fact("labels", labelsOf(sb) || "-");
+  fact("protections", JSON.stringify(sb.protections || {}));
+  $("sb-policy").textContent = (sb.spec && sb.spec.policy) || "(the default policy)";
+  const body = document.createElement("tbody");
+  for (const op of data.history.operations || []) {
+    const tr = document.createElement("tr");
+    tr.append(el("td", op.id), el("td", op.kind), el("td", op.state), el("td", op.generation), el("td", op.started_at),
+      el("td", op.actor || "-"), el("td", op.error));
+    body.append(tr);
+  }
+  $("sb-history").replaceChild(body, $("sb-history").tBodies[0]);
+  followLogs(sb.name);
+}
+
+function followLogs(name) {
+  if (state.logs && state.logs.name === name) return;
+  if (state.logs) state.logs.source.close();
+  $("sb-logs").textContent = "";
+  const source = new EventSource("/api/sandboxes/" + encodeURIComponent(name) + "/logs");
+  source.addEventListener("log", (e) => {
+    const chunk = JSON.parse(e.data);
+    $("sb-logs").append(document.createTextNode(chunk.stdout + chunk.stderr));
+  });
+  state.logs = { name, source };
+}
+
+// --- routing
+
+function route() {
+  const name = currentName();
+  $("list-view").hidden = name !== null;
+  $("sandbox-view").hidden = name === null;
+  if (name === null) {
+    if (state.logs) state.logs.source.close();
+    state.logs = null;
+    drawList();
+  } else {
+    $("sb-error").hidden = true;
+    showSandbox(name);
+  }
+}
+
+async function main() {
+  state.session = await call("GET", "/api/session");
+  $("who").textContent = state.session.caller + " · " + state.session.role + (state.session.every ? " · every tenant" : " · tenant " + state.session.tenant);
+  for (const p of PHASES) $("filter-phase").append(el("option", p));
+  $("filter-phase").addEventListener("change", drawList);
+  $("filter-label").addEventListener("input", drawList);
+  $("new").hidden = !state.session.may_act;
+  $("new").addEventListener("click", () => { $("create").hidden = !$("create").hidden; });
+  $("create").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    $("create-error").hidden = true;
+    try {
+      const req = parseCreate(e.target);
+      await call("POST", "/api/sandboxes", req);
+      e.target.reset();
+      $("create").hidden = true;
+    } catch (err) {
+      $("create-error").textContent = err.message;
+      $("create-error").hidden = false;
+    }
+  });
+  window.addEventListener("hashchange", route);
+  watch();
+  route();
+  setInterval(drawList, 30000); // ages
+}
+
+main();
