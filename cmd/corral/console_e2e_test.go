@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/testenv"
@@ -24,16 +27,7 @@ import (
 // refuses one forced; 1,000 sandboxes render in under a second and stay
 // live. Screenshots go to docs/console when CORRAL_CONSOLE_SHOTS=1.
 func TestConsoleInABrowser(t *testing.T) {
-	dir := filepath.Join(testenv.ModuleRoot(), "test", "console")
-	if _, err := exec.LookPath("node"); err != nil {
-		requireNode(t, "needs Node.js: "+err.Error())
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil {
-		requireNode(t, "needs playwright-core: run npm ci in test/console")
-	}
-	if _, err := os.Stat("/usr/bin/chromium"); err != nil {
-		requireNode(t, "needs Debian's chromium: "+err.Error())
-	}
+	dir := consoleTests(t)
 	home := t.TempDir()
 	addr := freePort(t)
 	startGateway(t, home, "--ui-listen", addr)
@@ -57,19 +51,58 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	wg.Wait()
 
-	cmd := exec.Command("node", "--test", "--test-concurrency=1", "console.test.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CORRAL_BIN="+bin, "CORRAL_HOME="+home, "CORRAL_CONSOLE_URL=http://"+addr,
+	runNodeTest(t, dir, "console.test.mjs", 5, "CORRAL_HOME="+home, "CORRAL_CONSOLE_URL=http://"+addr,
 		"CORRAL_TOKEN="+token, "CORRAL_VIEWER_TOKEN="+viewer)
+}
+
+// The console's terminal, on a native gateway, in Debian's Chromium: echo
+// hi prints hi on the screen, a narrower page resizes the TTY, and the
+// exit code shows.
+func TestConsoleTerminalInABrowser(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := consoleTests(t)
+	home := t.TempDir()
+	addr := freePort(t)
+	nativeGateway(t, home, "--ui-listen", addr)
+	token := lastLine(mustCorral(t, home, "token", "create", "--tenant", "default", "--role", "member", "--name", "terminal"))
+	mustCorral(t, home, "sandbox", "create", "--name", "shell", "--", "sleep", "1d")
+	runNodeTest(t, dir, "terminal.test.mjs", 1, "CORRAL_CONSOLE_URL=http://"+addr, "CORRAL_TOKEN="+token, "CORRAL_SANDBOX=shell")
+	mustCorral(t, home, "sandbox", "delete", "shell")
+}
+
+// consoleTests is test/console, or a skip (a failure under
+// CORRAL_REQUIRE_NODE=1) when Node.js, its packages or Chromium are not here.
+func consoleTests(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(testenv.ModuleRoot(), "test", "console")
+	if _, err := exec.LookPath("node"); err != nil {
+		requireNode(t, "needs Node.js: "+err.Error())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core")); err != nil {
+		requireNode(t, "needs playwright-core: run npm ci in test/console")
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err != nil {
+		requireNode(t, "needs Debian's chromium: "+err.Error())
+	}
+	return dir
+}
+
+// runNodeTest runs one file of node tests in dir with env, requires its
+// pass count, and logs the lines it printed of its figures.
+func runNodeTest(t *testing.T, dir, file string, passes int, env ...string) {
+	t.Helper()
+	cmd := exec.Command("node", "--test", "--test-concurrency=1", file)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "CORRAL_BIN="+bin), env...)
 	if os.Getenv("CORRAL_CONSOLE_SHOTS") == "1" {
 		cmd.Env = append(cmd.Env, "CORRAL_SHOTS="+filepath.Join(testenv.ModuleRoot(), "docs", "console"))
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("node --test: %v\n%s", err, out)
+		t.Fatalf("node --test %s: %v\n%s", file, err, out)
 	}
-	if !strings.Contains(string(out), "# pass 5") {
-		t.Fatalf("node --test passed, but not its 5 tests:\n%s", out)
+	if !strings.Contains(string(out), fmt.Sprintf("# pass %d\n", passes)) {
+		t.Fatalf("node --test %s passed, but not its %d tests:\n%s", file, passes, out)
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.Contains(line, "rendered") {
@@ -94,8 +127,14 @@ func TestConsoleRefusesOtherSites(t *testing.T) {
 	}
 	resp.Body.Close()
 	csp := resp.Header.Get("Content-Security-Policy")
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/login" || !strings.Contains(csp, "script-src 'self'") ||
-		strings.Contains(csp, "unsafe-inline") || resp.Header.Get("X-Frame-Options") != "DENY" {
+	scripts := ""
+	for _, d := range strings.Split(csp, ";") {
+		if d = strings.TrimSpace(d); strings.HasPrefix(d, "script-src ") {
+			scripts = d
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/login" || scripts != "script-src 'self'" ||
+		resp.Header.Get("X-Frame-Options") != "DENY" {
 		t.Errorf("/ without a session: %s, Location %q, CSP %q", resp.Status, resp.Header.Get("Location"), csp)
 	}
 	login, err := noRedirect.PostForm("http://"+addr+"/login", map[string][]string{"token": {token}})
@@ -142,6 +181,30 @@ func TestConsoleRefusesOtherSites(t *testing.T) {
 	}
 	if _, errOut, code := corral(t, home, "sandbox", "get", "forged"); code == 0 || !strings.Contains(errOut, "not found") {
 		t.Errorf("a forged create made a sandbox: %d %q", code, errOut)
+	}
+	// a WebSocket of another origin, with the cookie and the CSRF token
+	mustCorral(t, home, "sandbox", "create", "--name", "target")
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/session", nil)
+	req.AddCookie(cookie)
+	sess, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var session struct{ CSRF string }
+	_ = json.NewDecoder(sess.Body).Decode(&session)
+	sess.Body.Close()
+	for _, tc := range []struct{ origin, csrf string }{{"https://evil.example", session.CSRF}, {"http://" + addr, "not-the-token"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		h := http.Header{"Origin": {tc.origin}}
+		h.Add("Cookie", cookie.Name+"="+cookie.Value)
+		conn, resp, err := websocket.Dial(ctx, "ws://"+addr+"/api/sandboxes/target/terminal?csrf="+tc.csrf, &websocket.DialOptions{HTTPHeader: h})
+		cancel()
+		if err == nil {
+			conn.CloseNow()
+		}
+		if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+			t.Errorf("a terminal's WebSocket from %s with CSRF %q: %v, want 403", tc.origin, tc.csrf, err)
+		}
 	}
 	mustCorral(t, home, "token", "revoke", "browser")
 	resp, err = func() (*http.Response, error) {

@@ -88,6 +88,7 @@ func New(clients Clients, tokens Tokens) *Console {
 	c.mux.HandleFunc("POST /api/sandboxes", c.api(c.create))
 	c.mux.HandleFunc("GET /api/sandboxes/{name}", c.api(c.get))
 	c.mux.HandleFunc("GET /api/sandboxes/{name}/logs", c.api(c.logs))
+	c.mux.HandleFunc("GET /api/sandboxes/{name}/terminal", c.terminal)
 	c.mux.HandleFunc("POST /api/sandboxes/{name}/{action}", c.api(c.act))
 	return c
 }
@@ -96,8 +97,10 @@ func New(clients Clients, tokens Tokens) *Console {
 // state changes, and serves.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "+
-		"form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	// No script but the console's own files. Styles may be set inline:
+	// the terminal widget (xterm.js) writes its own style element.
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self'; "+
+		"connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")

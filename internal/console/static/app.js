@@ -171,7 +171,7 @@ async function showSandbox(name) {
   fact("image", (sb.spec && sb.spec.image) || "(default)");
   fact("command", ((sb.spec && sb.spec.command) || []).join(" ") || "(the image's)");
   fact("labels", labelsOf(sb) || "-");
-  fact("protections", JSON.stringify(sb.protections || {}));
+  fact("protections", typeof sb.protections === "string" ? sb.protections : JSON.stringify(sb.protections || {}));
   $("sb-policy").textContent = (sb.spec && sb.spec.policy) || "(the default policy)";
   const body = document.createElement("tbody");
   for (const op of data.history.operations || []) {
@@ -196,6 +196,45 @@ function followLogs(name) {
   state.logs = { name, source };
 }
 
+// --- the terminal: an exec with a TTY over a WebSocket
+
+function openTerminal(name) {
+  closeTerminal();
+  const term = new Terminal({ convertEol: false, fontSize: 13 });
+  const fit = new FitAddon.FitAddon();
+  term.loadAddon(fit);
+  term.open($("terminal"));
+  fit.fit();
+  const q = new URLSearchParams({ csrf: state.session.csrf, rows: term.rows, cols: term.cols, command: $("term-command").value });
+  const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host +
+    "/api/sandboxes/" + encodeURIComponent(name) + "/terminal?" + q);
+  ws.binaryType = "arraybuffer";
+  const encoder = new TextEncoder();
+  ws.addEventListener("message", (e) => {
+    if (typeof e.data !== "string") {
+      term.write(new Uint8Array(e.data));
+      return;
+    }
+    const f = JSON.parse(e.data);
+    term.write("\r\n[" + (f.error ? f.error : "exited " + f.exit) + "]\r\n");
+  });
+  ws.addEventListener("close", () => term.write("\r\n[closed]\r\n"));
+  term.onData((d) => { if (ws.readyState === WebSocket.OPEN) ws.send(encoder.encode(d)); });
+  term.onResize(({ rows, cols }) => { if (ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ resize: { rows, cols } })); });
+  const refit = () => fit.fit();
+  window.addEventListener("resize", refit);
+  state.terminal = { term, ws, refit };
+  term.focus();
+}
+
+function closeTerminal() {
+  if (!state.terminal) return;
+  state.terminal.ws.close();
+  state.terminal.term.dispose();
+  window.removeEventListener("resize", state.terminal.refit);
+  state.terminal = null;
+}
+
 // --- routing
 
 function route() {
@@ -205,6 +244,7 @@ function route() {
   if (name === null) {
     if (state.logs) state.logs.source.close();
     state.logs = null;
+    closeTerminal();
     drawList();
   } else {
     $("sb-error").hidden = true;
@@ -219,6 +259,8 @@ async function main() {
   $("filter-phase").addEventListener("change", drawList);
   $("filter-label").addEventListener("input", drawList);
   $("new").hidden = !state.session.may_act;
+  $("term-open").hidden = !state.session.may_act;
+  $("term-open").addEventListener("click", () => openTerminal(currentName()));
   $("new").addEventListener("click", () => { $("create").hidden = !$("create").hidden; });
   $("create").addEventListener("submit", async (e) => {
     e.preventDefault();
