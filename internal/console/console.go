@@ -89,6 +89,10 @@ func New(clients Clients, tokens Tokens) *Console {
 	c.mux.HandleFunc("GET /api/sandboxes/{name}", c.api(c.get))
 	c.mux.HandleFunc("GET /api/sandboxes/{name}/logs", c.api(c.logs))
 	c.mux.HandleFunc("GET /api/sandboxes/{name}/terminal", c.terminal)
+	c.mux.HandleFunc("GET /api/sandboxes/{name}/denials", c.api(c.denials))
+	c.mux.HandleFunc("POST /api/sandboxes/{name}/snapshot", c.api(c.snapshot))
+	c.mux.HandleFunc("GET /api/pools", c.api(c.pools))
+	c.mux.HandleFunc("GET /api/doctor", c.api(c.doctor))
 	c.mux.HandleFunc("POST /api/sandboxes/{name}/{action}", c.api(c.act))
 	return c
 }
@@ -283,6 +287,56 @@ func (c *Console) logs(w http.ResponseWriter, r *http.Request, s *session) error
 		}
 		events.send("log", map[string]string{"stdout": string(chunk.GetStdout()), "stderr": string(chunk.GetStderr())})
 	}
+}
+
+// denials follows a sandbox's egress denials as server-sent events.
+func (c *Console) denials(w http.ResponseWriter, r *http.Request, s *session) error {
+	stream, err := s.client.SandboxDenials(r.Context(), &corralv1.SandboxDenialsRequest{Name: r.PathValue("name"), Follow: true})
+	if err != nil {
+		return err
+	}
+	events := startEvents(w)
+	for {
+		d, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		events.sendProto("denial", d)
+	}
+}
+
+// snapshot takes a snapshot of a sandbox, named by the form.
+func (c *Console) snapshot(w http.ResponseWriter, r *http.Request, s *session) error {
+	var req struct {
+		Name string `json:"name"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&req); err != nil {
+		return status.Errorf(codes.InvalidArgument, "the snapshot form: %v", err)
+	}
+	snap, err := s.client.Snapshots.CreateSnapshot(r.Context(), &corralv1.CreateSnapshotRequest{Sandbox: r.PathValue("name"), Name: req.Name})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, map[string]json.RawMessage{"snapshot": marshal(snap)})
+	return nil
+}
+
+func (c *Console) pools(w http.ResponseWriter, r *http.Request, s *session) error {
+	resp, err := s.client.ListPools(r.Context(), &corralv1.ListPoolsRequest{})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, marshal(resp))
+	return nil
+}
+
+func (c *Console) doctor(w http.ResponseWriter, r *http.Request, s *session) error {
+	resp, err := s.client.Doctor(r.Context(), &corralv1.DoctorRequest{})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, marshal(resp))
+	return nil
 }
 
 // createRequest is the create form's.

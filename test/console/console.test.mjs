@@ -16,7 +16,10 @@ async function browse(token) {
   const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", headless: true, args: ["--no-sandbox"] });
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   const dialogs = [];
-  page.on("dialog", async (d) => { dialogs.push(d.message()); await d.accept(); });
+  page.on("dialog", async (d) => {
+    dialogs.push(d.message());
+    await (d.type() === "prompt" ? d.accept("snap-from-console") : d.accept());
+  });
   await page.goto(url + "/login");
   await page.fill("#token", token);
   await page.click("button[type=submit]");
@@ -41,13 +44,22 @@ test("create from the form, ready without reloading, the journal, stop and delet
     await page.waitForSelector("#sb-history td:has-text('driver.start')");
     assert.match(await page.textContent("#sb-history"), /create[\s\S]*succeeded/);
     if (shots) await page.screenshot({ path: shots + "/sandbox.png" });
+    await page.click("button[data-action=snapshot]");
+    await page.waitForSelector("#sb-error:has-text('snapshot snap-from-console taken')", { timeout: 30000 });
+    assert.match(corral("snapshot", "list"), /snap-from-console/);
+    corral("snapshot", "delete", "snap-from-console");
     await page.click("button[data-action=stop]");
     await page.waitForSelector("#sb-facts dd:has-text('stopped')", { timeout: 30000 });
     assert.match(await page.textContent("#sb-history"), /stop/);
     await page.click("button[data-action=delete-force]");
     await page.waitForURL(/#\/$/);
     await row(page, "from-form").waitFor({ state: "detached", timeout: 30000 });
-    assert.deepEqual(dialogs, ["Delete from-form at once, without a graceful stop?"]);
+    assert.deepEqual(dialogs, ["Name of the snapshot of from-form:", "Delete from-form at once, without a graceful stop?"]);
+    // a member's doctor: the API says it is an admin's
+    await page.goto(url + "/#/doctor");
+    await page.waitForSelector("#doctor-error:has-text('needs the admin role')");
+    await page.goto(url + "/#/pools");
+    await page.waitForSelector("#pools-view:not([hidden])");
   } finally {
     await browser.close();
   }

@@ -156,6 +156,22 @@ async function showSandbox(name) {
   const actions = $("sb-actions");
   actions.replaceChildren();
   if (state.session.may_act) {
+    const snap = el("button", "Snapshot", "act");
+    snap.dataset.action = "snapshot";
+    snap.addEventListener("click", async () => {
+      const snapName = prompt("Name of the snapshot of " + sb.name + ":");
+      if (!snapName) return;
+      try {
+        await call("POST", "/api/sandboxes/" + encodeURIComponent(sb.name) + "/snapshot", { name: snapName });
+        $("sb-error").textContent = "snapshot " + snapName + " taken";
+        $("sb-error").className = "note";
+      } catch (err) {
+        $("sb-error").textContent = err.message;
+        $("sb-error").className = "error";
+      }
+      $("sb-error").hidden = false;
+    });
+    actions.append(snap);
     actions.append(action(sb.name, "stop", "Stop"), action(sb.name, "start", "Start"), action(sb.name, "pause", "Pause"),
       action(sb.name, "resume", "Resume"), action(sb.name, "delete", "Delete"), action(sb.name, "delete-force", "Delete --force"));
   }
@@ -182,6 +198,49 @@ async function showSandbox(name) {
   }
   $("sb-history").replaceChild(body, $("sb-history").tBodies[0]);
   followLogs(sb.name);
+  followDenials(sb.name);
+}
+
+function table(id, rows) {
+  const body = document.createElement("tbody");
+  for (const cells of rows) {
+    const tr = document.createElement("tr");
+    for (const c of cells) tr.append(el("td", c));
+    body.append(tr);
+  }
+  $(id).replaceChild(body, $(id).tBodies[0]);
+}
+
+function followDenials(name) {
+  if (state.denials && state.denials.name === name) return;
+  if (state.denials) state.denials.source.close();
+  table("sb-denials", []);
+  const source = new EventSource("/api/sandboxes/" + encodeURIComponent(name) + "/denials");
+  source.addEventListener("denial", (e) => {
+    const d = JSON.parse(e.data);
+    const tr = document.createElement("tr");
+    for (const c of [d.time, d.verdict, d.host, d.port, (d.method + " " + d.path).trim(), d.policy, d.reason]) tr.append(el("td", c));
+    $("sb-denials").tBodies[0].append(tr);
+  });
+  state.denials = { name, source };
+}
+
+async function showPools() {
+  const data = await call("GET", "/api/pools");
+  table("pools", (data.pools || []).map((p) => [p.name, p.size, p.ready, p.members, (p.spec && p.spec.image) || "(default)"]));
+}
+
+async function showDoctor() {
+  $("doctor-error").hidden = true;
+  try {
+    const r = await call("GET", "/api/doctor");
+    table("tiers", (r.tiers || []).map((t) => [t.name, t.available ? "yes" : "no", t.detail]));
+    table("replicas", (r.replicas || []).map((x) => [x.id, x.leader ? "yes" : "", x.alive ? "yes" : "no", x.epoch, x.sandboxes, age(x.seen_at)]));
+    table("findings", (r.findings || []).map((f) => [f.sandbox, f.problem, f.action]));
+  } catch (err) {
+    $("doctor-error").textContent = err.message;
+    $("doctor-error").hidden = false;
+  }
 }
 
 function followLogs(name) {
@@ -239,8 +298,17 @@ function closeTerminal() {
 
 function route() {
   const name = currentName();
-  $("list-view").hidden = name !== null;
-  $("sandbox-view").hidden = name === null;
+  const page = name !== null ? "sandbox" : location.hash === "#/pools" ? "pools" : location.hash === "#/doctor" ? "doctor" : "list";
+  $("list-view").hidden = page !== "list";
+  $("sandbox-view").hidden = page !== "sandbox";
+  $("pools-view").hidden = page !== "pools";
+  $("doctor-view").hidden = page !== "doctor";
+  if (page === "pools") return showPools();
+  if (page === "doctor") return showDoctor();
+  if (page !== "sandbox" && state.denials) {
+    state.denials.source.close();
+    state.denials = null;
+  }
   if (name === null) {
     if (state.logs) state.logs.source.close();
     state.logs = null;
