@@ -197,6 +197,10 @@ func NewFromConn(conn *grpc.ClientConn, addr string) *Client {
 		Snapshots: corralv1.NewSnapshotServiceClient(conn), conn: conn, addr: addr}
 }
 
+// TenantKey is the metadata key of the tenant a call acts in (an admin's
+// choice; anyone else's own tenant only).
+const TenantKey = "corral-tenant"
+
 // callAs puts a bearer token and the tenant to act in on every call. A
 // token goes only over TLS or the local socket: the client dials nothing
 // else.
@@ -211,7 +215,7 @@ func (c callAs) GetRequestMetadata(context.Context, ...string) (map[string]strin
 		md["authorization"] = "Bearer " + c.token
 	}
 	if c.tenant != "" {
-		md["corral-tenant"] = c.tenant
+		md[TenantKey] = c.tenant
 	}
 	return md, nil
 }

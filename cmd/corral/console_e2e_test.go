@@ -25,7 +25,7 @@ import (
 // confirmation of --force); a bad policy is refused with its line; what
 // a sandbox wrote is shown as text; a viewer sees no action and the API
 // refuses one forced; 1,000 sandboxes render in under a second and stay
-// live. Screenshots go to docs/console when CORRAL_CONSOLE_SHOTS=1.
+// live; an admin switches tenant and a member may not. Screenshots go to docs/console when CORRAL_CONSOLE_SHOTS=1.
 func TestConsoleInABrowser(t *testing.T) {
 	dir := consoleTests(t)
 	home := t.TempDir()
@@ -33,6 +33,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	startGateway(t, home, "--ui-listen", addr)
 	token := lastLine(mustCorral(t, home, "token", "create", "--tenant", "default", "--role", "member", "--name", "browser"))
 	viewer := lastLine(mustCorral(t, home, "token", "create", "--tenant", "default", "--role", "viewer", "--name", "onlooker"))
+	admin := lastLine(mustCorral(t, home, "token", "create", "--tenant", "default", "--role", "admin", "--name", "operator"))
 
 	c := api(t, home)
 	var wg sync.WaitGroup
@@ -51,8 +52,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	wg.Wait()
 
-	runNodeTest(t, dir, "console.test.mjs", 5, "CORRAL_HOME="+home, "CORRAL_CONSOLE_URL=http://"+addr,
-		"CORRAL_TOKEN="+token, "CORRAL_VIEWER_TOKEN="+viewer)
+	runNodeTest(t, dir, "console.test.mjs", 6, "CORRAL_HOME="+home, "CORRAL_CONSOLE_URL=http://"+addr,
+		"CORRAL_TOKEN="+token, "CORRAL_VIEWER_TOKEN="+viewer, "CORRAL_ADMIN_TOKEN="+admin)
 }
 
 // The console's terminal, on a native gateway, in Debian's Chromium: echo

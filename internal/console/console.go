@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -72,6 +73,20 @@ type session struct {
 	expires time.Time
 	caller  caller.Caller
 	client  *client.Client
+
+	mu     sync.Mutex
+	tenant string // the tenant an admin chose to act in; "": the token's
+}
+
+// in is ctx carrying the tenant the session acts in, which the API's gate
+// takes or refuses as from any client.
+func (s *session) in(ctx context.Context) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tenant == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, client.TenantKey, s.tenant)
 }
 
 // New is a console on clients, whose logins tokens checks.
@@ -93,6 +108,8 @@ func New(clients Clients, tokens Tokens) *Console {
 	c.mux.HandleFunc("POST /api/sandboxes/{name}/snapshot", c.api(c.snapshot))
 	c.mux.HandleFunc("GET /api/pools", c.api(c.pools))
 	c.mux.HandleFunc("GET /api/doctor", c.api(c.doctor))
+	c.mux.HandleFunc("GET /api/tenants", c.api(c.tenants))
+	c.mux.HandleFunc("POST /api/tenant", c.api(c.switchTenant))
 	c.mux.HandleFunc("POST /api/sandboxes/{name}/{action}", c.api(c.act))
 	return c
 }
@@ -225,7 +242,7 @@ func (c *Console) api(h func(w http.ResponseWriter, r *http.Request, s *session)
 			writeError(w, http.StatusForbidden, "a state-changing request needs the session's CSRF token")
 			return
 		}
-		if err := h(w, r, s); err != nil {
+		if err := h(w, r.WithContext(s.in(r.Context())), s); err != nil {
 			st := status.Convert(err)
 			writeError(w, httpStatus(st.Code()), st.Message())
 		}
@@ -233,9 +250,47 @@ func (c *Console) api(h func(w http.ResponseWriter, r *http.Request, s *session)
 }
 
 func (c *Console) whoami(w http.ResponseWriter, _ *http.Request, s *session) error {
-	writeJSON(w, map[string]any{"caller": s.caller.Name, "tenant": s.caller.Tenant, "role": s.caller.Role,
-		"every": s.caller.Every, "csrf": s.csrf, "may_act": s.caller.Role.Allows(caller.Member)})
+	s.mu.Lock()
+	tenant, every := s.caller.Tenant, s.caller.Every
+	if s.tenant != "" {
+		tenant, every = s.tenant, false
+	}
+	s.mu.Unlock()
+	writeJSON(w, map[string]any{"caller": s.caller.Name, "tenant": tenant, "role": s.caller.Role,
+		"every": every, "admin": s.caller.Role == caller.Admin, "csrf": s.csrf, "may_act": s.caller.Role.Allows(caller.Member)})
 	return nil
+}
+
+// tenants lists the tenants (an admin's list, as the API says).
+func (c *Console) tenants(w http.ResponseWriter, r *http.Request, s *session) error {
+	resp, err := s.client.Tenants.ListTenants(r.Context(), &corralv1.ListTenantsRequest{})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, marshal(resp))
+	return nil
+}
+
+// switchTenant makes the session act in the tenant the form names ("":
+// the token's own); the API's gate decides whether it may, on a list.
+func (c *Console) switchTenant(w http.ResponseWriter, r *http.Request, s *session) error {
+	var req struct {
+		Tenant string `json:"tenant"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&req); err != nil {
+		return status.Errorf(codes.InvalidArgument, "the tenant form: %v", err)
+	}
+	ctx := metadata.NewOutgoingContext(r.Context(), metadata.MD{}) // not the tenant the session acts in now
+	if req.Tenant != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, client.TenantKey, req.Tenant)
+	}
+	if _, err := s.client.ListSandboxes(ctx, &corralv1.ListSandboxesRequest{Limit: 1}); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.tenant = req.Tenant
+	s.mu.Unlock()
+	return c.whoami(w, r, s)
 }
 
 // watch streams the sandboxes' events as server-sent events, each the

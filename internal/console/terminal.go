@@ -43,7 +43,7 @@ func (c *Console) terminal(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer ws.CloseNow()
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(s.in(r.Context()))
 	defer cancel()
 
 	command := strings.Fields(r.URL.Query().Get("command"))

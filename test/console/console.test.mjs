@@ -9,7 +9,9 @@ import { execFileSync } from "node:child_process";
 import { chromium } from "playwright-core";
 
 const url = process.env.CORRAL_CONSOLE_URL;
-const corral = (...args) => execFileSync(process.env.CORRAL_BIN, ["--home", process.env.CORRAL_HOME, ...args], { encoding: "utf8" });
+// the gateway's own CLI, as the local socket's user (not the browser's token)
+const corral = (...args) => execFileSync(process.env.CORRAL_BIN, ["--home", process.env.CORRAL_HOME, ...args],
+  { encoding: "utf8", env: { ...process.env, CORRAL_TOKEN: "" } });
 const shots = process.env.CORRAL_SHOTS;
 
 async function browse(token) {
@@ -138,4 +140,38 @@ test("1,000 sandboxes render in under a second and stay live", async () => {
   } finally {
     await browser.close();
   }
+});
+
+test("an admin switches tenant; a member may not", async () => {
+  corral("tenant", "create", "acme");
+  corral("--tenant", "acme", "sandbox", "create", "--name", "in-acme", "--detach");
+  const admin = await browse(process.env.CORRAL_ADMIN_TOKEN);
+  try {
+    await row(admin.page, "in-acme").waitFor();
+    assert.ok((await admin.page.locator("#sandboxes tbody tr").count()) > 1);
+    await admin.page.selectOption("#tenant", "acme");
+    await admin.page.waitForFunction(() => {
+      const rows = document.querySelectorAll("#sandboxes tbody tr");
+      return rows.length === 1 && rows[0].dataset.name === "in-acme" && document.getElementById("live").textContent.startsWith("live");
+    }, null, { timeout: 30000 });
+    assert.match(await admin.page.textContent("#who"), /tenant acme/);
+    await admin.page.selectOption("#tenant", "");
+    await admin.page.waitForFunction(() => document.querySelectorAll("#sandboxes tbody tr").length > 1, null, { timeout: 30000 });
+  } finally {
+    await admin.browser.close();
+  }
+  const member = await browse(process.env.CORRAL_TOKEN);
+  try {
+    assert.equal(await member.page.isHidden("#tenant"), true);
+    const [code, error] = await member.page.evaluate(async () => {
+      const s = await (await fetch("/api/session")).json();
+      const r = await fetch("/api/tenant", { method: "POST", headers: { "X-CSRF-Token": s.csrf, "Content-Type": "application/json" }, body: JSON.stringify({ tenant: "acme" }) });
+      return [r.status, (await r.json()).error];
+    });
+    assert.equal(code, 403);
+    assert.match(error, /acts in tenant default only/);
+  } finally {
+    await member.browser.close();
+  }
+  corral("--tenant", "acme", "sandbox", "delete", "--force", "in-acme");
 });

@@ -80,7 +80,12 @@ function drawList() {
 }
 
 function watch() {
+  if (state.watch) state.watch.close();
+  state.sandboxes.clear();
+  state.synced = false;
+  drawList();
   const source = new EventSource("/api/watch");
+  state.watch = source;
   source.addEventListener("sandbox", (e) => {
     const ev = JSON.parse(e.data);
     if (ev.type === "SYNCED") {
@@ -320,9 +325,32 @@ function route() {
   }
 }
 
+function showWho() {
+  $("who").textContent = state.session.caller + " · " + state.session.role + (state.session.every ? " · every tenant" : " · tenant " + state.session.tenant);
+}
+
+// An admin acts in every tenant or in one it picks; the API decides.
+async function tenantPicker() {
+  if (!state.session.admin) return;
+  const data = await call("GET", "/api/tenants");
+  const pick = $("tenant");
+  pick.append(el("option", "every tenant"));
+  pick.options[0].value = "";
+  for (const t of data.tenants || []) pick.append(el("option", t.name));
+  pick.value = state.session.every ? "" : state.session.tenant;
+  pick.hidden = false;
+  pick.addEventListener("change", async () => {
+    state.session = await call("POST", "/api/tenant", { tenant: pick.value });
+    showWho();
+    watch();
+    route();
+  });
+}
+
 async function main() {
   state.session = await call("GET", "/api/session");
-  $("who").textContent = state.session.caller + " · " + state.session.role + (state.session.every ? " · every tenant" : " · tenant " + state.session.tenant);
+  showWho();
+  tenantPicker();
   for (const p of PHASES) $("filter-phase").append(el("option", p));
   $("filter-phase").addEventListener("change", drawList);
   $("filter-label").addEventListener("input", drawList);
