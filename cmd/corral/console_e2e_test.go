@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/testenv"
+	"github.com/corral-sandbox/corral/internal/tlsauth"
 )
 
 // The web console in Debian's Chromium (test/console, playwright-core from
@@ -224,5 +228,65 @@ func TestConsoleRefusesOtherSites(t *testing.T) {
 	bad := launch(t, t.TempDir(), "--ui-listen", "0.0.0.0:7080")
 	if code := bad.exitCode(30 * time.Second); code == 0 || !strings.Contains(bad.logs.String(), "want a loopback address") {
 		t.Errorf("--ui-listen on every address: exit %d\n%s", code, bad.logs.String())
+	}
+}
+
+// On the TLS listener the console takes the browser's client certificate
+// as its login: the session it makes is the certificate's, and a request
+// that brings the cookie over a connection without that certificate is
+// not served.
+func TestConsoleOverMutualTLS(t *testing.T) {
+	home, certs := t.TempDir(), t.TempDir()
+	addr := freePort(t)
+	startGateway(t, home, "--listen", addr)
+	mustCorral(t, home, "gateway", "client-cert", "carol", "--role", "member", "--out", certs)
+	cfg, err := tlsauth.ClientConfig(filepath.Join(certs, "ca.crt"), filepath.Join(certs, "carol.crt"), filepath.Join(certs, "carol.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Jar: jar, Timeout: 10 * time.Second}
+	resp, err := browser.Get("https://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "/static/app.js") {
+		t.Fatalf("the console with a client certificate: %s\n%s", resp.Status, page)
+	}
+	resp, err = browser.Get("https://" + addr + "/api/session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var session struct {
+		Caller, CSRF string
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&session)
+	resp.Body.Close()
+	if session.Caller != "client certificate carol" || session.CSRF == "" {
+		t.Fatalf("the session over mutual TLS: %+v", session)
+	}
+	req, _ := http.NewRequest(http.MethodPost, "https://"+addr+"/api/sandboxes", strings.NewReader(`{"name":"by-carol"}`))
+	req.Header.Set("X-CSRF-Token", session.CSRF)
+	if resp, err = browser.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a create over mutual TLS: %s", resp.Status)
+	}
+	if out := mustCorral(t, home, "sandbox", "history", "by-carol"); !strings.Contains(out, "client certificate carol") {
+		t.Errorf("the journal of a create from the console: %s", out)
+	}
+	// the cookie, without the certificate
+	bare := &tls.Config{RootCAs: cfg.RootCAs, ServerName: cfg.ServerName, MinVersion: tls.VersionTLS13}
+	thief := &http.Client{Transport: &http.Transport{TLSClientConfig: bare}, Jar: jar, Timeout: 10 * time.Second}
+	if resp, err = thief.Get("https://" + addr + "/api/session"); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the session's cookie without its certificate: %s, want 401", resp.Status)
 	}
 }

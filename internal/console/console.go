@@ -66,9 +66,10 @@ type Console struct {
 	sessions map[string]*session
 }
 
-// session is one browser's login.
+// session is one browser's login: a token it typed in, or (over mutual
+// TLS) the client certificate it holds.
 type session struct {
-	token   string
+	token   string // "": a certificate's session, which every request's certificate must name
 	csrf    string
 	expires time.Time
 	caller  caller.Caller
@@ -144,8 +145,15 @@ func (c *Console) page(name string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if name == "index.html" {
 			if _, err := c.session(r); err != nil {
-				http.Redirect(w, r, "/login", http.StatusSeeOther)
-				return
+				who, ok, _ := caller.FromTLS(r.TLS)
+				if !ok {
+					http.Redirect(w, r, "/login", http.StatusSeeOther)
+					return
+				}
+				if err := c.start(w, r, "", who); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
 			}
 		}
 		b, err := static.ReadFile("static/" + name)
@@ -167,10 +175,19 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/login?failed=1", http.StatusSeeOther)
 		return
 	}
-	cl, err := c.clients.Client(who)
-	if err != nil {
+	if err := c.start(w, r, token, who); err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
+	}
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// start makes a session of who (of token, or of r's certificate when
+// token is "") and gives the browser its cookie.
+func (c *Console) start(w http.ResponseWriter, r *http.Request, token string, who caller.Caller) error {
+	cl, err := c.clients.Client(who)
+	if err != nil {
+		return err
 	}
 	id, csrf := random(), random()
 	c.mu.Lock()
@@ -179,7 +196,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	c.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: int(sessionTTL.Seconds())})
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	r.AddCookie(&http.Cookie{Name: cookieName, Value: id})
+	return nil
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
@@ -222,6 +240,12 @@ func (c *Console) session(r *http.Request) (*session, error) {
 	c.mu.Unlock()
 	if !ok || time.Now().After(s.expires) {
 		return nil, errNoSession
+	}
+	if s.token == "" {
+		if who, ok, _ := caller.FromTLS(r.TLS); !ok || who != s.caller {
+			return nil, errNoSession // another certificate, or none, brought the cookie
+		}
+		return s, nil
 	}
 	if _, err := c.tokens.Token(r.Context(), s.token); err != nil {
 		c.end(ck.Value)

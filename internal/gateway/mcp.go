@@ -10,6 +10,7 @@ import (
 
 	"github.com/corral-sandbox/corral/client"
 	"github.com/corral-sandbox/corral/internal/caller"
+	"github.com/corral-sandbox/corral/internal/console"
 	"github.com/corral-sandbox/corral/internal/mcptools"
 	"github.com/corral-sandbox/corral/internal/metrics"
 	"github.com/corral-sandbox/corral/internal/service"
@@ -30,19 +31,13 @@ const maxMCPCallers = 64
 // caller creates through it carry the label of its session, "https
 // CALLER", and are bounded by maxSandboxes.
 type mcpEndpoint struct {
-	fe           clientsFor
+	fe           console.Clients // the gateway's own (frontEnds), or a standby's of the leader (leaderClients)
 	gate         service.Gate
 	maxSandboxes int
 
 	mu      sync.Mutex
 	callers map[string]*list.Element // of *mcpCaller, most recent first
 	order   list.List
-}
-
-// clientsFor makes clients of the API core on behalf of a caller: the
-// gateway's own (frontEnds), or a standby's of the leader (leaderClients).
-type clientsFor interface {
-	Client(c caller.Caller) (*client.Client, error)
 }
 
 // mcpCaller is what the endpoint keeps of one caller.
@@ -60,11 +55,15 @@ type mcpCaller struct {
 //
 // It also serves /metrics, to admins only: the labels name every tenant's
 // secrets.
-func newMCPEndpoint(fe clientsFor, gate service.Gate, maxSandboxes int) http.Handler {
+//
+// Everything else is the web console, whose browsers log in with the
+// client certificate they hold, or a token.
+func newMCPEndpoint(fe console.Clients, gate service.Gate, maxSandboxes int) http.Handler {
 	e := &mcpEndpoint{fe: fe, gate: gate, maxSandboxes: maxSandboxes, callers: map[string]*list.Element{}}
 	mux := http.NewServeMux()
 	mux.Handle(mcpPath, e)
 	mux.Handle("/metrics", adminOnly(gate, metrics.Handler()))
+	mux.Handle("/", console.New(fe, gate))
 	return http.NewCrossOriginProtection().Handler(mux)
 }
 
