@@ -2099,7 +2099,9 @@ type DoctorReport struct {
 	// and whether the driver can run each.
 	Tiers []*IsolationTier `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
 	// replicas are the gateways of the store, as ListReplicas gives them.
-	Replicas      []*Replica `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Replicas []*Replica `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// stats are what this gateway has done since it started.
+	Stats         *GatewayStats `protobuf:"bytes,4,opt,name=stats,proto3" json:"stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2155,6 +2157,152 @@ func (x *DoctorReport) GetReplicas() []*Replica {
 	return nil
 }
 
+func (x *DoctorReport) GetStats() *GatewayStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// GatewayStats are what a gateway has done since it started, for charts.
+type GatewayStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// operations is how many journal entries it settled.
+	Operations int64 `protobuf:"varint,1,opt,name=operations,proto3" json:"operations,omitempty"`
+	// driver_calls are its driver calls, by kind.
+	DriverCalls []*DriverCallStats `protobuf:"bytes,2,rep,name=driver_calls,json=driverCalls,proto3" json:"driver_calls,omitempty"`
+	// egress is its egress proxies' decisions by verdict (allowed, denied,
+	// audited), every sandbox's summed.
+	Egress        map[string]int64 `protobuf:"bytes,3,rep,name=egress,proto3" json:"egress,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatewayStats) Reset() {
+	*x = GatewayStats{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewayStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewayStats) ProtoMessage() {}
+
+func (x *GatewayStats) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewayStats.ProtoReflect.Descriptor instead.
+func (*GatewayStats) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GatewayStats) GetOperations() int64 {
+	if x != nil {
+		return x.Operations
+	}
+	return 0
+}
+
+func (x *GatewayStats) GetDriverCalls() []*DriverCallStats {
+	if x != nil {
+		return x.DriverCalls
+	}
+	return nil
+}
+
+func (x *GatewayStats) GetEgress() map[string]int64 {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+// DriverCallStats are the driver calls of one kind.
+type DriverCallStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is the call: create, start, stop, delete, inspect, ...
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// count is how many there were.
+	Count int64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// p50_seconds and p95_seconds are the latencies half and 95% of them
+	// took at most (the upper bound of their histogram's bucket).
+	P50Seconds float64 `protobuf:"fixed64,3,opt,name=p50_seconds,json=p50Seconds,proto3" json:"p50_seconds,omitempty"`
+	// p95_seconds: see p50_seconds.
+	P95Seconds    float64 `protobuf:"fixed64,4,opt,name=p95_seconds,json=p95Seconds,proto3" json:"p95_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DriverCallStats) Reset() {
+	*x = DriverCallStats{}
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriverCallStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriverCallStats) ProtoMessage() {}
+
+func (x *DriverCallStats) ProtoReflect() protoreflect.Message {
+	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriverCallStats.ProtoReflect.Descriptor instead.
+func (*DriverCallStats) Descriptor() ([]byte, []int) {
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DriverCallStats) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *DriverCallStats) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *DriverCallStats) GetP50Seconds() float64 {
+	if x != nil {
+		return x.P50Seconds
+	}
+	return 0
+}
+
+func (x *DriverCallStats) GetP95Seconds() float64 {
+	if x != nil {
+		return x.P95Seconds
+	}
+	return 0
+}
+
 // ListReplicasRequest asks for the gateways of the store.
 type ListReplicasRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2164,7 +2312,7 @@ type ListReplicasRequest struct {
 
 func (x *ListReplicasRequest) Reset() {
 	*x = ListReplicasRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2324,7 @@ func (x *ListReplicasRequest) String() string {
 func (*ListReplicasRequest) ProtoMessage() {}
 
 func (x *ListReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[29]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2337,7 @@ func (x *ListReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ListReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 // ListReplicasResponse is the gateways of the store, the leader first.
@@ -2205,7 +2353,7 @@ type ListReplicasResponse struct {
 
 func (x *ListReplicasResponse) Reset() {
 	*x = ListReplicasResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2365,7 @@ func (x *ListReplicasResponse) String() string {
 func (*ListReplicasResponse) ProtoMessage() {}
 
 func (x *ListReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[30]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2378,7 @@ func (x *ListReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplicasResponse.ProtoReflect.Descriptor instead.
 func (*ListReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListReplicasResponse) GetReplicas() []*Replica {
@@ -2282,7 +2430,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2442,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[31]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2455,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Replica) GetId() string {
@@ -2409,7 +2557,7 @@ type IsolationTier struct {
 
 func (x *IsolationTier) Reset() {
 	*x = IsolationTier{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2569,7 @@ func (x *IsolationTier) String() string {
 func (*IsolationTier) ProtoMessage() {}
 
 func (x *IsolationTier) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[32]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2582,7 @@ func (x *IsolationTier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IsolationTier.ProtoReflect.Descriptor instead.
 func (*IsolationTier) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *IsolationTier) GetName() string {
@@ -2478,7 +2626,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2638,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[33]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2651,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Image) GetId() string {
@@ -2558,7 +2706,7 @@ type PullImageRequest struct {
 
 func (x *PullImageRequest) Reset() {
 	*x = PullImageRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +2718,7 @@ func (x *PullImageRequest) String() string {
 func (*PullImageRequest) ProtoMessage() {}
 
 func (x *PullImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[34]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +2731,7 @@ func (x *PullImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullImageRequest.ProtoReflect.Descriptor instead.
 func (*PullImageRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PullImageRequest) GetImage() string {
@@ -2622,7 +2770,7 @@ type PullImageProgress struct {
 
 func (x *PullImageProgress) Reset() {
 	*x = PullImageProgress{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2782,7 @@ func (x *PullImageProgress) String() string {
 func (*PullImageProgress) ProtoMessage() {}
 
 func (x *PullImageProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[35]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2795,7 @@ func (x *PullImageProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullImageProgress.ProtoReflect.Descriptor instead.
 func (*PullImageProgress) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PullImageProgress) GetLayer() string {
@@ -2694,7 +2842,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +2854,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[36]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +2867,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 // ListImagesResponse is the images of the driver's store.
@@ -2733,7 +2881,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +2893,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[37]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2758,7 +2906,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -2779,7 +2927,7 @@ type RemoveImageRequest struct {
 
 func (x *RemoveImageRequest) Reset() {
 	*x = RemoveImageRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2939,7 @@ func (x *RemoveImageRequest) String() string {
 func (*RemoveImageRequest) ProtoMessage() {}
 
 func (x *RemoveImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[38]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2952,7 @@ func (x *RemoveImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveImageRequest.ProtoReflect.Descriptor instead.
 func (*RemoveImageRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveImageRequest) GetImage() string {
@@ -2823,7 +2971,7 @@ type PruneImagesRequest struct {
 
 func (x *PruneImagesRequest) Reset() {
 	*x = PruneImagesRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2983,7 @@ func (x *PruneImagesRequest) String() string {
 func (*PruneImagesRequest) ProtoMessage() {}
 
 func (x *PruneImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[39]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2996,7 @@ func (x *PruneImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneImagesRequest.ProtoReflect.Descriptor instead.
 func (*PruneImagesRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 // PruneImagesResponse is what a prune removed.
@@ -2864,7 +3012,7 @@ type PruneImagesResponse struct {
 
 func (x *PruneImagesResponse) Reset() {
 	*x = PruneImagesResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2876,7 +3024,7 @@ func (x *PruneImagesResponse) String() string {
 func (*PruneImagesResponse) ProtoMessage() {}
 
 func (x *PruneImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[40]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2889,7 +3037,7 @@ func (x *PruneImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneImagesResponse.ProtoReflect.Descriptor instead.
 func (*PruneImagesResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PruneImagesResponse) GetRemoved() []*Image {
@@ -2921,7 +3069,7 @@ type SandboxDenialsRequest struct {
 
 func (x *SandboxDenialsRequest) Reset() {
 	*x = SandboxDenialsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3081,7 @@ func (x *SandboxDenialsRequest) String() string {
 func (*SandboxDenialsRequest) ProtoMessage() {}
 
 func (x *SandboxDenialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[41]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3094,7 @@ func (x *SandboxDenialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxDenialsRequest.ProtoReflect.Descriptor instead.
 func (*SandboxDenialsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SandboxDenialsRequest) GetName() string {
@@ -2991,7 +3139,7 @@ type Denial struct {
 
 func (x *Denial) Reset() {
 	*x = Denial{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3151,7 @@ func (x *Denial) String() string {
 func (*Denial) ProtoMessage() {}
 
 func (x *Denial) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[42]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3164,7 @@ func (x *Denial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Denial.ProtoReflect.Descriptor instead.
 func (*Denial) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Denial) GetTime() *timestamppb.Timestamp {
@@ -3101,7 +3249,7 @@ type PortForwardFrame struct {
 
 func (x *PortForwardFrame) Reset() {
 	*x = PortForwardFrame{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3261,7 @@ func (x *PortForwardFrame) String() string {
 func (*PortForwardFrame) ProtoMessage() {}
 
 func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[43]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3274,7 @@ func (x *PortForwardFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortForwardFrame.ProtoReflect.Descriptor instead.
 func (*PortForwardFrame) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PortForwardFrame) GetName() string {
@@ -3173,7 +3321,7 @@ type ExposePortRequest struct {
 
 func (x *ExposePortRequest) Reset() {
 	*x = ExposePortRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3333,7 @@ func (x *ExposePortRequest) String() string {
 func (*ExposePortRequest) ProtoMessage() {}
 
 func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[44]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3346,7 @@ func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposePortRequest.ProtoReflect.Descriptor instead.
 func (*ExposePortRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ExposePortRequest) GetName() string {
@@ -3243,7 +3391,7 @@ type ExposedPort struct {
 
 func (x *ExposedPort) Reset() {
 	*x = ExposedPort{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3403,7 @@ func (x *ExposedPort) String() string {
 func (*ExposedPort) ProtoMessage() {}
 
 func (x *ExposedPort) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[45]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3416,7 @@ func (x *ExposedPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExposedPort.ProtoReflect.Descriptor instead.
 func (*ExposedPort) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ExposedPort) GetSandboxId() string {
@@ -3319,7 +3467,7 @@ type UnexposePortRequest struct {
 
 func (x *UnexposePortRequest) Reset() {
 	*x = UnexposePortRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3479,7 @@ func (x *UnexposePortRequest) String() string {
 func (*UnexposePortRequest) ProtoMessage() {}
 
 func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[46]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3492,7 @@ func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnexposePortRequest.ProtoReflect.Descriptor instead.
 func (*UnexposePortRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UnexposePortRequest) GetName() string {
@@ -3372,7 +3520,7 @@ type ListExposedPortsRequest struct {
 
 func (x *ListExposedPortsRequest) Reset() {
 	*x = ListExposedPortsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3532,7 @@ func (x *ListExposedPortsRequest) String() string {
 func (*ListExposedPortsRequest) ProtoMessage() {}
 
 func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[47]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3545,7 @@ func (x *ListExposedPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposedPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListExposedPortsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListExposedPortsRequest) GetName() string {
@@ -3418,7 +3566,7 @@ type ListExposedPortsResponse struct {
 
 func (x *ListExposedPortsResponse) Reset() {
 	*x = ListExposedPortsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +3578,7 @@ func (x *ListExposedPortsResponse) String() string {
 func (*ListExposedPortsResponse) ProtoMessage() {}
 
 func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[48]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +3591,7 @@ func (x *ListExposedPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExposedPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListExposedPortsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListExposedPortsResponse) GetPorts() []*ExposedPort {
@@ -3471,7 +3619,7 @@ type PoolSpec struct {
 
 func (x *PoolSpec) Reset() {
 	*x = PoolSpec{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3483,7 +3631,7 @@ func (x *PoolSpec) String() string {
 func (*PoolSpec) ProtoMessage() {}
 
 func (x *PoolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[49]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3496,7 +3644,7 @@ func (x *PoolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSpec.ProtoReflect.Descriptor instead.
 func (*PoolSpec) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PoolSpec) GetImage() string {
@@ -3543,7 +3691,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[50]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +3703,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[50]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +3716,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Pool) GetName() string {
@@ -3637,7 +3785,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[51]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3797,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[51]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3810,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -3695,7 +3843,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[52]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3707,7 +3855,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[52]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3720,7 +3868,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 // ListPoolsResponse is every pool of the gateway.
@@ -3734,7 +3882,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[53]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +3894,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[53]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +3907,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -3780,7 +3928,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_corral_v1_sandbox_proto_msgTypes[54]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3792,7 +3940,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_corral_v1_sandbox_proto_msgTypes[54]
+	mi := &file_corral_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3805,7 +3953,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_corral_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeletePoolRequest) GetName() string {
@@ -3972,11 +4120,28 @@ const file_corral_v1_sandbox_proto_rawDesc = "" +
 	"\rDoctorFinding\x12\x18\n" +
 	"\asandbox\x18\x01 \x01(\tR\asandbox\x12\x18\n" +
 	"\aproblem\x18\x02 \x01(\tR\aproblem\x12\x16\n" +
-	"\x06action\x18\x03 \x01(\tR\x06action\"\xa4\x01\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\"\xd3\x01\n" +
 	"\fDoctorReport\x124\n" +
 	"\bfindings\x18\x01 \x03(\v2\x18.corral.v1.DoctorFindingR\bfindings\x12.\n" +
 	"\x05tiers\x18\x02 \x03(\v2\x18.corral.v1.IsolationTierR\x05tiers\x12.\n" +
-	"\breplicas\x18\x03 \x03(\v2\x12.corral.v1.ReplicaR\breplicas\"\x15\n" +
+	"\breplicas\x18\x03 \x03(\v2\x12.corral.v1.ReplicaR\breplicas\x12-\n" +
+	"\x05stats\x18\x04 \x01(\v2\x17.corral.v1.GatewayStatsR\x05stats\"\xe5\x01\n" +
+	"\fGatewayStats\x12\x1e\n" +
+	"\n" +
+	"operations\x18\x01 \x01(\x03R\n" +
+	"operations\x12=\n" +
+	"\fdriver_calls\x18\x02 \x03(\v2\x1a.corral.v1.DriverCallStatsR\vdriverCalls\x12;\n" +
+	"\x06egress\x18\x03 \x03(\v2#.corral.v1.GatewayStats.EgressEntryR\x06egress\x1a9\n" +
+	"\vEgressEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"}\n" +
+	"\x0fDriverCallStats\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x1f\n" +
+	"\vp50_seconds\x18\x03 \x01(\x01R\n" +
+	"p50Seconds\x12\x1f\n" +
+	"\vp95_seconds\x18\x04 \x01(\x01R\n" +
+	"p95Seconds\"\x15\n" +
 	"\x13ListReplicasRequest\"~\n" +
 	"\x14ListReplicasResponse\x12.\n" +
 	"\breplicas\x18\x01 \x03(\v2\x12.corral.v1.ReplicaR\breplicas\x126\n" +
@@ -4132,7 +4297,7 @@ func file_corral_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_corral_v1_sandbox_proto_rawDescData
 }
 
-var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_corral_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*SandboxSpec)(nil),              // 0: corral.v1.SandboxSpec
 	(*Sandbox)(nil),                  // 1: corral.v1.Sandbox
@@ -4163,50 +4328,53 @@ var file_corral_v1_sandbox_proto_goTypes = []any{
 	(*DoctorRequest)(nil),            // 26: corral.v1.DoctorRequest
 	(*DoctorFinding)(nil),            // 27: corral.v1.DoctorFinding
 	(*DoctorReport)(nil),             // 28: corral.v1.DoctorReport
-	(*ListReplicasRequest)(nil),      // 29: corral.v1.ListReplicasRequest
-	(*ListReplicasResponse)(nil),     // 30: corral.v1.ListReplicasResponse
-	(*Replica)(nil),                  // 31: corral.v1.Replica
-	(*IsolationTier)(nil),            // 32: corral.v1.IsolationTier
-	(*Image)(nil),                    // 33: corral.v1.Image
-	(*PullImageRequest)(nil),         // 34: corral.v1.PullImageRequest
-	(*PullImageProgress)(nil),        // 35: corral.v1.PullImageProgress
-	(*ListImagesRequest)(nil),        // 36: corral.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),       // 37: corral.v1.ListImagesResponse
-	(*RemoveImageRequest)(nil),       // 38: corral.v1.RemoveImageRequest
-	(*PruneImagesRequest)(nil),       // 39: corral.v1.PruneImagesRequest
-	(*PruneImagesResponse)(nil),      // 40: corral.v1.PruneImagesResponse
-	(*SandboxDenialsRequest)(nil),    // 41: corral.v1.SandboxDenialsRequest
-	(*Denial)(nil),                   // 42: corral.v1.Denial
-	(*PortForwardFrame)(nil),         // 43: corral.v1.PortForwardFrame
-	(*ExposePortRequest)(nil),        // 44: corral.v1.ExposePortRequest
-	(*ExposedPort)(nil),              // 45: corral.v1.ExposedPort
-	(*UnexposePortRequest)(nil),      // 46: corral.v1.UnexposePortRequest
-	(*ListExposedPortsRequest)(nil),  // 47: corral.v1.ListExposedPortsRequest
-	(*ListExposedPortsResponse)(nil), // 48: corral.v1.ListExposedPortsResponse
-	(*PoolSpec)(nil),                 // 49: corral.v1.PoolSpec
-	(*Pool)(nil),                     // 50: corral.v1.Pool
-	(*CreatePoolRequest)(nil),        // 51: corral.v1.CreatePoolRequest
-	(*ListPoolsRequest)(nil),         // 52: corral.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),        // 53: corral.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),        // 54: corral.v1.DeletePoolRequest
-	nil,                              // 55: corral.v1.SandboxSpec.LabelsEntry
-	nil,                              // 56: corral.v1.ListSandboxesRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 57: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 58: google.protobuf.Duration
+	(*GatewayStats)(nil),             // 29: corral.v1.GatewayStats
+	(*DriverCallStats)(nil),          // 30: corral.v1.DriverCallStats
+	(*ListReplicasRequest)(nil),      // 31: corral.v1.ListReplicasRequest
+	(*ListReplicasResponse)(nil),     // 32: corral.v1.ListReplicasResponse
+	(*Replica)(nil),                  // 33: corral.v1.Replica
+	(*IsolationTier)(nil),            // 34: corral.v1.IsolationTier
+	(*Image)(nil),                    // 35: corral.v1.Image
+	(*PullImageRequest)(nil),         // 36: corral.v1.PullImageRequest
+	(*PullImageProgress)(nil),        // 37: corral.v1.PullImageProgress
+	(*ListImagesRequest)(nil),        // 38: corral.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),       // 39: corral.v1.ListImagesResponse
+	(*RemoveImageRequest)(nil),       // 40: corral.v1.RemoveImageRequest
+	(*PruneImagesRequest)(nil),       // 41: corral.v1.PruneImagesRequest
+	(*PruneImagesResponse)(nil),      // 42: corral.v1.PruneImagesResponse
+	(*SandboxDenialsRequest)(nil),    // 43: corral.v1.SandboxDenialsRequest
+	(*Denial)(nil),                   // 44: corral.v1.Denial
+	(*PortForwardFrame)(nil),         // 45: corral.v1.PortForwardFrame
+	(*ExposePortRequest)(nil),        // 46: corral.v1.ExposePortRequest
+	(*ExposedPort)(nil),              // 47: corral.v1.ExposedPort
+	(*UnexposePortRequest)(nil),      // 48: corral.v1.UnexposePortRequest
+	(*ListExposedPortsRequest)(nil),  // 49: corral.v1.ListExposedPortsRequest
+	(*ListExposedPortsResponse)(nil), // 50: corral.v1.ListExposedPortsResponse
+	(*PoolSpec)(nil),                 // 51: corral.v1.PoolSpec
+	(*Pool)(nil),                     // 52: corral.v1.Pool
+	(*CreatePoolRequest)(nil),        // 53: corral.v1.CreatePoolRequest
+	(*ListPoolsRequest)(nil),         // 54: corral.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),        // 55: corral.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),        // 56: corral.v1.DeletePoolRequest
+	nil,                              // 57: corral.v1.SandboxSpec.LabelsEntry
+	nil,                              // 58: corral.v1.ListSandboxesRequest.LabelsEntry
+	nil,                              // 59: corral.v1.GatewayStats.EgressEntry
+	(*timestamppb.Timestamp)(nil),    // 60: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 61: google.protobuf.Duration
 }
 var file_corral_v1_sandbox_proto_depIdxs = []int32{
-	55, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
+	57, // 0: corral.v1.SandboxSpec.labels:type_name -> corral.v1.SandboxSpec.LabelsEntry
 	0,  // 1: corral.v1.Sandbox.spec:type_name -> corral.v1.SandboxSpec
-	57, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	57, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	57, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
+	60, // 2: corral.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	60, // 3: corral.v1.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	60, // 4: corral.v1.Sandbox.deadline:type_name -> google.protobuf.Timestamp
 	2,  // 5: corral.v1.Sandbox.last_operation:type_name -> corral.v1.Operation
-	57, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
-	57, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
-	57, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
+	60, // 6: corral.v1.Operation.started_at:type_name -> google.protobuf.Timestamp
+	60, // 7: corral.v1.Operation.deadline:type_name -> google.protobuf.Timestamp
+	60, // 8: corral.v1.Operation.finished_at:type_name -> google.protobuf.Timestamp
 	0,  // 9: corral.v1.CreateSandboxRequest.spec:type_name -> corral.v1.SandboxSpec
 	1,  // 10: corral.v1.CreateSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
-	56, // 11: corral.v1.ListSandboxesRequest.labels:type_name -> corral.v1.ListSandboxesRequest.LabelsEntry
+	58, // 11: corral.v1.ListSandboxesRequest.labels:type_name -> corral.v1.ListSandboxesRequest.LabelsEntry
 	1,  // 12: corral.v1.ListSandboxesResponse.sandboxes:type_name -> corral.v1.Sandbox
 	1,  // 13: corral.v1.DeleteSandboxResponse.sandbox:type_name -> corral.v1.Sandbox
 	1,  // 14: corral.v1.SandboxEvent.sandbox:type_name -> corral.v1.Sandbox
@@ -4215,84 +4383,87 @@ var file_corral_v1_sandbox_proto_depIdxs = []int32{
 	21, // 17: corral.v1.ExecRequest.start:type_name -> corral.v1.ExecStart
 	20, // 18: corral.v1.ExecRequest.resize:type_name -> corral.v1.TerminalSize
 	27, // 19: corral.v1.DoctorReport.findings:type_name -> corral.v1.DoctorFinding
-	32, // 20: corral.v1.DoctorReport.tiers:type_name -> corral.v1.IsolationTier
-	31, // 21: corral.v1.DoctorReport.replicas:type_name -> corral.v1.Replica
-	31, // 22: corral.v1.ListReplicasResponse.replicas:type_name -> corral.v1.Replica
-	58, // 23: corral.v1.ListReplicasResponse.lease_ttl:type_name -> google.protobuf.Duration
-	57, // 24: corral.v1.Replica.started_at:type_name -> google.protobuf.Timestamp
-	57, // 25: corral.v1.Replica.seen_at:type_name -> google.protobuf.Timestamp
-	57, // 26: corral.v1.Replica.lease_since:type_name -> google.protobuf.Timestamp
-	57, // 27: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
-	33, // 28: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
-	33, // 29: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
-	33, // 30: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
-	57, // 31: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
-	45, // 32: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
-	49, // 33: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
-	57, // 34: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
-	49, // 35: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
-	50, // 36: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
-	3,  // 37: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
-	5,  // 38: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
-	6,  // 39: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
-	8,  // 40: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
-	9,  // 41: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
-	10, // 42: corral.v1.SandboxService.PauseSandbox:input_type -> corral.v1.PauseSandboxRequest
-	11, // 43: corral.v1.SandboxService.ResumeSandbox:input_type -> corral.v1.ResumeSandboxRequest
-	12, // 44: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
-	13, // 45: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
-	15, // 46: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
-	16, // 47: corral.v1.SandboxService.WaitSandbox:input_type -> corral.v1.WaitSandboxRequest
-	18, // 48: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
-	22, // 49: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
-	24, // 50: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
-	26, // 51: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
-	29, // 52: corral.v1.SandboxService.ListReplicas:input_type -> corral.v1.ListReplicasRequest
-	34, // 53: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
-	36, // 54: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
-	38, // 55: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
-	39, // 56: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
-	41, // 57: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
-	43, // 58: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
-	44, // 59: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
-	46, // 60: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
-	47, // 61: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
-	51, // 62: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
-	52, // 63: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
-	54, // 64: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
-	4,  // 65: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
-	1,  // 66: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
-	7,  // 67: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
-	1,  // 68: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
-	1,  // 69: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
-	1,  // 70: corral.v1.SandboxService.PauseSandbox:output_type -> corral.v1.Sandbox
-	1,  // 71: corral.v1.SandboxService.ResumeSandbox:output_type -> corral.v1.Sandbox
-	14, // 72: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
-	1,  // 73: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
-	17, // 74: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
-	17, // 75: corral.v1.SandboxService.WaitSandbox:output_type -> corral.v1.SandboxEvent
-	19, // 76: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
-	23, // 77: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
-	25, // 78: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
-	28, // 79: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
-	30, // 80: corral.v1.SandboxService.ListReplicas:output_type -> corral.v1.ListReplicasResponse
-	35, // 81: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
-	37, // 82: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
-	33, // 83: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
-	40, // 84: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
-	42, // 85: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
-	43, // 86: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
-	45, // 87: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
-	45, // 88: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
-	48, // 89: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
-	50, // 90: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
-	53, // 91: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
-	50, // 92: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
-	65, // [65:93] is the sub-list for method output_type
-	37, // [37:65] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	34, // 20: corral.v1.DoctorReport.tiers:type_name -> corral.v1.IsolationTier
+	33, // 21: corral.v1.DoctorReport.replicas:type_name -> corral.v1.Replica
+	29, // 22: corral.v1.DoctorReport.stats:type_name -> corral.v1.GatewayStats
+	30, // 23: corral.v1.GatewayStats.driver_calls:type_name -> corral.v1.DriverCallStats
+	59, // 24: corral.v1.GatewayStats.egress:type_name -> corral.v1.GatewayStats.EgressEntry
+	33, // 25: corral.v1.ListReplicasResponse.replicas:type_name -> corral.v1.Replica
+	61, // 26: corral.v1.ListReplicasResponse.lease_ttl:type_name -> google.protobuf.Duration
+	60, // 27: corral.v1.Replica.started_at:type_name -> google.protobuf.Timestamp
+	60, // 28: corral.v1.Replica.seen_at:type_name -> google.protobuf.Timestamp
+	60, // 29: corral.v1.Replica.lease_since:type_name -> google.protobuf.Timestamp
+	60, // 30: corral.v1.Image.created:type_name -> google.protobuf.Timestamp
+	35, // 31: corral.v1.PullImageProgress.image:type_name -> corral.v1.Image
+	35, // 32: corral.v1.ListImagesResponse.images:type_name -> corral.v1.Image
+	35, // 33: corral.v1.PruneImagesResponse.removed:type_name -> corral.v1.Image
+	60, // 34: corral.v1.Denial.time:type_name -> google.protobuf.Timestamp
+	47, // 35: corral.v1.ListExposedPortsResponse.ports:type_name -> corral.v1.ExposedPort
+	51, // 36: corral.v1.Pool.spec:type_name -> corral.v1.PoolSpec
+	60, // 37: corral.v1.Pool.created_at:type_name -> google.protobuf.Timestamp
+	51, // 38: corral.v1.CreatePoolRequest.spec:type_name -> corral.v1.PoolSpec
+	52, // 39: corral.v1.ListPoolsResponse.pools:type_name -> corral.v1.Pool
+	3,  // 40: corral.v1.SandboxService.CreateSandbox:input_type -> corral.v1.CreateSandboxRequest
+	5,  // 41: corral.v1.SandboxService.GetSandbox:input_type -> corral.v1.GetSandboxRequest
+	6,  // 42: corral.v1.SandboxService.ListSandboxes:input_type -> corral.v1.ListSandboxesRequest
+	8,  // 43: corral.v1.SandboxService.StopSandbox:input_type -> corral.v1.StopSandboxRequest
+	9,  // 44: corral.v1.SandboxService.StartSandbox:input_type -> corral.v1.StartSandboxRequest
+	10, // 45: corral.v1.SandboxService.PauseSandbox:input_type -> corral.v1.PauseSandboxRequest
+	11, // 46: corral.v1.SandboxService.ResumeSandbox:input_type -> corral.v1.ResumeSandboxRequest
+	12, // 47: corral.v1.SandboxService.DeleteSandbox:input_type -> corral.v1.DeleteSandboxRequest
+	13, // 48: corral.v1.SandboxService.UpdateSandbox:input_type -> corral.v1.UpdateSandboxRequest
+	15, // 49: corral.v1.SandboxService.WatchSandboxes:input_type -> corral.v1.WatchSandboxesRequest
+	16, // 50: corral.v1.SandboxService.WaitSandbox:input_type -> corral.v1.WaitSandboxRequest
+	18, // 51: corral.v1.SandboxService.ListOperations:input_type -> corral.v1.ListOperationsRequest
+	22, // 52: corral.v1.SandboxService.ExecSandbox:input_type -> corral.v1.ExecRequest
+	24, // 53: corral.v1.SandboxService.SandboxLogs:input_type -> corral.v1.SandboxLogsRequest
+	26, // 54: corral.v1.SandboxService.Doctor:input_type -> corral.v1.DoctorRequest
+	31, // 55: corral.v1.SandboxService.ListReplicas:input_type -> corral.v1.ListReplicasRequest
+	36, // 56: corral.v1.SandboxService.PullImage:input_type -> corral.v1.PullImageRequest
+	38, // 57: corral.v1.SandboxService.ListImages:input_type -> corral.v1.ListImagesRequest
+	40, // 58: corral.v1.SandboxService.RemoveImage:input_type -> corral.v1.RemoveImageRequest
+	41, // 59: corral.v1.SandboxService.PruneImages:input_type -> corral.v1.PruneImagesRequest
+	43, // 60: corral.v1.SandboxService.SandboxDenials:input_type -> corral.v1.SandboxDenialsRequest
+	45, // 61: corral.v1.SandboxService.PortForward:input_type -> corral.v1.PortForwardFrame
+	46, // 62: corral.v1.SandboxService.ExposePort:input_type -> corral.v1.ExposePortRequest
+	48, // 63: corral.v1.SandboxService.UnexposePort:input_type -> corral.v1.UnexposePortRequest
+	49, // 64: corral.v1.SandboxService.ListExposedPorts:input_type -> corral.v1.ListExposedPortsRequest
+	53, // 65: corral.v1.SandboxService.CreatePool:input_type -> corral.v1.CreatePoolRequest
+	54, // 66: corral.v1.SandboxService.ListPools:input_type -> corral.v1.ListPoolsRequest
+	56, // 67: corral.v1.SandboxService.DeletePool:input_type -> corral.v1.DeletePoolRequest
+	4,  // 68: corral.v1.SandboxService.CreateSandbox:output_type -> corral.v1.CreateSandboxResponse
+	1,  // 69: corral.v1.SandboxService.GetSandbox:output_type -> corral.v1.Sandbox
+	7,  // 70: corral.v1.SandboxService.ListSandboxes:output_type -> corral.v1.ListSandboxesResponse
+	1,  // 71: corral.v1.SandboxService.StopSandbox:output_type -> corral.v1.Sandbox
+	1,  // 72: corral.v1.SandboxService.StartSandbox:output_type -> corral.v1.Sandbox
+	1,  // 73: corral.v1.SandboxService.PauseSandbox:output_type -> corral.v1.Sandbox
+	1,  // 74: corral.v1.SandboxService.ResumeSandbox:output_type -> corral.v1.Sandbox
+	14, // 75: corral.v1.SandboxService.DeleteSandbox:output_type -> corral.v1.DeleteSandboxResponse
+	1,  // 76: corral.v1.SandboxService.UpdateSandbox:output_type -> corral.v1.Sandbox
+	17, // 77: corral.v1.SandboxService.WatchSandboxes:output_type -> corral.v1.SandboxEvent
+	17, // 78: corral.v1.SandboxService.WaitSandbox:output_type -> corral.v1.SandboxEvent
+	19, // 79: corral.v1.SandboxService.ListOperations:output_type -> corral.v1.ListOperationsResponse
+	23, // 80: corral.v1.SandboxService.ExecSandbox:output_type -> corral.v1.ExecResponse
+	25, // 81: corral.v1.SandboxService.SandboxLogs:output_type -> corral.v1.LogChunk
+	28, // 82: corral.v1.SandboxService.Doctor:output_type -> corral.v1.DoctorReport
+	32, // 83: corral.v1.SandboxService.ListReplicas:output_type -> corral.v1.ListReplicasResponse
+	37, // 84: corral.v1.SandboxService.PullImage:output_type -> corral.v1.PullImageProgress
+	39, // 85: corral.v1.SandboxService.ListImages:output_type -> corral.v1.ListImagesResponse
+	35, // 86: corral.v1.SandboxService.RemoveImage:output_type -> corral.v1.Image
+	42, // 87: corral.v1.SandboxService.PruneImages:output_type -> corral.v1.PruneImagesResponse
+	44, // 88: corral.v1.SandboxService.SandboxDenials:output_type -> corral.v1.Denial
+	45, // 89: corral.v1.SandboxService.PortForward:output_type -> corral.v1.PortForwardFrame
+	47, // 90: corral.v1.SandboxService.ExposePort:output_type -> corral.v1.ExposedPort
+	47, // 91: corral.v1.SandboxService.UnexposePort:output_type -> corral.v1.ExposedPort
+	50, // 92: corral.v1.SandboxService.ListExposedPorts:output_type -> corral.v1.ListExposedPortsResponse
+	52, // 93: corral.v1.SandboxService.CreatePool:output_type -> corral.v1.Pool
+	55, // 94: corral.v1.SandboxService.ListPools:output_type -> corral.v1.ListPoolsResponse
+	52, // 95: corral.v1.SandboxService.DeletePool:output_type -> corral.v1.Pool
+	68, // [68:96] is the sub-list for method output_type
+	40, // [40:68] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_corral_v1_sandbox_proto_init() }
@@ -4318,7 +4489,7 @@ func file_corral_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_corral_v1_sandbox_proto_rawDesc), len(file_corral_v1_sandbox_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   57,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/corral-sandbox/corral/internal/metrics"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/caller"
@@ -151,3 +152,10 @@ func (m *Manager) Tiers(ctx context.Context) []driver.Tier {
 		{Name: policy.IsolationGVisor, Detail: "the " + m.cfg.Driver.Name() + " driver has no gVisor tier"},
 	}
 }
+
+// Stats are what the gateway has done since it started (its metrics read
+// back), for the doctor's report.
+type Stats = metrics.Stats
+
+// Stats reads the gateway's Stats.
+func (m *Manager) Stats() (Stats, error) { return metrics.Read() }

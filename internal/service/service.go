@@ -46,6 +46,7 @@ type Lifecycle interface {
 	Denials(ctx context.Context, nameOrID string, follow bool) ([]sandbox.EgressDecision, <-chan sandbox.EgressDecision, func(), error)
 	Doctor(ctx context.Context) ([]lifecycle.Finding, error)
 	Tiers(ctx context.Context) []driver.Tier
+	Stats() (lifecycle.Stats, error)
 	WatchSandboxes(ctx context.Context, name string) (<-chan lifecycle.Event, error)
 	Wait(ctx context.Context, nameOrID string, goal lifecycle.Goal, since int64, progress func(*sandbox.Sandbox)) (*sandbox.Sandbox, error)
 	Exec(ctx context.Context, nameOrID string, opts driver.ExecOptions) (int, error)
@@ -278,6 +279,14 @@ func (s *service) Doctor(ctx context.Context, _ *corralv1.DoctorRequest) (*corra
 		return nil, err
 	}
 	report.Replicas = replicas.Replicas
+	stats, err := s.m.Stats()
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	report.Stats = &corralv1.GatewayStats{Operations: stats.Operations, Egress: stats.Egress}
+	for _, c := range stats.DriverCalls {
+		report.Stats.DriverCalls = append(report.Stats.DriverCalls, &corralv1.DriverCallStats{Kind: c.Kind, Count: c.Count, P50Seconds: c.P50, P95Seconds: c.P95})
+	}
 	return report, nil
 }
 

@@ -157,6 +157,12 @@ test("an admin switches tenant; a member may not", async () => {
     assert.match(await admin.page.textContent("#who"), /tenant acme/);
     await admin.page.selectOption("#tenant", "");
     await admin.page.waitForFunction(() => document.querySelectorAll("#sandboxes tbody tr").length > 1, null, { timeout: 30000 });
+    // the charts: sandboxes by phase, operations per second, driver calls
+    await admin.page.goto(url + "/#/charts");
+    await admin.page.waitForSelector("#chart-phases rect");
+    await admin.page.waitForSelector("#chart-calls text:has-text('start')");
+    await admin.page.waitForSelector("#chart-ops polyline[points*=' ']", { state: "attached", timeout: 10000 }); // two samples or more
+    if (shots) await admin.page.screenshot({ path: shots + "/charts.png" });
   } finally {
     await admin.browser.close();
   }

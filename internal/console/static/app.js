@@ -299,11 +299,89 @@ function closeTerminal() {
   state.terminal = null;
 }
 
+// --- charts: drawn as SVG, from the list and from the doctor's stats,
+// sampled every 2 s while the page is open
+
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  if (text !== undefined) e.textContent = String(text);
+  return e;
+}
+
+// bars draws labelled horizontal bars, one per [label, value, note].
+function bars(id, rows) {
+  const max = Math.max(1, ...rows.map((r) => r[1]));
+  const chart = svg("svg", { width: 760, height: 22 * rows.length + 4, role: "img" });
+  rows.forEach(([label, value, note], i) => {
+    const y = 22 * i + 2;
+    chart.append(svg("text", { x: 0, y: y + 14 }, label));
+    chart.append(svg("rect", { x: 160, y, width: Math.max(1, (340 * value) / max), height: 18, class: "bar" }));
+    chart.append(svg("text", { x: 160 + Math.max(1, (340 * value) / max) + 6, y: y + 14 }, note === undefined ? value : note));
+  });
+  $(id).replaceChildren(chart);
+}
+
+// line draws the last samples as a polyline with its newest value.
+function line(id, samples) {
+  const max = Math.max(1, ...samples);
+  const chart = svg("svg", { width: 640, height: 120, role: "img" });
+  const points = samples.map((v, i) => `${(620 * i) / Math.max(1, samples.length - 1)},${110 - (100 * v) / max}`).join(" ");
+  chart.append(svg("polyline", { points, class: "line" }));
+  chart.append(svg("text", { x: 0, y: 12 }, "now " + (samples.length ? samples[samples.length - 1].toFixed(1) : "-") + "/s, max " + max.toFixed(1) + "/s"));
+  $(id).replaceChildren(chart);
+}
+
+function drawPhases() {
+  const counts = new Map();
+  for (const sb of state.sandboxes.values()) counts.set(sb.phase, (counts.get(sb.phase) || 0) + 1);
+  bars("chart-phases", [...counts.entries()].sort((a, b) => b[1] - a[1]));
+}
+
+async function sampleStats() {
+  try {
+    const r = await call("GET", "/api/doctor");
+    const stats = r.stats || {};
+    const now = Date.now(), ops = Number(stats.operations || 0);
+    const c = state.charts;
+    if (c.last) c.ops.push((1000 * Math.max(0, ops - c.last.ops)) / Math.max(1, now - c.last.at));
+    c.last = { ops, at: now };
+    c.ops = c.ops.slice(-60);
+    line("chart-ops", c.ops);
+    bars("chart-calls", (stats.driver_calls || []).filter((d) => Number(d.count) > 0).map((d) =>
+      [d.kind, d.p95_seconds * 1000, (d.p50_seconds * 1000).toFixed(0) + " / " + (d.p95_seconds * 1000).toFixed(0) + " ms · " + d.count]));
+    bars("chart-egress", Object.entries(stats.egress || {}).map(([verdict, n]) => [verdict, Number(n)]));
+  } catch (err) {
+    $("charts-error").textContent = err.message;
+    $("charts-error").hidden = false;
+    if (state.charts) state.charts.noStats = true; // the phases still come from the list
+  }
+}
+
+function startCharts() {
+  stopCharts();
+  $("charts-error").hidden = true;
+  state.charts = { ops: [], last: null, timer: setInterval(() => { drawPhases(); if (!state.charts.noStats) sampleStats(); }, 2000) };
+  drawPhases();
+  sampleStats();
+}
+
+function stopCharts() {
+  if (state.charts) clearInterval(state.charts.timer);
+  state.charts = null;
+}
+
 // --- routing
 
 function route() {
   const name = currentName();
-  const page = name !== null ? "sandbox" : location.hash === "#/pools" ? "pools" : location.hash === "#/doctor" ? "doctor" : "list";
+  const pages = { "#/pools": "pools", "#/doctor": "doctor", "#/charts": "charts" };
+  const page = name !== null ? "sandbox" : pages[location.hash] || "list";
+  $("charts-view").hidden = page !== "charts";
+  if (page === "charts") startCharts();
+  else stopCharts();
   $("list-view").hidden = page !== "list";
   $("sandbox-view").hidden = page !== "sandbox";
   $("pools-view").hidden = page !== "pools";

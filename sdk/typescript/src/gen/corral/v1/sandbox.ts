@@ -553,6 +553,41 @@ export interface DoctorReport {
   tiers: IsolationTier[];
   /** replicas are the gateways of the store, as ListReplicas gives them. */
   replicas: Replica[];
+  /** stats are what this gateway has done since it started. */
+  stats: GatewayStats | undefined;
+}
+
+/** GatewayStats are what a gateway has done since it started, for charts. */
+export interface GatewayStats {
+  /** operations is how many journal entries it settled. */
+  operations: number;
+  /** driver_calls are its driver calls, by kind. */
+  driverCalls: DriverCallStats[];
+  /**
+   * egress is its egress proxies' decisions by verdict (allowed, denied,
+   * audited), every sandbox's summed.
+   */
+  egress: { [key: string]: number };
+}
+
+export interface GatewayStats_EgressEntry {
+  key: string;
+  value: number;
+}
+
+/** DriverCallStats are the driver calls of one kind. */
+export interface DriverCallStats {
+  /** kind is the call: create, start, stop, delete, inspect, ... */
+  kind: string;
+  /** count is how many there were. */
+  count: number;
+  /**
+   * p50_seconds and p95_seconds are the latencies half and 95% of them
+   * took at most (the upper bound of their histogram's bucket).
+   */
+  p50Seconds: number;
+  /** p95_seconds: see p50_seconds. */
+  p95Seconds: number;
 }
 
 /** ListReplicasRequest asks for the gateways of the store. */
@@ -4284,7 +4319,7 @@ export const DoctorFinding: MessageFns<DoctorFinding> = {
 };
 
 function createBaseDoctorReport(): DoctorReport {
-  return { findings: [], tiers: [], replicas: [] };
+  return { findings: [], tiers: [], replicas: [], stats: undefined };
 }
 
 export const DoctorReport: MessageFns<DoctorReport> = {
@@ -4297,6 +4332,9 @@ export const DoctorReport: MessageFns<DoctorReport> = {
     }
     for (const v of message.replicas) {
       Replica.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.stats !== undefined) {
+      GatewayStats.encode(message.stats, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -4338,6 +4376,14 @@ export const DoctorReport: MessageFns<DoctorReport> = {
             message.replicas.push(Replica.decode(reader, reader.uint32()));
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.stats = GatewayStats.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4357,6 +4403,7 @@ export const DoctorReport: MessageFns<DoctorReport> = {
         : [],
       tiers: globalThis.Array.isArray(object?.tiers) ? object.tiers.map((e: any) => IsolationTier.fromJSON(e)) : [],
       replicas: globalThis.Array.isArray(object?.replicas) ? object.replicas.map((e: any) => Replica.fromJSON(e)) : [],
+      stats: isSet(object.stats) ? GatewayStats.fromJSON(object.stats) : undefined,
     };
   },
 
@@ -4371,6 +4418,9 @@ export const DoctorReport: MessageFns<DoctorReport> = {
     if (message.replicas?.length) {
       obj.replicas = message.replicas.map((e) => Replica.toJSON(e));
     }
+    if (message.stats !== undefined) {
+      obj.stats = GatewayStats.toJSON(message.stats);
+    }
     return obj;
   },
 
@@ -4382,6 +4432,354 @@ export const DoctorReport: MessageFns<DoctorReport> = {
     message.findings = object.findings?.map((e) => DoctorFinding.fromPartial(e)) || [];
     message.tiers = object.tiers?.map((e) => IsolationTier.fromPartial(e)) || [];
     message.replicas = object.replicas?.map((e) => Replica.fromPartial(e)) || [];
+    message.stats = (object.stats !== undefined && object.stats !== null)
+      ? GatewayStats.fromPartial(object.stats)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseGatewayStats(): GatewayStats {
+  return { operations: 0, driverCalls: [], egress: {} };
+}
+
+export const GatewayStats: MessageFns<GatewayStats> = {
+  encode(message: GatewayStats, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.operations !== 0) {
+      writer.uint32(8).int64(message.operations);
+    }
+    for (const v of message.driverCalls) {
+      DriverCallStats.encode(v!, writer.uint32(18).fork()).join();
+    }
+    globalThis.Object.entries(message.egress).forEach(([key, value]: [string, number]) => {
+      GatewayStats_EgressEntry.encode({ key: key as any, value }, writer.uint32(26).fork()).join();
+    });
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GatewayStats {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGatewayStats();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.operations = longToNumber(reader.int64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.driverCalls.push(DriverCallStats.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            const entry3 = GatewayStats_EgressEntry.decode(reader, reader.uint32());
+            if (entry3.value !== undefined) {
+              message.egress[entry3.key] = entry3.value;
+            }
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GatewayStats {
+    return {
+      operations: isSet(object.operations) ? globalThis.Number(object.operations) : 0,
+      driverCalls: globalThis.Array.isArray(object?.driverCalls)
+        ? object.driverCalls.map((e: any) => DriverCallStats.fromJSON(e))
+        : globalThis.Array.isArray(object?.driver_calls)
+        ? object.driver_calls.map((e: any) => DriverCallStats.fromJSON(e))
+        : [],
+      egress: isObject(object.egress)
+        ? (globalThis.Object.entries(object.egress) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+    };
+  },
+
+  toJSON(message: GatewayStats): unknown {
+    const obj: any = {};
+    if (message.operations !== 0) {
+      obj.operations = Math.round(message.operations);
+    }
+    if (message.driverCalls?.length) {
+      obj.driverCalls = message.driverCalls.map((e) => DriverCallStats.toJSON(e));
+    }
+    if (message.egress) {
+      const entries = globalThis.Object.entries(message.egress) as [string, number][];
+      if (entries.length > 0) {
+        obj.egress = {};
+        entries.forEach(([k, v]) => {
+          obj.egress[k] = Math.round(v);
+        });
+      }
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GatewayStats>, I>>(base?: I): GatewayStats {
+    return GatewayStats.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GatewayStats>, I>>(object: I): GatewayStats {
+    const message = createBaseGatewayStats();
+    message.operations = object.operations ?? 0;
+    message.driverCalls = object.driverCalls?.map((e) => DriverCallStats.fromPartial(e)) || [];
+    message.egress = (globalThis.Object.entries(object.egress ?? {}) as [string, number][]).reduce(
+      (acc: { [key: string]: number }, [key, value]: [string, number]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.Number(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBaseGatewayStats_EgressEntry(): GatewayStats_EgressEntry {
+  return { key: "", value: 0 };
+}
+
+export const GatewayStats_EgressEntry: MessageFns<GatewayStats_EgressEntry> = {
+  encode(message: GatewayStats_EgressEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0) {
+      writer.uint32(16).int64(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GatewayStats_EgressEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGatewayStats_EgressEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.value = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GatewayStats_EgressEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+    };
+  },
+
+  toJSON(message: GatewayStats_EgressEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0) {
+      obj.value = Math.round(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GatewayStats_EgressEntry>, I>>(base?: I): GatewayStats_EgressEntry {
+    return GatewayStats_EgressEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GatewayStats_EgressEntry>, I>>(object: I): GatewayStats_EgressEntry {
+    const message = createBaseGatewayStats_EgressEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? 0;
+    return message;
+  },
+};
+
+function createBaseDriverCallStats(): DriverCallStats {
+  return { kind: "", count: 0, p50Seconds: 0, p95Seconds: 0 };
+}
+
+export const DriverCallStats: MessageFns<DriverCallStats> = {
+  encode(message: DriverCallStats, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kind !== "") {
+      writer.uint32(10).string(message.kind);
+    }
+    if (message.count !== 0) {
+      writer.uint32(16).int64(message.count);
+    }
+    if (message.p50Seconds !== 0) {
+      writer.uint32(25).double(message.p50Seconds);
+    }
+    if (message.p95Seconds !== 0) {
+      writer.uint32(33).double(message.p95Seconds);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DriverCallStats {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDriverCallStats();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.count = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.p50Seconds = reader.double();
+            continue;
+          }
+          case 4: {
+            if (tag !== 33) {
+              break;
+            }
+
+            message.p95Seconds = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DriverCallStats {
+    return {
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : "",
+      count: isSet(object.count) ? globalThis.Number(object.count) : 0,
+      p50Seconds: isSet(object.p50Seconds)
+        ? globalThis.Number(object.p50Seconds)
+        : isSet(object.p50_seconds)
+        ? globalThis.Number(object.p50_seconds)
+        : 0,
+      p95Seconds: isSet(object.p95Seconds)
+        ? globalThis.Number(object.p95Seconds)
+        : isSet(object.p95_seconds)
+        ? globalThis.Number(object.p95_seconds)
+        : 0,
+    };
+  },
+
+  toJSON(message: DriverCallStats): unknown {
+    const obj: any = {};
+    if (message.kind !== "") {
+      obj.kind = message.kind;
+    }
+    if (message.count !== 0) {
+      obj.count = Math.round(message.count);
+    }
+    if (message.p50Seconds !== 0) {
+      obj.p50Seconds = floatToJson(message.p50Seconds);
+    }
+    if (message.p95Seconds !== 0) {
+      obj.p95Seconds = floatToJson(message.p95Seconds);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DriverCallStats>, I>>(base?: I): DriverCallStats {
+    return DriverCallStats.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DriverCallStats>, I>>(object: I): DriverCallStats {
+    const message = createBaseDriverCallStats();
+    message.kind = object.kind ?? "";
+    message.count = object.count ?? 0;
+    message.p50Seconds = object.p50Seconds ?? 0;
+    message.p95Seconds = object.p95Seconds ?? 0;
     return message;
   },
 };
@@ -8075,6 +8473,10 @@ function bytesFromBase64(b64: string): Uint8Array {
 
 function base64FromBytes(arr: Uint8Array): string {
   return globalThis.Buffer.from(arr).toString("base64");
+}
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
 }
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
