@@ -89,7 +89,8 @@ func openStore(ctx context.Context, opts Options, instance string, log *slog.Log
 	holdCtx, cancelHold := context.WithCancel(ctx)
 	defer cancelHold()
 	epoch, err := st.Hold(holdCtx, postgres.Lease{Me: me, TTL: cfg.Replicas.LeaseTTL, Wait: true, Waiting: func(leader sandbox.Replica) {
-		log.Info("standby: another replica holds the store; this one takes over when it goes", "leader", leader.ID, "leader_pid", leader.PID)
+		log.Info("standby: another gateway holds the store (one that has just died lets go within the lease's TTL); this one takes over when it goes",
+			"leader", leader.ID, "leader_pid", leader.PID)
 		if cfg.Listen == "" {
 			return
 		}
