@@ -290,3 +290,26 @@ func TestConsoleOverMutualTLS(t *testing.T) {
 		t.Errorf("the session's cookie without its certificate: %s, want 401", resp.Status)
 	}
 }
+
+// consoleGet logs in to the console at addr with a new member token of
+// home's gateway and returns what GET path answers.
+func consoleGet(t *testing.T, home, addr, path string) string {
+	t.Helper()
+	token := lastLine(mustCorral(t, home, "token", "create", "--tenant", "default", "--role", "member"))
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	resp, err := c.PostForm("http://"+addr+"/login", map[string][]string{"token": {token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp, err = c.Get("http://" + addr + path); err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s of the console: %s %s", path, resp.Status, body)
+	}
+	return string(body)
+}

@@ -28,14 +28,15 @@ import (
 func TestCredentialsOnNative(t *testing.T) {
 	testenv.RequireRoot(t)
 	home := t.TempDir()
-	credentialChecks(t, home, func() *gatewayProc { return nativeGateway(t, home) })
+	console := freePort(t)
+	credentialChecks(t, home, console, func() *gatewayProc { return nativeGateway(t, home, "--ui-listen", console) })
 }
 
 func TestCredentialsOnDocker(t *testing.T) {
 	testenv.RequireDocker(t)
 	testenv.RequireRoot(t)
 	home, label := t.TempDir(), newLabel(t)
-	credentialChecks(t, home, func() *gatewayProc { return dockerGateway(t, home, label) })
+	credentialChecks(t, home, "", func() *gatewayProc { return dockerGateway(t, home, label) })
 }
 
 // randomValue is a secret value no file holds by chance.
@@ -75,7 +76,10 @@ credentials:
 	return path
 }
 
-func credentialChecks(t *testing.T, home string, start func() *gatewayProc) {
+// credentialChecks drives a gateway that start starts on home; console,
+// when set, is its --ui-listen address, whose sandbox page must list the
+// uses too.
+func credentialChecks(t *testing.T, home, console string, start func() *gatewayProc) {
 	srv := startEgressServers(t)
 	g := start()
 	token, keyID, key := randomValue("ghp_"), randomValue("AKIA"), randomValue("aws/")
@@ -131,6 +135,12 @@ func credentialChecks(t *testing.T, home string, start func() *gatewayProc) {
 	}
 	if mismatches < 5 {
 		t.Errorf("denials list %d credential_endpoint_mismatch refusals; want the 5", mismatches)
+	}
+	if console != "" { // the console's page of the sandbox lists them: the injection and the refusals
+		page := consoleGet(t, home, console, "/api/sandboxes/cb/credentials")
+		if !strings.Contains(page, `"verdict":"injected"`) || strings.Count(page, `"verdict":"refused"`) < 4 || strings.Contains(page, token) {
+			t.Errorf("the console's credential uses of cb:\n%s", page)
+		}
 	}
 
 	// AWS: signed again with the real keys for the bound host only.

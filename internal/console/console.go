@@ -20,6 +20,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -106,6 +107,7 @@ func New(clients Clients, tokens Tokens) *Console {
 	c.mux.HandleFunc("GET /api/sandboxes/{name}/logs", c.api(c.logs))
 	c.mux.HandleFunc("GET /api/sandboxes/{name}/terminal", c.terminal)
 	c.mux.HandleFunc("GET /api/sandboxes/{name}/denials", c.api(c.denials))
+	c.mux.HandleFunc("GET /api/sandboxes/{name}/credentials", c.api(c.credentials))
 	c.mux.HandleFunc("POST /api/sandboxes/{name}/snapshot", c.api(c.snapshot))
 	c.mux.HandleFunc("GET /api/pools", c.api(c.pools))
 	c.mux.HandleFunc("GET /api/doctor", c.api(c.doctor))
@@ -382,6 +384,53 @@ func (c *Console) denials(w http.ResponseWriter, r *http.Request, s *session) er
 		}
 		events.sendProto("denial", d)
 	}
+}
+
+// keptUses bounds the credential uses a sandbox's page shows.
+const keptUses = 200
+
+// credentials are the newest uses of its tenant's secrets by a sandbox:
+// each secret's ledger, as the API gives it, read for the sandbox's.
+func (c *Console) credentials(w http.ResponseWriter, r *http.Request, s *session) error {
+	sb, err := s.client.GetSandbox(r.Context(), &corralv1.GetSandboxRequest{Name: r.PathValue("name")})
+	if err != nil {
+		return err
+	}
+	// the sandbox's tenant, which an admin of every tenant names too
+	ctx := metadata.AppendToOutgoingContext(metadata.NewOutgoingContext(r.Context(), metadata.MD{}), client.TenantKey, sb.Tenant)
+	secrets, err := s.client.Secrets.ListSecrets(ctx, &corralv1.ListSecretsRequest{})
+	if err != nil {
+		return err
+	}
+	var uses []*corralv1.CredentialUse
+	for _, secret := range secrets.Secrets {
+		stream, err := s.client.Secrets.SecretUsage(ctx, &corralv1.SecretUsageRequest{Name: secret.Name})
+		if err != nil {
+			return err
+		}
+		for {
+			u, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if u.SandboxId == sb.Id {
+				uses = append(uses, u)
+			}
+		}
+	}
+	sort.Slice(uses, func(i, j int) bool { return uses[i].Time.AsTime().Before(uses[j].Time.AsTime()) })
+	if len(uses) > keptUses {
+		uses = uses[len(uses)-keptUses:]
+	}
+	list := make([]json.RawMessage, 0, len(uses))
+	for _, u := range uses {
+		list = append(list, marshal(u))
+	}
+	writeJSON(w, map[string][]json.RawMessage{"uses": list})
+	return nil
 }
 
 // snapshot takes a snapshot of a sandbox, named by the form.

@@ -204,6 +204,10 @@ async function showSandbox(name) {
   $("sb-history").replaceChild(body, $("sb-history").tBodies[0]);
   followLogs(sb.name);
   followDenials(sb.name);
+  call("GET", "/api/sandboxes/" + encodeURIComponent(sb.name) + "/credentials")
+    .then((c) => table("sb-credentials", c.uses.map((u) => [u.time, u.secret, u.credential, u.verdict,
+      (u.method + " " + u.host + ":" + u.port + u.path).trim(), u.reason || ""])))
+    .catch(() => table("sb-credentials", []));
 }
 
 function table(id, rows) {
