@@ -14,6 +14,8 @@ const corral = (...args) => execFileSync(process.env.CORRAL_BIN, ["--home", proc
   { encoding: "utf8", env: { ...process.env, CORRAL_TOKEN: "" } });
 const shots = process.env.CORRAL_SHOTS;
 
+let loginShot = false;
+
 async function browse(token) {
   const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", headless: true, args: ["--no-sandbox"] });
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
@@ -23,6 +25,10 @@ async function browse(token) {
     await (d.type() === "prompt" ? d.accept("snap-from-console") : d.accept());
   });
   await page.goto(url + "/login");
+  if (shots && !loginShot) {
+    loginShot = true;
+    await page.screenshot({ path: shots + "/login.png" });
+  }
   await page.fill("#token", token);
   await page.click("button[type=submit]");
   await page.waitForSelector("#live:has-text('live')");
@@ -163,6 +169,12 @@ test("an admin switches tenant; a member may not", async () => {
     await admin.page.waitForSelector("#chart-calls text:has-text('start')");
     await admin.page.waitForSelector("#chart-ops polyline[points*=' ']", { state: "attached", timeout: 10000 }); // two samples or more
     if (shots) await admin.page.screenshot({ path: shots + "/charts.png" });
+    await admin.page.goto(url + "/#/doctor");
+    await admin.page.waitForSelector("#tiers td:has-text('namespaces')");
+    if (shots) await admin.page.screenshot({ path: shots + "/doctor.png" });
+    await admin.page.goto(url + "/#/pools");
+    await admin.page.waitForSelector("#pools-view:not([hidden])");
+    if (shots) await admin.page.screenshot({ path: shots + "/pools.png" });
   } finally {
     await admin.browser.close();
   }
