@@ -167,7 +167,9 @@ func TestHoldLostWithItsSession(t *testing.T) {
 	}
 	before := storetest.NewSandbox("before", storetest.T0)
 	storetest.Create(t, s, before)
-	exec(t, url, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND pid <> pg_backend_pid()")
+	// the session ends (its server process has exited, waited for up to
+	// 10 s), and with it the lock
+	exec(t, url, "SELECT pg_terminate_backend(pid, 10000) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND pid <> pg_backend_pid()")
 	// refused at once, before the holder has been told
 	after := storetest.NewSandbox("after", storetest.T0)
 	if _, _, err := s.CreateSandbox(storetest.Ctx(t), after, storetest.NewOp(after.ID, "create", "me", storetest.T0)); err == nil || !strings.Contains(err.Error(), "no longer holds the store") {
