@@ -55,6 +55,9 @@ const (
 	cookieName = "corral_console"
 	sessionTTL = 12 * time.Hour
 	maxBody    = 1 << 20
+	// maxSessions bounds the sessions (each holds a client connection):
+	// a login past it ends the session that expires first.
+	maxSessions = 1024
 )
 
 // Console serves the web console.
@@ -194,6 +197,9 @@ func (c *Console) start(w http.ResponseWriter, r *http.Request, token string, wh
 	id, csrf := random(), random()
 	c.mu.Lock()
 	c.collect()
+	if len(c.sessions) >= maxSessions {
+		c.endFirstToExpire()
+	}
 	c.sessions[id] = &session{token: token, csrf: csrf, expires: time.Now().Add(sessionTTL), caller: who, client: cl}
 	c.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
@@ -217,6 +223,20 @@ func (c *Console) collect() {
 			s.client.Close()
 			delete(c.sessions, id)
 		}
+	}
+}
+
+// endFirstToExpire ends the session that expires first; c.mu is held.
+func (c *Console) endFirstToExpire() {
+	first := ""
+	for id, s := range c.sessions {
+		if first == "" || s.expires.Before(c.sessions[first].expires) {
+			first = id
+		}
+	}
+	if s, ok := c.sessions[first]; ok {
+		s.client.Close()
+		delete(c.sessions, first)
 	}
 }
 
@@ -326,17 +346,26 @@ func (c *Console) watch(w http.ResponseWriter, r *http.Request, s *session) erro
 	if err != nil {
 		return err
 	}
-	events := startEvents(w)
-	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			if r.Context().Err() == nil && !errors.Is(err, io.EOF) {
-				events.send("error", map[string]string{"error": status.Convert(err).Message()})
-			}
-			return nil
-		}
-		events.sendProto("sandbox", ev)
+	return relay(w, r, stream.Recv, func(e events, ev *corralv1.SandboxEvent) { e.sendProto("sandbox", ev) })
+}
+
+// relay serves a stream's messages as server-sent events, each as send
+// writes it. An error before the first message is the request's answer
+// (a sandbox not found is 404); one after it is an error event, and the
+// end of the stream.
+func relay[T any](w http.ResponseWriter, r *http.Request, recv func() (T, error), send func(events, T)) error {
+	m, err := recv()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
 	}
+	events := startEvents(w)
+	for ; err == nil; m, err = recv() {
+		send(events, m)
+	}
+	if r.Context().Err() == nil && !errors.Is(err, io.EOF) {
+		events.send("error", map[string]string{"error": status.Convert(err).Message()})
+	}
+	return nil
 }
 
 // get is one sandbox and its journal.
@@ -360,14 +389,9 @@ func (c *Console) logs(w http.ResponseWriter, r *http.Request, s *session) error
 	if err != nil {
 		return err
 	}
-	events := startEvents(w)
-	for {
-		chunk, err := stream.Recv()
-		if err != nil {
-			return nil
-		}
-		events.send("log", map[string]string{"stdout": string(chunk.GetStdout()), "stderr": string(chunk.GetStderr())})
-	}
+	return relay(w, r, stream.Recv, func(e events, c *corralv1.LogChunk) {
+		e.send("log", map[string]string{"stdout": string(c.GetStdout()), "stderr": string(c.GetStderr())})
+	})
 }
 
 // denials follows a sandbox's egress denials as server-sent events.
@@ -376,14 +400,7 @@ func (c *Console) denials(w http.ResponseWriter, r *http.Request, s *session) er
 	if err != nil {
 		return err
 	}
-	events := startEvents(w)
-	for {
-		d, err := stream.Recv()
-		if err != nil {
-			return nil
-		}
-		events.sendProto("denial", d)
-	}
+	return relay(w, r, stream.Recv, func(e events, d *corralv1.Denial) { e.sendProto("denial", d) })
 }
 
 // keptUses bounds the credential uses a sandbox's page shows.
