@@ -49,7 +49,7 @@ HOME/corral.toml when it exists); flags override the file.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&configPath, "config", "", "TOML config file (default HOME/corral.toml when it exists)")
-	f.StringVar(&flags.ComputeDriver, "driver", flags.ComputeDriver, "compute driver: auto (docker when an engine answers, else native; neither: refuse to start), docker, native or fake (simulated, for tests)")
+	f.StringVar(&flags.ComputeDriver, "driver", flags.ComputeDriver, "compute driver: auto (docker when an engine answers, else native; neither: refuse to start), docker, native, kubernetes (--kubeconfig, --namespace) or fake (simulated, for tests)")
 	for i, df := range driverFlags {
 		f.StringVar(&driverVals[i], df.Name, "", df.Usage)
 	}

@@ -4,6 +4,7 @@ import (
 	"github.com/corral-sandbox/corral/internal/config"
 	"github.com/corral-sandbox/corral/internal/driver/docker"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
+	"github.com/corral-sandbox/corral/internal/driver/kubernetes"
 	"github.com/corral-sandbox/corral/internal/driver/native"
 	"github.com/corral-sandbox/corral/internal/driver/registry"
 )
@@ -12,7 +13,7 @@ import (
 // auto tries them; each driver's package makes its entry (settings,
 // flags, how it is built). auto never means the fake driver, whose
 // sandboxes do not exist.
-var computeDrivers = registry.New(docker.Entry(), native.Entry(), fake.Entry(fakeFaults))
+var computeDrivers = registry.New(docker.Entry(), native.Entry(), kubernetes.Entry(), fake.Entry(fakeFaults))
 
 // DriverFlag is a gateway flag that sets a key of a driver's settings.
 type DriverFlag struct {

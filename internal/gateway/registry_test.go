@@ -16,8 +16,8 @@ import (
 
 // The drivers of this build, their order for auto and their defaults.
 func TestComputeDriversOfThisBuild(t *testing.T) {
-	if got := strings.Join(computeDrivers.Names(), ","); got != "docker,native,fake" {
-		t.Fatalf("drivers %s, want docker,native,fake (the order auto tries them)", got)
+	if got := strings.Join(computeDrivers.Names(), ","); got != "docker,native,kubernetes,fake" {
+		t.Fatalf("drivers %s, want docker,native,kubernetes,fake (the order auto tries them)", got)
 	}
 	cfg, _ := autoConfig(t, "auto")
 	for name, want := range map[string]struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 	"github.com/corral-sandbox/corral/internal/buildid"
 	"github.com/corral-sandbox/corral/internal/driver/native/shim"
 	"github.com/corral-sandbox/corral/internal/supervisor"
@@ -131,7 +132,28 @@ func New() *cobra.Command {
 		Args:  cobra.NoArgs,
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Println(buildid.Identity()) },
 	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "install DEST",
+		Short: "Copy this program to DEST, read-only (a Kubernetes Pod's init container puts the supervisor in the Pod so)",
+		Args:  cobra.ExactArgs(1),
+		RunE:  func(cmd *cobra.Command, args []string) error { return installSelf(args[0]) },
+	})
 	return cmd
+}
+
+// installSelf copies the running program to dest (mode 0555), whole or
+// not at all.
+func installSelf(dest string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	src, err := os.Open(exe)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	return atomicfile.WriteVolatileFrom(dest, src, 0o555)
 }
 
 func isNotFound(err error) bool {

@@ -1,6 +1,9 @@
 package supervisecmd
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -30,6 +33,7 @@ func TestSuperviseCommandLinesParse(t *testing.T) {
 		{supervisor.StandbyArgv(false), "standby", supervisor.StandbyArgv(false)[4:]},
 		{supervisor.StandbyArgv(true), "standby", supervisor.StandbyArgv(true)[5:]},
 		{supervisor.ProbeArgv("/c", "mount", "uid"), "probe", []string{"mount", "uid"}},
+		{supervisor.InstallArgv("/c", "/bin/c"), "install", []string{"/bin/c"}},
 	} {
 		root := &cobra.Command{Use: "corral-supervise"}
 		root.AddCommand(New())
@@ -40,5 +44,27 @@ func TestSuperviseCommandLinesParse(t *testing.T) {
 		if err != nil || !strings.HasPrefix(cmd.Use, tc.use) || !slices.Equal(cmd.Flags().Args(), tc.args) {
 			t.Errorf("%q: command %q, args %q, %v; want %s with args %q", tc.argv, cmd.Use, cmd.Flags().Args(), err, tc.use, tc.args)
 		}
+	}
+}
+
+// install copies the running program whole, read-only, and leaves no
+// temporary file beside it.
+func TestInstallCopiesThisProgram(t *testing.T) {
+	dir := t.TempDir()
+	dest := filepath.Join(dir, "corral-supervise")
+	if err := installSelf(dest); err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	want, _ := os.ReadFile(exe)
+	got, err := os.ReadFile(dest)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("installed %d bytes (%v), want the %d of %s", len(got), err, len(want), exe)
+	}
+	if fi, _ := os.Stat(dest); fi.Mode().Perm() != 0o555 {
+		t.Errorf("mode %v, want 0555", fi.Mode().Perm())
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("%d entries in the directory, want only the program", len(entries))
 	}
 }

@@ -97,3 +97,9 @@ const standbyRoom = 240
 func ProbeArgv(bin string, probes ...string) []string {
 	return append([]string{bin, "supervise", "probe"}, probes...)
 }
+
+// InstallArgv copies bin to dest (a Kubernetes Pod's init container, from
+// the supervisor image into the Pod).
+func InstallArgv(bin, dest string) []string {
+	return []string{bin, "supervise", "install", dest}
+}

@@ -1,0 +1,389 @@
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/corral-sandbox/corral/internal/control"
+	"github.com/corral-sandbox/corral/internal/driver"
+	"github.com/corral-sandbox/corral/internal/errdefs"
+)
+
+// Create implements driver.Driver: the claim (recording the incarnation)
+// and the NetworkPolicy; no Pod runs until Start.
+func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
+	if err := d.Validate(spec); err != nil {
+		return err
+	}
+	pod := d.podFor(spec)
+	claims := d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace)
+	c, err := d.claim(ctx, spec.ID)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		if c, err = d.claimFor(spec, pod); err != nil {
+			return err
+		}
+		if _, err := claims.Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return d.wrap(err, "create the claim of sandbox "+spec.Name)
+		} else if err != nil {
+			return d.Create(ctx, spec) // a create whose answer was lost: adopt it
+		}
+	case err != nil:
+		return err
+	case generation(c.Labels) == spec.Generation:
+		// adopt
+	default:
+		pods, err := d.pods(ctx, spec.ID)
+		if err != nil {
+			return err
+		}
+		for _, p := range pods {
+			if active(&p) {
+				return errdefs.FailedPrecondition("pod %s of sandbox %s still runs generation %d", p.Name, spec.ID, generation(p.Labels))
+			}
+		}
+		if err := d.deletePods(ctx, pods); err != nil {
+			return err
+		}
+		if err := d.record(c, spec, pod); err != nil {
+			return err
+		}
+		if _, err := claims.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+			return d.wrap(err, "record generation "+strconv.FormatInt(spec.Generation, 10)+" of sandbox "+spec.Name)
+		}
+	}
+	np := d.networkPolicyFor(spec)
+	if _, err := d.api.NetworkingV1().NetworkPolicies(d.opts.Namespace).Create(ctx, np, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return d.wrap(err, "create the network policy of sandbox "+spec.Name)
+	}
+	return nil
+}
+
+// active tells whether a Pod runs or is yet to run (not ended).
+func active(p *corev1.Pod) bool {
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+// deletePods deletes Pods that ended, at once.
+func (d *Driver) deletePods(ctx context.Context, pods []corev1.Pod) error {
+	for _, p := range pods {
+		err := d.api.CoreV1().Pods(d.opts.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return d.wrap(err, "delete pod "+p.Name)
+		}
+	}
+	return nil
+}
+
+// Start implements driver.Driver: a Pod from the incarnation's template
+// (a Pod that ended is replaced by a new one), then it waits until the
+// Pod's main container runs.
+func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
+	c, err := d.claim(ctx, ref.ID)
+	if err != nil {
+		return err
+	}
+	if g := generation(c.Labels); g != ref.Generation {
+		return errdefs.FailedPrecondition("sandbox %s is at generation %d, not %d", ref.ID, g, ref.Generation)
+	}
+	pods, err := d.pods(ctx, ref.ID)
+	if err != nil {
+		return err
+	}
+	var ended []corev1.Pod
+	for _, p := range pods {
+		switch {
+		case generation(p.Labels) == ref.Generation && active(&p) && p.DeletionTimestamp == nil:
+			return d.waitRunning(ctx, p.Name)
+		case p.DeletionTimestamp != nil && active(&p):
+			return errdefs.FailedPrecondition("pod %s of sandbox %s is still being stopped", p.Name, ref.ID)
+		}
+		ended = append(ended, p)
+	}
+	if err := d.deletePods(ctx, ended); err != nil {
+		return err
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal([]byte(c.Annotations[annPod]), &pod); err != nil {
+		return fmt.Errorf("the claim of sandbox %s holds no pod of its incarnation: %w", ref.ID, err)
+	}
+	c.Annotations[annStarted] = "true"
+	delete(c.Annotations, annExit)
+	delete(c.Annotations, annExitNote)
+	if _, err := d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+		return d.wrap(err, "record the start of sandbox "+ref.ID)
+	}
+	made, err := d.api.CoreV1().Pods(d.opts.Namespace).Create(ctx, &pod, metav1.CreateOptions{})
+	if err != nil {
+		return d.wrap(err, "create pod for sandbox "+ref.ID)
+	}
+	return d.waitRunning(ctx, made.Name)
+}
+
+// waitRunning waits until the main container of a Pod runs, or says why
+// it ended first.
+func (d *Driver) waitRunning(ctx context.Context, name string) error {
+	wait := 5 * time.Millisecond
+	for {
+		p, err := d.api.CoreV1().Pods(d.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return d.wrap(err, "get pod "+name)
+		}
+		if st := mainStatus(p); st != nil && st.State.Running != nil {
+			return nil
+		}
+		if !active(p) {
+			if st := mainStatus(p); st != nil && st.State.Terminated != nil {
+				t := st.State.Terminated
+				if t.ExitCode == 126 || t.ExitCode == 127 {
+					if t.Message != "" {
+						return errdefs.InvalidArgument("the sandbox's command cannot run: %s", control.Printable(t.Message))
+					}
+				}
+				return nil // it ran, and is done already
+			}
+			return fmt.Errorf("pod %s ended before its main process started: %s", name, why(p))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for pod %s to run (%s): %w", name, why(p), ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 250*time.Millisecond)
+	}
+}
+
+// mainStatus is the status of a Pod's main container, nil before the
+// kubelet reports one.
+func mainStatus(p *corev1.Pod) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == mainContainer {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// why says what is known of a Pod that does not run: its phase, and the
+// reasons its conditions and containers give.
+func why(p *corev1.Pod) string {
+	s := "phase " + string(p.Status.Phase)
+	if p.Status.Phase == "" {
+		s = "not yet seen by a kubelet"
+	}
+	if p.Status.Reason != "" || p.Status.Message != "" {
+		s += ": " + p.Status.Reason + " " + p.Status.Message
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Reason != "" {
+			s += "; " + string(c.Type) + ": " + c.Reason + " " + c.Message
+			break
+		}
+	}
+	for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		if w := st.State.Waiting; w != nil && w.Reason != "" {
+			s += "; container " + st.Name + ": " + w.Reason + " " + w.Message
+		}
+	}
+	return control.Printable(s)
+}
+
+// Stop implements driver.Driver: the sandbox's running Pods are deleted
+// with the timeout as their grace period (the kubelet sends SIGTERM, then
+// SIGKILL), and it waits until they are gone, keeping the exit code seen.
+func (d *Driver) Stop(ctx context.Context, ref driver.Ref, opts driver.StopOptions) error {
+	pods, err := d.pods(ctx, ref.ID)
+	if err != nil {
+		return err
+	}
+	grace := int64(max(opts.Timeout.Seconds(), 1))
+	if opts.Force {
+		grace = 0
+	}
+	for _, p := range pods {
+		if !active(&p) {
+			continue
+		}
+		err := d.api.CoreV1().Pods(d.opts.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return d.wrap(err, "delete pod "+p.Name)
+		}
+		if err := d.waitGone(ctx, ref.ID, p.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitGone waits until a deleted Pod is gone, and records on the claim
+// the exit code its main container reported on the way.
+func (d *Driver) waitGone(ctx context.Context, id, name string) error {
+	code, note := 137, "the pod was deleted before its kubelet reported an exit code"
+	wait := 5 * time.Millisecond
+	for {
+		p, err := d.api.CoreV1().Pods(d.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if err != nil {
+			return d.wrap(err, "get pod "+name)
+		}
+		if st := mainStatus(p); st != nil && st.State.Terminated != nil {
+			code, note = int(st.State.Terminated.ExitCode), ""
+			if !active(p) {
+				break // ended: it stays, for its exit code, until the next start
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for pod %s to stop: %w", name, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 250*time.Millisecond)
+	}
+	c, err := d.claim(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.Annotations[annExit] = strconv.Itoa(code)
+	c.Annotations[annExitNote] = note
+	_, err = d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+	return d.wrap(err, "record the exit of sandbox "+id)
+}
+
+// Delete implements driver.Driver: every Pod at once, the network policy
+// and the claim (its volume goes as the storage class says).
+func (d *Driver) Delete(ctx context.Context, id string) error {
+	pods, err := d.pods(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := d.deletePods(ctx, pods); err != nil {
+		return err
+	}
+	err = d.api.NetworkingV1().NetworkPolicies(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return d.wrap(err, "delete the network policy of sandbox "+id)
+	}
+	err = d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return d.wrap(err, "delete the claim of sandbox "+id)
+	}
+	return nil
+}
+
+// Inspect implements driver.Driver.
+func (d *Driver) Inspect(ctx context.Context, id string) (driver.Object, error) {
+	objs, err := d.objects(ctx, id)
+	if err != nil {
+		return driver.Object{}, err
+	}
+	if len(objs) == 0 {
+		return driver.Object{}, errdefs.NotFound("no claim or pod for sandbox %s", id)
+	}
+	return objs[0], nil
+}
+
+// List implements driver.Driver.
+func (d *Driver) List(ctx context.Context) ([]driver.Object, error) {
+	return d.objects(ctx, "")
+}
+
+// objects are the sandboxes (one when id is set) as their claims record
+// them and their Pods show them; a Pod without a claim is an object too
+// (what a delete cut short left), so the orphan collection sees it.
+func (d *Driver) objects(ctx context.Context, id string) ([]driver.Object, error) {
+	pods, err := d.pods(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	claims, err := d.claims(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	newest := map[string]*corev1.Pod{}
+	for i := range pods {
+		if sid := pods[i].Labels[driver.LabelSandboxID]; newest[sid] == nil {
+			newest[sid] = &pods[i]
+		}
+	}
+	var objs []driver.Object
+	for i := range claims {
+		c := &claims[i]
+		sid := c.Labels[driver.LabelSandboxID]
+		obj := driver.Object{ID: sid, Generation: generation(c.Labels), State: driver.StateCreated, Labels: recordedLabels(c.Annotations, c.Labels)}
+		if p := newest[sid]; p != nil && generation(p.Labels) == obj.Generation {
+			podState(&obj, p)
+		} else if c.Annotations[annStarted] == "true" {
+			obj.State = driver.StateStopped
+			obj.ExitCode, _ = strconv.Atoi(c.Annotations[annExit])
+			obj.Message = c.Annotations[annExitNote]
+		}
+		delete(newest, sid)
+		objs = append(objs, obj)
+	}
+	for sid, p := range newest {
+		obj := driver.Object{ID: sid, Generation: generation(p.Labels), Labels: p.Labels}
+		podState(&obj, p)
+		obj.Message = "pod " + p.Name + " has no claim: " + obj.Message
+		objs = append(objs, obj)
+	}
+	return objs, nil
+}
+
+// recordedLabels are the labels a claim recorded, or its own.
+func recordedLabels(ann, own map[string]string) map[string]string {
+	var l map[string]string
+	if json.Unmarshal([]byte(ann[annLabels]), &l) != nil || l == nil {
+		return own
+	}
+	return l
+}
+
+// podState sets obj's state from its Pod.
+func podState(obj *driver.Object, p *corev1.Pod) {
+	st := mainStatus(p)
+	switch {
+	case st != nil && st.State.Terminated != nil:
+		obj.State, obj.ExitCode = driver.StateStopped, int(st.State.Terminated.ExitCode)
+	case !active(p):
+		obj.State, obj.Message = driver.StateFailed, "pod "+p.Name+" ended without an exit code: "+why(p)
+	case st != nil && st.State.Running != nil:
+		obj.State = driver.StateRunning
+	case p.DeletionTimestamp != nil:
+		obj.State, obj.Message = driver.StateStopped, "pod "+p.Name+" was deleted before it ran"
+	default:
+		obj.State, obj.Message = driver.StateCreated, "pod "+p.Name+" is not running yet: "+why(p)
+	}
+}
+
+// Leftovers implements driver.Leftovers: the network policies of
+// sandboxes with neither claim nor Pod (a delete cut short between them).
+func (d *Driver) Leftovers(ctx context.Context, compute []driver.Object) ([]driver.Object, error) {
+	list, err := d.api.NetworkingV1().NetworkPolicies(d.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: d.selector("")})
+	if err != nil {
+		return nil, d.wrap(err, "list network policies")
+	}
+	known := map[string]bool{}
+	for _, o := range compute {
+		known[o.ID] = true
+	}
+	var left []driver.Object
+	for _, np := range list.Items {
+		if sid := np.Labels[driver.LabelSandboxID]; !known[sid] {
+			left = append(left, driver.Object{ID: sid, State: driver.StateStopped, Labels: np.Labels, Message: "network policy " + np.Name + " left without its sandbox's claim"})
+		}
+	}
+	return left, nil
+}
