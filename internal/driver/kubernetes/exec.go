@@ -207,7 +207,8 @@ func (d *Driver) Validate(spec driver.Spec) error {
 	return nil
 }
 
-// Tiers implements driver.Tierer: gVisor where the configured
+// Tiers implements driver.Tierer: namespaces (the cluster's default
+// runtime) and gVisor where the configured
 // RuntimeClass exists in the cluster.
 func (d *Driver) Tiers(ctx context.Context) []driver.Tier {
 	t := driver.Tier{Name: policy.IsolationGVisor}
@@ -222,5 +223,6 @@ func (d *Driver) Tiers(ctx context.Context) []driver.Tier {
 			t.Available, t.Detail = true, "RuntimeClass "+name+" (handler "+rc.Handler+")"
 		}
 	}
-	return []driver.Tier{t}
+	ns := driver.Tier{Name: policy.IsolationNamespaces, Available: true, Detail: "Pods in namespace " + d.opts.Namespace + " under the cluster's default runtime"}
+	return []driver.Tier{ns, t}
 }

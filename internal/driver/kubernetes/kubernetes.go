@@ -248,3 +248,6 @@ func generation(labels map[string]string) int64 {
 	g, _ := strconv.ParseInt(labels[driver.LabelGeneration], 10, 64)
 	return g
 }
+
+// Label is the key of the gateway's label on every object.
+func (d *Driver) Label() string { return d.cfg.Label }

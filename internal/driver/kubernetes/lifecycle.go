@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -31,10 +32,8 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		if c, err = d.claimFor(spec, pod); err != nil {
 			return err
 		}
-		if _, err := claims.Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return d.wrap(err, "create the claim of sandbox "+spec.Name)
-		} else if err != nil {
-			return d.Create(ctx, spec) // a create whose answer was lost: adopt it
+		if err := d.createClaim(ctx, c); err != nil {
+			return err
 		}
 	case err != nil:
 		return err
@@ -65,6 +64,33 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		return d.wrap(err, "create the network policy of sandbox "+spec.Name)
 	}
 	return nil
+}
+
+// createClaim creates a sandbox's claim: one a create whose answer was
+// lost made is adopted; one of an earlier life of the id, still being
+// deleted (its volume released first), is waited for.
+func (d *Driver) createClaim(ctx context.Context, c *corev1.PersistentVolumeClaim) error {
+	claims := d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
+		_, err := claims.Create(ctx, c, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			return d.wrap(err, "create claim "+c.Name)
+		}
+		old, err := claims.Get(ctx, c.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return d.wrap(err, "get claim "+c.Name)
+		case old.DeletionTimestamp == nil:
+			return nil // adopt
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("claim %s of an earlier life of the sandbox is still being deleted: %w", c.Name, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
 }
 
 // active tells whether a Pod runs or is yet to run (not ended).
@@ -223,31 +249,49 @@ func (d *Driver) Stop(ctx context.Context, ref driver.Ref, opts driver.StopOptio
 	return nil
 }
 
-// waitGone waits until a deleted Pod is gone, and records on the claim
-// the exit code its main container reported on the way.
+// waitGone waits until a deleted Pod is gone, watching it so that the
+// exit code its main container reports on the way is seen, and records
+// that code on the claim.
 func (d *Driver) waitGone(ctx context.Context, id, name string) error {
 	code, note := 137, "the pod was deleted before its kubelet reported an exit code"
-	wait := 5 * time.Millisecond
-	for {
-		p, err := d.api.CoreV1().Pods(d.opts.Namespace).Get(ctx, name, metav1.GetOptions{})
+	seen := func(p *corev1.Pod) bool {
+		if st := mainStatus(p); st != nil && st.State.Terminated != nil {
+			code, note = int(st.State.Terminated.ExitCode), ""
+			return !active(p) // ended: it stays, for its exit code, until the next start
+		}
+		return false
+	}
+	pods := d.api.CoreV1().Pods(d.opts.Namespace)
+	for gone := false; !gone; {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			break
 		}
 		if err != nil {
 			return d.wrap(err, "get pod "+name)
 		}
-		if st := mainStatus(p); st != nil && st.State.Terminated != nil {
-			code, note = int(st.State.Terminated.ExitCode), ""
-			if !active(p) {
-				break // ended: it stays, for its exit code, until the next start
+		if seen(p) {
+			break
+		}
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: p.ResourceVersion})
+		if err != nil {
+			return d.wrap(err, "watch pod "+name)
+		}
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue // an error event: watch again
+			}
+			if ev.Type == watch.Deleted || seen(p) {
+				seen(p)
+				gone = true
+				break
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for pod %s to stop: %w", name, ctx.Err())
-		case <-time.After(wait):
+		w.Stop()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("waiting for pod %s to stop: %w", name, err)
 		}
-		wait = min(2*wait, 250*time.Millisecond)
 	}
 	c, err := d.claim(ctx, id)
 	if errors.Is(err, errdefs.ErrNotFound) {
