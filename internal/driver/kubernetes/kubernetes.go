@@ -83,8 +83,8 @@ const (
 
 // Driver is the Kubernetes driver.
 type Driver struct {
-	cfg  driver.Config
-	opts Options
+	cfg        driver.Config
+	opts       Options
 	api        kubernetes.Interface
 	restConfig *rest.Config
 	host       string
