@@ -39,6 +39,14 @@ type cluster struct {
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	rc := StartAPIServer(t)
+	api, ns := startNamespace(t, rc)
+	return &cluster{rc: rc, api: api, namespace: ns, kubelet: StartKubelet(t, api, ns)}
+}
+
+// startNamespace makes a namespace under Pod Security baseline, with its
+// default service account, and the RuntimeClass of runsc.
+func startNamespace(t testing.TB, rc *rest.Config) (kubernetes.Interface, string) {
+	t.Helper()
 	api := kubernetes.NewForConfigOrDie(rc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -53,10 +61,10 @@ func startCluster(t *testing.T) *cluster {
 	if _, err := api.NodeV1().RuntimeClasses().Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: gvisorClass}, Handler: "runsc"}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{rc: rc, api: api, namespace: ns, kubelet: StartKubelet(t, api, ns)}
+	return api, ns
 }
 
-func (c *cluster) driver(t *testing.T, label string) *kube.Driver {
+func (c *cluster) driver(t testing.TB, label string) *kube.Driver {
 	t.Helper()
 	d, err := kube.New(driver.Config{Label: label, Gateway: "gw-" + sandbox.ShortID(sandbox.NewID())},
 		kube.Options{REST: c.rc, Namespace: c.namespace, SupervisorImage: supervisorImage, GVisorRuntimeClass: gvisorClass})

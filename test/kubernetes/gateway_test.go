@@ -315,4 +315,3 @@ func names(pods []corev1.Pod) []string {
 	}
 	return n
 }
-
