@@ -68,7 +68,7 @@ HOME/corral.toml when it exists); flags override the file.`,
 	f.StringArrayVar(&flags.TLS.ServerNames, "tls-server-name", nil, "extra name or IP for the server certificate (repeatable)")
 	f.DurationVar(&flags.OrphanGrace, "orphan-grace", flags.OrphanGrace, "how long a compute object without a record is kept before it is removed")
 	f.StringVar(&flags.LogLevel, "log-level", flags.LogLevel, "debug, info, warn or error")
-	cmd.AddCommand(newClientCertCmd(g), newRevokeCmd(g), newDoctorCmd(g), newMigrateStoreCmd(g), newReplicasCmd(g))
+	cmd.AddCommand(newClientCertCmd(g), newRevokeCmd(g), newDoctorCmd(g), newMigrateStoreCmd(g), newReplicasCmd(g), newSupervisorImageCmd(g))
 	return cmd
 }
 
