@@ -88,10 +88,15 @@ func TestOpenComputeGivesTheEntry(t *testing.T) {
 		t.Fatalf("image %q, want default_image", got)
 	}
 
+	cfg.ComputeDriver = "lxc"
+	if _, err := computeDrivers.Open(context.Background(), testEnv(cfg, home, quiet())); err == nil ||
+		err.Error() != `unknown compute driver "lxc": this build has auto, docker, native, kubernetes and fake` {
+		t.Fatalf("err = %v", err)
+	}
 	cfg.ComputeDriver = "kubernetes"
 	if _, err := computeDrivers.Open(context.Background(), testEnv(cfg, home, quiet())); err == nil ||
-		err.Error() != `unknown compute driver "kubernetes": this build has auto, docker, native and fake` {
-		t.Fatalf("err = %v", err)
+		!strings.Contains(err.Error(), "no supervisor_image configured") {
+		t.Fatalf("kubernetes without a supervisor image: err = %v", err)
 	}
 }
 
