@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
+	"github.com/corral-sandbox/corral/internal/driver/kubernetes"
 	"github.com/corral-sandbox/corral/internal/egress"
 	"github.com/corral-sandbox/corral/internal/policy"
 )
@@ -30,6 +31,9 @@ exit code is 1.`,
 					continue
 				}
 				fmt.Fprintf(g.stdout, "%s: valid: %s\n", f, summary(p))
+				if not := kubernetes.Unenforced(p); len(not) > 0 {
+					fmt.Fprintf(g.stdout, "%s: on --driver kubernetes: %s\n", f, strings.Join(not, "; "))
+				}
 			}
 			if failed > 0 {
 				return &exitError{code: 1}
