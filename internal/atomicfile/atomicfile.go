@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,25 +39,77 @@ func WriteVolatileFrom(path string, r io.Reader, mode os.FileMode) error {
 }
 
 func writeFrom(path string, r io.Reader, mode os.FileMode, sync bool) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	tmp, err := written(path, r, mode, sync)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
 		return err
 	}
-	if sync {
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
+	return nil
+}
+
+// Create writes path with data unless it exists (fs.ErrExist then, and
+// path is left as it is): of writers that race to create it, one wins
+// and the others read what it wrote, never a part. It fsyncs the file
+// and its directory.
+func Create(path string, data []byte, mode os.FileMode) error {
+	tmp, err := written(path, bytes.NewReader(data), mode, true)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, path); err != nil {
+		return err
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// written writes what r holds to a temporary file of its own next to
+// path (so that writers of one path at once never share one) and returns
+// its name. The name starts with path's, then ".tmp": TempFiles finds
+// those a crash left.
+func written(path string, r io.Reader, mode os.FileMode, sync bool) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return "", err
+	}
+	tmp := f.Name()
+	err = f.Chmod(mode)
+	if err == nil {
+		_, err = io.Copy(f, r)
+	}
+	if err == nil && sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+// TempFiles are the temporary files of the writes of path that a crash
+// left.
+func TempFiles(path string) []string {
+	list, _ := filepath.Glob(globEscape(path) + ".tmp*")
+	return list
+}
+
+// globEscape escapes what filepath.Glob would read as a pattern.
+func globEscape(path string) string {
+	var b strings.Builder
+	for _, c := range path {
+		if strings.ContainsRune(`*?[\`, c) {
+			b.WriteByte('\\')
 		}
+		b.WriteRune(c)
 	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return b.String()
 }
 
 // WriteDurable is Write, and an fsync of the directory, so that the rename

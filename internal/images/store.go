@@ -95,7 +95,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := s.cleanTmp(); err != nil {
 		return nil, err
 	}
-	_ = os.Remove(s.indexPath() + ".tmp")
+	for _, tmp := range atomicfile.TempFiles(s.indexPath()) {
+		_ = os.Remove(tmp)
+	}
 	data, err := os.ReadFile(s.indexPath())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -44,7 +44,13 @@ func Load(path string) (*Keyring, error) {
 		if _, err := rand.Read(key); err != nil {
 			return nil, err
 		}
-		if err := atomicfile.Write(path, key, 0o600); err != nil {
+		// Of gateways that start at once on a new home, one writes the
+		// key and the others read it.
+		err := atomicfile.Create(path, key, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			key, err = os.ReadFile(path)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("secrets key %s: %w", path, err)
 		}
 	} else if err != nil {

@@ -19,6 +19,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/corral-sandbox/corral/internal/atomicfile"
 )
 
 // Validity periods of what the CA signs.
@@ -205,14 +207,7 @@ func writeCert(path string, der []byte) error {
 
 // writePrivate writes a file with mode 0600, atomically.
 func writePrivate(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, 0o600); err != nil { // whatever the umask
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, data, 0o600)
 }
 
 func readCert(path string) (*x509.Certificate, error) {
