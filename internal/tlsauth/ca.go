@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -18,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/corral-sandbox/corral/internal/atomicfile"
@@ -52,6 +54,11 @@ func LoadOrCreateCA(dir string) (*CA, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	certPath, keyPath := filepath.Join(dir, caCertFile), filepath.Join(dir, caKeyFile)
 	if _, err := os.Stat(certPath); errors.Is(err, os.ErrNotExist) {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -113,7 +120,15 @@ func (ca *CA) EnsureServerCert(names []string) (certPath, keyPath string, err er
 			dns = append(dns, n)
 		}
 	}
-	if cur, err := readCert(certPath); err == nil && time.Until(cur.NotAfter) > 30*24*time.Hour && covers(cur, dns, ips) {
+	unlock, err := lockDir(ca.Dir)
+	if err != nil {
+		return "", "", err
+	}
+	defer unlock()
+	// A crash between the writes of a new key and its certificate left a
+	// pair that does not match: it is issued again.
+	_, pairErr := tls.LoadX509KeyPair(certPath, keyPath)
+	if cur, err := readCert(certPath); err == nil && pairErr == nil && time.Until(cur.NotAfter) > 30*24*time.Hour && covers(cur, dns, ips) {
 		return certPath, keyPath, nil
 	}
 	_, err = ca.sign(&x509.Certificate{
@@ -203,6 +218,21 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 
 func writeCert(path string, der []byte) error {
 	return writePrivate(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// lockDir takes an exclusive lock on dir's lock file, so that processes
+// that start at once on one home make one CA and one server certificate,
+// and returns its release.
+func lockDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil // closing the file releases the lock
 }
 
 // writePrivate writes a file with mode 0600, atomically.

@@ -2,12 +2,16 @@ package tlsauth
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -221,5 +225,59 @@ func TestKeysAndCertificatesAreMode0600(t *testing.T) {
 	}
 	if !covers(cert, []string{"localhost", "gateway.test"}, nil) || len(cert.IPAddresses) != 3 {
 		t.Fatalf("server names: %v %v", cert.DNSNames, cert.IPAddresses)
+	}
+}
+
+// Gateways that start at once on one new home make one CA and one server
+// certificate that matches its key.
+func TestStartsAtOnceMakeOneCA(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tls")
+	var wg sync.WaitGroup
+	cas := make([]*CA, 8)
+	errs := make([]error, 8)
+	for i := range cas {
+		wg.Go(func() {
+			if cas[i], errs[i] = LoadOrCreateCA(dir); errs[i] == nil {
+				_, _, errs[i] = cas[i].EnsureServerCert(nil)
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !cas[i].Cert.Equal(cas[0].Cert) {
+			t.Fatalf("start %d has a CA of its own", i)
+		}
+	}
+	if _, err := tls.LoadX509KeyPair(filepath.Join(dir, serverCertFile), filepath.Join(dir, serverKeyFile)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A crash between the writes of a new server key and its certificate
+// left a pair that does not match: the next start issues a new one.
+func TestAMismatchedServerPairIsIssuedAgain(t *testing.T) {
+	ca, err := LoadOrCreateCA(filepath.Join(t.TempDir(), "tls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPath, keyPath, err := ca.EnsureServerCert(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeKey(keyPath, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ca.EnsureServerCert(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tls.LoadX509KeyPair(certPath, keyPath); err != nil {
+		t.Fatalf("after the next start: %v", err)
 	}
 }
