@@ -76,7 +76,7 @@ func TestPrepareSaysWhenTheBundleCannotBeMended(t *testing.T) {
 	if err := os.Remove(bundle); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Mkdir(bundle+".tmp", 0o755); err != nil { // where the write goes first
+	if err := os.Mkdir(bundle, 0o755); err != nil { // no file is renamed over a directory
 		t.Fatal(err)
 	}
 	if _, err := s.Prepare("id1"); err == nil {
