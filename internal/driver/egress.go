@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"net"
+	"net/netip"
 	"strings"
 
 	"github.com/corral-sandbox/corral/internal/policy"
@@ -32,10 +33,14 @@ const EgressProxyEnv = "CORRAL_EGRESS_PROXY"
 // EgressEnv is what a sandbox with egress has in its environment: the
 // proxy for the tools that read *_PROXY, and the bundle for those that
 // take a CA file from the environment.
-func EgressEnv() []string {
-	proxy, bundle := "http://"+ProxyAddr, TrustDir+"/"+BundleFile
+func EgressEnv() []string { return EgressEnvAt(ProxyAddr, "http://"+ProxyAddr) }
+
+// EgressEnvAt is EgressEnv with the proxy at addr (host:port), its URL
+// proxy (with the user information that tells the incarnation).
+func EgressEnvAt(addr, proxy string) []string {
+	bundle := TrustDir + "/" + BundleFile
 	return []string{
-		EgressProxyEnv + "=" + ProxyAddr,
+		EgressProxyEnv + "=" + addr,
 		"HTTP_PROXY=" + proxy, "HTTPS_PROXY=" + proxy, "http_proxy=" + proxy, "https_proxy=" + proxy,
 		"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
 		"SSL_CERT_FILE=" + bundle, "REQUESTS_CA_BUNDLE=" + bundle, "CURL_CA_BUNDLE=" + bundle,
@@ -76,6 +81,36 @@ type Egress interface {
 	// namespace at netns (/proc/PID/ns/net). A driver calls it in Start
 	// once that namespace exists, before waiting for the main process.
 	Attach(ctx context.Context, ref Ref, netns string) error
+}
+
+// EgressSharer is an Egress that can also serve sandboxes away from the
+// gateway's host.
+type EgressSharer interface {
+	// Share serves the proxies of such sandboxes on ln, which they reach
+	// at addr, until the SharedEgress is closed.
+	Share(ln net.Listener, addr netip.AddrPort) (SharedEgress, error)
+}
+
+// SharedEgress is the gateway's egress proxy as a driver whose sandboxes
+// run away from the gateway's host (a cluster's Pods) sees it: one
+// listener that they reach over the network, each incarnation let in by
+// a token of its own in its proxy URL, with its sandbox's rules and
+// credentials. The driver's network confines each sandbox to Addr.
+type SharedEgress interface {
+	// Addr is where the sandboxes reach the proxy.
+	Addr() netip.AddrPort
+	// Trust returns sandbox id's egress CA certificate and bundle (CAFile
+	// and BundleFile, which the driver puts at TrustDir), made once.
+	Trust(id string) (ca, bundle []byte, err error)
+	// Env is incarnation ref's environment for its egress: EgressEnvAt
+	// Addr with its token, and a placeholder for each of creds.
+	Env(ref Ref, creds []policy.Credential) ([]string, error)
+	// Admit lets incarnation ref's token in from now on, and an earlier
+	// incarnation's no longer. A driver calls it in Start before the
+	// incarnation runs, and in AttachEgress.
+	Admit(ctx context.Context, ref Ref) error
+	// Close stops serving.
+	Close() error
 }
 
 // EgressAttacher is a driver that serves the gateway's egress proxy to a

@@ -245,10 +245,15 @@ func (s *Sandboxes) Attach(ctx context.Context, ref driver.Ref, path string) err
 // Env implements driver.Egress: EgressEnv, and a placeholder in each
 // variable the sandbox's credentials name.
 func (s *Sandboxes) Env(ref driver.Ref, creds []policy.Credential) ([]string, error) {
-	env := driver.EgressEnv()
 	if len(creds) > 0 && s.Placeholder == nil {
 		return nil, fmt.Errorf("egress: this gateway cannot give credentials placeholders")
 	}
+	return s.env(driver.EgressEnv(), ref, creds), nil
+}
+
+// env is base and a placeholder in each variable creds name.
+func (s *Sandboxes) env(base []string, ref driver.Ref, creds []policy.Credential) []string {
+	env := base
 	for _, b := range s.bindings(ref, creds) {
 		if b.Env != "" {
 			env = append(env, b.Env+"="+b.Placeholder)
@@ -257,7 +262,7 @@ func (s *Sandboxes) Env(ref driver.Ref, creds []policy.Credential) ([]string, er
 			env = append(env, v.Env+"="+b.KeyIDPlaceholder)
 		}
 	}
-	return env, nil
+	return env
 }
 
 // bindings are credentials with the placeholders of incarnation ref.
