@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os/exec"
 	"path/filepath"
@@ -121,11 +122,11 @@ type gateway struct {
 	done chan struct{}
 }
 
-func startGateway(t *testing.T, home, kubeconfigPath, namespace string) *gateway {
+func startGateway(t *testing.T, home, kubeconfigPath, namespace string, args ...string) *gateway {
 	t.Helper()
 	g := &gateway{logs: &testenv.SyncBuffer{}, done: make(chan struct{})}
-	g.cmd = exec.Command(bin, "--home", home, "gateway", "--log-level", "debug", "--driver", "kubernetes",
-		"--kubeconfig", kubeconfigPath, "--namespace", namespace, "--kube-supervisor-image", supervisorImage, "--orphan-grace", "2s")
+	g.cmd = exec.Command(bin, append([]string{"--home", home, "gateway", "--log-level", "debug", "--driver", "kubernetes",
+		"--kubeconfig", kubeconfigPath, "--namespace", namespace, "--kube-supervisor-image", supervisorImage, "--orphan-grace", "2s"}, args...)...)
 	g.cmd.Stdout, g.cmd.Stderr = g.logs, g.logs
 	if err := g.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -314,4 +315,62 @@ func names(pods []corev1.Pod) []string {
 		n = append(n, p.Name+"("+string(p.Status.Phase)+")")
 	}
 	return n
+}
+
+// The gateway serves its egress proxy to the cluster's Pods: a Pod's
+// token meets its sandbox's network_policies there, whose refusals are
+// the sandbox's denials; nothing passes without a token; a gateway
+// started anew lets the running Pod's token in again.
+func TestGatewayServesEgressToPods(t *testing.T) {
+	c := startCluster(t)
+	kc := kubeconfig(t, c.rc, c.rc.Host)
+	home := t.TempDir()
+	g := startGateway(t, home, kc, c.namespace, "--kube-egress-listen", "127.0.0.1:0")
+	api := client(t, home)
+	ctx := context.Background()
+	const pol = "version: 1\nnetwork_policies:\n  docs:\n    endpoints:\n      - host: docs.test\n        ports: [80]\n"
+	sb, err := api.CreateSandbox(ctx, &corralv1.CreateSandboxRequest{Name: "agent", Spec: &corralv1.SandboxSpec{
+		Image: "corral-test/busybox:latest", Command: []string{"sleep", "3600"}, Policy: pol}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, api, "agent", "ready", 30*time.Second)
+	_, active := c.podsOf(t, sb.Sandbox.Id)
+	if len(active) != 1 {
+		t.Fatalf("%d running pods, want 1", len(active))
+	}
+	proxy := podProxy(t, active[0])
+	if got := get(t, proxy, "http://elsewhere.test/"); got != http.StatusForbidden {
+		t.Errorf("a host the policy does not name: %d, want 403", got)
+	}
+	if got := get(t, &url.URL{Scheme: "http", Host: proxy.Host}, "http://docs.test/"); got != http.StatusProxyAuthRequired {
+		t.Errorf("without the token: %d, want 407", got)
+	}
+	stream, err := api.SandboxDenials(ctx, &corralv1.SandboxDenialsRequest{Name: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []string
+	for {
+		d, err := stream.Recv()
+		if err != nil {
+			break
+		}
+		hosts = append(hosts, d.Host)
+	}
+	if !slices.Contains(hosts, "elsewhere.test") {
+		t.Errorf("the sandbox's denials name %q; want elsewhere.test", hosts)
+	}
+
+	g.cmd.Process.Signal(syscall.SIGKILL)
+	<-g.done
+	// The new gateway listens where the running Pod was told to (its
+	// NetworkPolicy and proxy URL name that address).
+	startGateway(t, home, kc, c.namespace, "--kube-egress-listen", proxy.Host)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if got, err := fetch(proxy, "http://elsewhere.test/"); err != nil || got != http.StatusForbidden {
+			return fmt.Errorf("after the gateway's restart, the Pod's token: %d, %v; want 403 (its rules)", got, err)
+		}
+		return nil
+	})
 }

@@ -7,7 +7,10 @@
 // gateway's label, the sandbox id and the generation. An init container
 // copies the supervisor from the supervisor image into the Pod, where it
 // runs as the entrypoint, as on Docker. A NetworkPolicy per sandbox denies
-// all its ingress and egress.
+// all its ingress and egress but to the gateway's egress proxy, which the
+// gateway serves to the cluster on a listener of its own (see
+// egress.Shared), with the same rules and credentials as on the other
+// drivers.
 package kubernetes
 
 import (
@@ -53,6 +56,10 @@ type Options struct {
 	StorageClass string
 	// PullPolicy is never, if_not_present or always.
 	PullPolicy string
+	// Egress, when set, is the gateway's egress proxy that the sandboxes
+	// reach over the cluster's network (their NetworkPolicy lets them
+	// reach it alone); nil: they reach nothing.
+	Egress driver.SharedEgress
 	// REST, when set, is used instead of a kubeconfig (tests).
 	REST *rest.Config
 }
@@ -99,6 +106,9 @@ var (
 	_ driver.Validator = (*Driver)(nil)
 	_ driver.Leftovers = (*Driver)(nil)
 	_ driver.Tierer    = (*Driver)(nil)
+	// AttachEgress is for a gateway with a shared egress proxy; without
+	// one it has nothing to attach.
+	_ driver.EgressAttacher = (*Driver)(nil)
 )
 
 // New returns a Kubernetes driver. It does not need the API server to
@@ -151,7 +161,12 @@ func restConfig(path, context string) (*rest.Config, error) {
 func (d *Driver) Name() string { return "kubernetes" }
 
 // Close implements driver.Driver; Pods keep running.
-func (d *Driver) Close() error { return nil }
+func (d *Driver) Close() error {
+	if d.opts.Egress != nil {
+		return d.opts.Egress.Close()
+	}
+	return nil
+}
 
 // Namespace is the namespace of the driver's objects.
 func (d *Driver) Namespace() string { return d.opts.Namespace }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -24,7 +25,10 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err := d.Validate(spec); err != nil {
 		return err
 	}
-	pod := d.podFor(spec)
+	pod, err := d.podFor(spec)
+	if err != nil {
+		return err
+	}
 	claims := d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace)
 	c, err := d.claim(ctx, spec.ID)
 	switch {
@@ -59,11 +63,34 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 			return d.wrap(err, "record generation "+strconv.FormatInt(spec.Generation, 10)+" of sandbox "+spec.Name)
 		}
 	}
-	np := d.networkPolicyFor(spec)
-	if _, err := d.api.NetworkingV1().NetworkPolicies(d.opts.Namespace).Create(ctx, np, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if d.opts.Egress != nil {
+		if err := d.ensureTrust(ctx, spec); err != nil {
+			return err
+		}
+	}
+	return d.ensureNetworkPolicy(ctx, spec)
+}
+
+// ensureNetworkPolicy creates sandbox spec's NetworkPolicy, or brings one
+// an earlier incarnation left to what this one needs (the gateway's
+// proxy may have moved).
+func (d *Driver) ensureNetworkPolicy(ctx context.Context, spec driver.Spec) error {
+	want := d.networkPolicyFor(spec)
+	nps := d.api.NetworkingV1().NetworkPolicies(d.opts.Namespace)
+	_, err := nps.Create(ctx, want, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
 		return d.wrap(err, "create the network policy of sandbox "+spec.Name)
 	}
-	return nil
+	cur, err := nps.Get(ctx, want.Name, metav1.GetOptions{})
+	if err != nil {
+		return d.wrap(err, "get the network policy of sandbox "+spec.Name)
+	}
+	if equality.Semantic.DeepEqual(cur.Spec, want.Spec) {
+		return nil
+	}
+	cur.Spec = want.Spec
+	_, err = nps.Update(ctx, cur, metav1.UpdateOptions{})
+	return d.wrap(err, "update the network policy of sandbox "+spec.Name)
 }
 
 // createClaim creates a sandbox's claim: one a create whose answer was
@@ -146,6 +173,11 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	delete(c.Annotations, annExitNote)
 	if _, err := d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
 		return d.wrap(err, "record the start of sandbox "+ref.ID)
+	}
+	if d.opts.Egress != nil { // its token is let in before the Pod can send it
+		if err := d.opts.Egress.Admit(ctx, ref); err != nil {
+			return err
+		}
 	}
 	made, err := d.api.CoreV1().Pods(d.opts.Namespace).Create(ctx, &pod, metav1.CreateOptions{})
 	if err != nil {
@@ -306,8 +338,8 @@ func (d *Driver) waitGone(ctx context.Context, id, name string) error {
 	return d.wrap(err, "record the exit of sandbox "+id)
 }
 
-// Delete implements driver.Driver: every Pod at once, the network policy
-// and the claim (its volume goes as the storage class says).
+// Delete implements driver.Driver: every Pod at once, the network
+// policy, the egress certificates and the claim (its volume goes as the storage class says).
 func (d *Driver) Delete(ctx context.Context, id string) error {
 	pods, err := d.pods(ctx, id)
 	if err != nil {
@@ -319,6 +351,10 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	err = d.api.NetworkingV1().NetworkPolicies(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return d.wrap(err, "delete the network policy of sandbox "+id)
+	}
+	err = d.api.CoreV1().ConfigMaps(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return d.wrap(err, "delete the egress certificates of sandbox "+id)
 	}
 	err = d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -412,22 +448,35 @@ func podState(obj *driver.Object, p *corev1.Pod) {
 	}
 }
 
-// Leftovers implements driver.Leftovers: the network policies of
-// sandboxes with neither claim nor Pod (a delete cut short between them).
+// Leftovers implements driver.Leftovers: the network policies and egress
+// certificates of sandboxes with neither claim nor Pod (a delete cut
+// short between them).
 func (d *Driver) Leftovers(ctx context.Context, compute []driver.Object) ([]driver.Object, error) {
-	list, err := d.api.NetworkingV1().NetworkPolicies(d.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: d.selector("")})
+	opts := metav1.ListOptions{LabelSelector: d.selector("")}
+	nps, err := d.api.NetworkingV1().NetworkPolicies(d.opts.Namespace).List(ctx, opts)
 	if err != nil {
 		return nil, d.wrap(err, "list network policies")
+	}
+	maps, err := d.api.CoreV1().ConfigMaps(d.opts.Namespace).List(ctx, opts)
+	if err != nil {
+		return nil, d.wrap(err, "list config maps")
 	}
 	known := map[string]bool{}
 	for _, o := range compute {
 		known[o.ID] = true
 	}
 	var left []driver.Object
-	for _, np := range list.Items {
-		if sid := np.Labels[driver.LabelSandboxID]; !known[sid] {
-			left = append(left, driver.Object{ID: sid, State: driver.StateStopped, Labels: np.Labels, Message: "network policy " + np.Name + " left without its sandbox's claim"})
+	add := func(kind string, meta metav1.ObjectMeta) {
+		if sid := meta.Labels[driver.LabelSandboxID]; !known[sid] {
+			known[sid] = true
+			left = append(left, driver.Object{ID: sid, State: driver.StateStopped, Labels: meta.Labels, Message: kind + " " + meta.Name + " left without its sandbox's claim"})
 		}
+	}
+	for _, np := range nps.Items {
+		add("network policy", np.ObjectMeta)
+	}
+	for _, cm := range maps.Items {
+		add("config map", cm.ObjectMeta)
 	}
 	return left, nil
 }

@@ -86,7 +86,7 @@ func (d *Driver) record(c *corev1.PersistentVolumeClaim, spec driver.Spec, pod *
 // the native set of capabilities, no privilege escalation, the runtime's
 // default seccomp filter under the supervisor's own), no service account
 // token, no host namespace, and limits from the policy.
-func (d *Driver) podFor(spec driver.Spec) *corev1.Pod {
+func (d *Driver) podFor(spec driver.Spec) (*corev1.Pod, error) {
 	pol := spec.Policy.WithDefaultUser()
 	pullPolicy := map[string]corev1.PullPolicy{"never": corev1.PullNever, "always": corev1.PullAlways}[d.opts.PullPolicy]
 	if pullPolicy == "" {
@@ -160,7 +160,12 @@ func (d *Driver) podFor(spec driver.Spec) *corev1.Pod {
 	if pol.GVisor() {
 		p.Spec.RuntimeClassName = &d.opts.GVisorRuntimeClass
 	}
-	return p
+	if d.opts.Egress != nil {
+		if err := d.withEgress(p, spec); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 // podPrefix begins the names of an incarnation's Pods (each run is a new
@@ -194,8 +199,9 @@ func resources(l policy.Limits) corev1.ResourceRequirements {
 	return corev1.ResourceRequirements{Limits: list, Requests: list}
 }
 
-// networkPolicyFor denies all ingress and egress of a sandbox's Pods: a
-// sandbox reaches nothing, and nothing of the cluster reaches it (the
+// networkPolicyFor denies all ingress and egress of a sandbox's Pods but
+// the egress to the gateway's shared proxy, when it has one: a sandbox
+// reaches nothing else, and nothing of the cluster reaches it (the
 // gateway's execs, logs and ports go through the API server and kubelet,
 // not the Pod network).
 func (d *Driver) networkPolicyFor(spec driver.Spec) *networkingv1.NetworkPolicy {
@@ -207,6 +213,7 @@ func (d *Driver) networkPolicyFor(spec driver.Spec) *networkingv1.NetworkPolicy 
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: sel},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Egress:      d.egressRules(),
 		},
 	}
 }

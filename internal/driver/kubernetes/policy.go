@@ -9,7 +9,7 @@ import (
 func Unenforced(p policy.Policy) []string {
 	var out []string
 	if len(p.Network) > 0 || len(p.Credentials) > 0 {
-		out = append(out, "network_policies and credentials: refused (the egress proxy is not served to a cluster yet; a NetworkPolicy denies all egress)")
+		out = append(out, "network_policies and credentials: only with [drivers.kubernetes] egress_listen, where the gateway serves its egress proxy to the cluster (without it they are refused, and a NetworkPolicy denies all egress)")
 	}
 	if p.Limits.Pids > 0 {
 		out = append(out, "limits.pids: the kubelet's own pod pids limit applies, not the policy's")
