@@ -27,8 +27,13 @@ import (
 const tokenRole = "egress proxy token"
 
 // maxUnrouted bounds the connections a Shared reads the first request of
-// at once (before it knows whose they are); past it, new ones are closed.
-const maxUnrouted = 256
+// at once (before it knows whose they are), and maxUnroutedPerIP those
+// of one address, so that one sandbox cannot hold them all: past them,
+// new ones are closed.
+const (
+	maxUnrouted      = 256
+	maxUnroutedPerIP = 32
+)
 
 // Shared serves the proxies of sandboxes away from the gateway's host (a
 // cluster's Pods) on one listener that they reach over the network. Each
@@ -42,7 +47,10 @@ type Shared struct {
 	s    *Sandboxes
 	ln   net.Listener
 	addr netip.AddrPort
-	busy chan struct{} // one per connection not routed yet
+
+	mu       sync.Mutex
+	unrouted map[netip.Addr]int // connections not routed yet, by their address
+	total    int
 }
 
 // Share serves sandboxes' proxies on ln, which they reach at addr. Close
@@ -51,7 +59,7 @@ func (s *Sandboxes) Share(ln net.Listener, addr netip.AddrPort) (driver.SharedEg
 	if s.Placeholder == nil {
 		return nil, errors.New("egress: a shared proxy needs the gateway's placeholders for its tokens")
 	}
-	sh := &Shared{s: s, ln: ln, addr: addr, busy: make(chan struct{}, maxUnrouted)}
+	sh := &Shared{s: s, ln: ln, addr: addr, unrouted: map[netip.Addr]int{}}
 	go sh.serve()
 	return sh, nil
 }
@@ -140,15 +148,43 @@ func (sh *Shared) serve() {
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
-		select {
-		case sh.busy <- struct{}{}:
-			go func() {
-				defer func() { <-sh.busy }()
-				sh.route(c)
-			}()
-		default:
+		from := remoteAddr(c)
+		if !sh.take(from) {
 			c.Close()
+			continue
 		}
+		go func() {
+			defer sh.give(from)
+			sh.route(c)
+		}()
+	}
+}
+
+// remoteAddr is the address c comes from.
+func remoteAddr(c net.Conn) netip.Addr {
+	ap, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+	return ap.Addr().Unmap()
+}
+
+// take counts a connection from an address until it is routed; false
+// past the bounds.
+func (sh *Shared) take(from netip.Addr) bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.total >= maxUnrouted || sh.unrouted[from] >= maxUnroutedPerIP {
+		return false
+	}
+	sh.total++
+	sh.unrouted[from]++
+	return true
+}
+
+func (sh *Shared) give(from netip.Addr) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.total--
+	if sh.unrouted[from]--; sh.unrouted[from] == 0 {
+		delete(sh.unrouted, from)
 	}
 }
 

@@ -192,3 +192,51 @@ func TestSharedEnvNamesTheSharedAddress(t *testing.T) {
 		t.Errorf("HTTP_PROXY %s; want the user a.3 at %s", u.Redacted(), w.sh.Addr())
 	}
 }
+
+// One address cannot hold every connection that is yet to send its
+// first request: past maxUnroutedPerIP, its new ones are closed at once;
+// once it lets go, it is served again.
+func TestSharedBoundsWhatOneAddressHolds(t *testing.T) {
+	w := newSharedWorld(t)
+	ref := driver.Ref{ID: "a", Generation: 1}
+	if err := w.sh.Admit(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	sh := w.sh.(*Shared)
+	unrouted := func() int {
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return sh.total
+	}
+	waitFor := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); unrouted() != n; time.Sleep(2 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d connections wait to be routed, want %d", unrouted(), n)
+			}
+		}
+	}
+	var held []net.Conn
+	for range maxUnroutedPerIP {
+		c, err := net.Dial("tcp", w.sh.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	waitFor(maxUnroutedPerIP)
+	extra, err := net.Dial("tcp", w.sh.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	extra.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := extra.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("a connection past the bound: %v; want it closed at once", err)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	waitFor(0)
+	w.expect(w.proxyURL(ref), 200, "hello GET /x")
+}

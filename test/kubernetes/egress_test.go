@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -23,18 +24,27 @@ import (
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
 
-// podProxy is the HTTP_PROXY the API server stored in a Pod's main
-// container.
-func podProxy(t *testing.T, p corev1.Pod) *url.URL {
+// podProxy is the HTTP_PROXY of a Pod's main container, read as the
+// kubelet reads it: from the Secret the Pod names, never from the Pod.
+func (c *cluster) podProxy(t *testing.T, p corev1.Pod) *url.URL {
 	t.Helper()
 	for _, e := range p.Spec.Containers[0].Env {
-		if e.Name == "HTTP_PROXY" {
-			u, err := url.Parse(e.Value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return u
+		if e.Name != "HTTP_PROXY" {
+			continue
 		}
+		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			t.Fatalf("pod %s has HTTP_PROXY in its spec, not from a secret: %+v", p.Name, e)
+		}
+		ref := e.ValueFrom.SecretKeyRef
+		sec, err := c.api.CoreV1().Secrets(p.Namespace).Get(context.Background(), ref.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := url.Parse(string(sec.Data[ref.Key]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
 	}
 	t.Fatalf("pod %s has no HTTP_PROXY: %v", p.Name, p.Spec.Containers[0].Env)
 	return nil
@@ -131,7 +141,10 @@ network_policies:
 		t.Fatalf("pods: %v, %v", pods, err)
 	}
 	p := pods.Items[0]
-	proxy := podProxy(t, p)
+	proxy := c.podProxy(t, p)
+	if spec, _ := json.Marshal(p.Spec); strings.Contains(string(spec), "token-") {
+		t.Errorf("the Pod's spec holds its egress token: %s", spec)
+	}
 	if proxy.Host != shared.Addr().String() || proxy.User.Username() != spec.ID+".1" {
 		t.Errorf("HTTP_PROXY %s; want the shared proxy, as generation 1 of the sandbox", proxy.Redacted())
 	}
@@ -181,5 +194,8 @@ network_policies:
 	}
 	if cms, err := c.api.CoreV1().ConfigMaps(c.namespace).List(ctx, sel); err != nil || len(cms.Items) != 0 {
 		t.Errorf("egress certificates after delete: %v, %v", cms, err)
+	}
+	if secs, err := c.api.CoreV1().Secrets(c.namespace).List(ctx, sel); err != nil || len(secs.Items) != 0 {
+		t.Errorf("egress secrets after delete: %v, %v", secs, err)
 	}
 }

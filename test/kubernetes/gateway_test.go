@@ -339,7 +339,7 @@ func TestGatewayServesEgressToPods(t *testing.T) {
 	if len(active) != 1 {
 		t.Fatalf("%d running pods, want 1", len(active))
 	}
-	proxy := podProxy(t, active[0])
+	proxy := c.podProxy(t, active[0])
 	if got := get(t, proxy, "http://elsewhere.test/"); got != http.StatusForbidden {
 		t.Errorf("a host the policy does not name: %d, want 403", got)
 	}

@@ -2,7 +2,9 @@ package kubernetes
 
 import (
 	"context"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,18 +21,22 @@ import (
 const trustVolume = "corral-egress"
 
 // withEgress gives the Pod of spec's incarnation its way out: the
-// gateway's shared egress proxy in its environment (with the
-// incarnation's token), and its trust ConfigMap at driver.TrustDir and
-// over the system bundle.
+// gateway's shared egress proxy in its environment, and its trust
+// ConfigMap at driver.TrustDir and over the system bundle. The variables
+// come from the sandbox's Secret (envSecretFor): the proxy URL carries
+// the incarnation's token, and credentials' placeholders are there too,
+// so that reading the Pod (a right many of a cluster's users have) does
+// not give the sandbox's way out.
 func (d *Driver) withEgress(p *corev1.Pod, spec driver.Spec) error {
-	env, err := d.opts.Egress.Env(driver.Ref{ID: spec.ID, Generation: spec.Generation}, spec.Policy.Credentials)
+	env, err := d.egressEnv(spec)
 	if err != nil {
 		return err
 	}
 	main := &p.Spec.Containers[0]
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		main.Env = append(main.Env, corev1.EnvVar{Name: k, Value: v})
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		main.Env = append(main.Env, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: d.claimName(spec.ID)}, Key: k,
+		}}})
 	}
 	main.VolumeMounts = append(main.VolumeMounts,
 		corev1.VolumeMount{Name: trustVolume, MountPath: driver.TrustDir, ReadOnly: true},
@@ -39,6 +45,44 @@ func (d *Driver) withEgress(p *corev1.Pod, spec driver.Spec) error {
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: d.claimName(spec.ID)}},
 	}})
 	return nil
+}
+
+// egressEnv is incarnation spec's environment for its egress, by name.
+func (d *Driver) egressEnv(spec driver.Spec) (map[string]string, error) {
+	list, err := d.opts.Egress.Env(driver.Ref{ID: spec.ID, Generation: spec.Generation}, spec.Policy.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	for _, kv := range list {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	return env, nil
+}
+
+// ensureEnvSecret creates sandbox spec's Secret of egress variables, or
+// brings it to this incarnation's (each has a token of its own).
+func (d *Driver) ensureEnvSecret(ctx context.Context, spec driver.Spec) error {
+	env, err := d.egressEnv(spec)
+	if err != nil {
+		return err
+	}
+	l := d.selectable(spec)
+	delete(l, driver.LabelGeneration)
+	want := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: d.claimName(spec.ID), Labels: l}, StringData: env}
+	secrets := d.api.CoreV1().Secrets(d.opts.Namespace)
+	_, err = secrets.Create(ctx, want, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return d.wrap(err, "create the egress secret of sandbox "+spec.Name)
+	}
+	cur, err := secrets.Get(ctx, want.Name, metav1.GetOptions{})
+	if err != nil {
+		return d.wrap(err, "get the egress secret of sandbox "+spec.Name)
+	}
+	cur.Data, cur.StringData = nil, env
+	_, err = secrets.Update(ctx, cur, metav1.UpdateOptions{})
+	return d.wrap(err, "update the egress secret of sandbox "+spec.Name)
 }
 
 // trustFor is the ConfigMap of sandbox spec's egress certificates: its

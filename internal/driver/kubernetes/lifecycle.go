@@ -67,6 +67,9 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		if err := d.ensureTrust(ctx, spec); err != nil {
 			return err
 		}
+		if err := d.ensureEnvSecret(ctx, spec); err != nil {
+			return err
+		}
 	}
 	return d.ensureNetworkPolicy(ctx, spec)
 }
@@ -339,7 +342,7 @@ func (d *Driver) waitGone(ctx context.Context, id, name string) error {
 }
 
 // Delete implements driver.Driver: every Pod at once, the network
-// policy, the egress certificates and the claim (its volume goes as the storage class says).
+// policy, the egress certificates and secret, and the claim (its volume goes as the storage class says).
 func (d *Driver) Delete(ctx context.Context, id string) error {
 	pods, err := d.pods(ctx, id)
 	if err != nil {
@@ -355,6 +358,10 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	err = d.api.CoreV1().ConfigMaps(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return d.wrap(err, "delete the egress certificates of sandbox "+id)
+	}
+	err = d.api.CoreV1().Secrets(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return d.wrap(err, "delete the egress secret of sandbox "+id)
 	}
 	err = d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -448,8 +455,8 @@ func podState(obj *driver.Object, p *corev1.Pod) {
 	}
 }
 
-// Leftovers implements driver.Leftovers: the network policies and egress
-// certificates of sandboxes with neither claim nor Pod (a delete cut
+// Leftovers implements driver.Leftovers: the network policies, egress
+// certificates and egress secrets of sandboxes with neither claim nor Pod (a delete cut
 // short between them).
 func (d *Driver) Leftovers(ctx context.Context, compute []driver.Object) ([]driver.Object, error) {
 	opts := metav1.ListOptions{LabelSelector: d.selector("")}
@@ -460,6 +467,10 @@ func (d *Driver) Leftovers(ctx context.Context, compute []driver.Object) ([]driv
 	maps, err := d.api.CoreV1().ConfigMaps(d.opts.Namespace).List(ctx, opts)
 	if err != nil {
 		return nil, d.wrap(err, "list config maps")
+	}
+	secrets, err := d.api.CoreV1().Secrets(d.opts.Namespace).List(ctx, opts)
+	if err != nil {
+		return nil, d.wrap(err, "list secrets")
 	}
 	known := map[string]bool{}
 	for _, o := range compute {
@@ -477,6 +488,9 @@ func (d *Driver) Leftovers(ctx context.Context, compute []driver.Object) ([]driv
 	}
 	for _, cm := range maps.Items {
 		add("config map", cm.ObjectMeta)
+	}
+	for _, sec := range secrets.Items {
+		add("secret", sec.ObjectMeta)
 	}
 	return left, nil
 }
