@@ -1,10 +1,12 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,11 +16,13 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"k8s.io/client-go/tools/clientcmd"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/driver/fake"
 	"github.com/corral-sandbox/corral/internal/driver/fake/faults"
+	"github.com/corral-sandbox/corral/internal/driver/kubernetes"
 	"github.com/corral-sandbox/corral/internal/driver/native"
 	"github.com/corral-sandbox/corral/internal/testenv"
 )
@@ -253,4 +257,90 @@ func (b *nativeBackend) objects() map[string]driver.Object {
 		}
 	}
 	return out
+}
+
+// kubeBackend runs the kubernetes driver on a cluster of
+// testenv.KubeconfigEnv (an API server whose kubelet is played), through
+// a TCP switch that takes the API server away at random.
+type kubeBackend struct {
+	t          *testing.T
+	label      string
+	namespace  string
+	direct     string // the kubeconfig of the cluster
+	kubeconfig string // the one through the switch, the gateway's
+	sw         *testenv.TCPSwitch
+}
+
+// The played kubelet's images: no image is pulled or run.
+const (
+	kubeSupervisorImage = "corral-test/supervisor:dev"
+	kubeImage           = "corral-test/busybox:latest"
+)
+
+func newKubeBackend(t *testing.T, label string) *kubeBackend {
+	direct := testenv.RequireKubernetes(t)
+	cfg, err := clientcmd.LoadFromFile(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx := cfg.Contexts[cfg.CurrentContext]
+	if kctx == nil || cfg.Clusters[kctx.Cluster] == nil {
+		t.Fatalf("%s: no current context", direct)
+	}
+	u, err := url.Parse(cfg.Clusters[kctx.Cluster].Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &kubeBackend{t: t, label: label, namespace: cmp.Or(kctx.Namespace, "default"), direct: direct, sw: testenv.NewTCPSwitch(t, u.Host)}
+	cfg.Clusters[kctx.Cluster].Server = "https://" + b.sw.Addr
+	b.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, b.kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.removeAll)
+	return b
+}
+
+func (b *kubeBackend) args() []string {
+	return []string{"--driver", "kubernetes", "--kubeconfig", b.kubeconfig, "--namespace", b.namespace,
+		"--kube-supervisor-image", kubeSupervisorImage, "--default-image", kubeImage}
+}
+
+func (b *kubeBackend) spec() *corralv1.SandboxSpec {
+	return &corralv1.SandboxSpec{Command: []string{"sleep", "3600"}}
+}
+
+func (b *kubeBackend) lifetime() time.Duration { return 2 * time.Second }
+
+func (b *kubeBackend) faults(rng *rand.Rand) {
+	b.sw.Up(b.t)
+	if rng.IntN(4) == 0 {
+		b.sw.Down()
+	}
+}
+
+func (b *kubeBackend) clear() { b.sw.Up(b.t) }
+
+func (b *kubeBackend) driver() (*kubernetes.Driver, error) {
+	return kubernetes.New(driver.Config{Label: b.label}, kubernetes.Options{Kubeconfig: b.direct, Namespace: b.namespace, SupervisorImage: kubeSupervisorImage})
+}
+
+func (b *kubeBackend) objects() map[string]driver.Object {
+	d, err := b.driver()
+	return objectsOf(b.t, d, err)
+}
+
+// removeAll deletes what the run left on the cluster.
+func (b *kubeBackend) removeAll() {
+	d, err := b.driver()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, _ := d.List(ctx)
+	left, _ := d.Leftovers(ctx, list)
+	for _, o := range append(list, left...) {
+		d.Delete(ctx, o.ID)
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -23,7 +22,7 @@ import (
 
 const (
 	supervisorImage = "corral-test/supervisor:dev"
-	gvisorClass     = "gvisor"
+	gvisorClass     = GVisorClass
 )
 
 // cluster is a real API server with a namespace whose Pod Security
@@ -43,25 +42,10 @@ func startCluster(t *testing.T) *cluster {
 	return &cluster{rc: rc, api: api, namespace: ns, kubelet: StartKubelet(t, api, ns)}
 }
 
-// startNamespace makes a namespace under Pod Security baseline, with its
-// default service account, and the RuntimeClass of runsc.
+// startNamespace makes a namespace of its own for a test.
 func startNamespace(t testing.TB, rc *rest.Config) (kubernetes.Interface, string) {
-	t.Helper()
-	api := kubernetes.NewForConfigOrDie(rc)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	ns := "corral-" + sandbox.ShortID(sandbox.NewID())
-	if _, err := api.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "baseline"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.NodeV1().RuntimeClasses().Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: gvisorClass}, Handler: "runsc"}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return api, ns
+	return StartNamespace(t, rc, ns), ns
 }
 
 func (c *cluster) driver(t testing.TB, label string) *kube.Driver {

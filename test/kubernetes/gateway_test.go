@@ -3,15 +3,12 @@ package kubernetes
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,8 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -33,83 +28,10 @@ var bin string
 
 func TestMain(m *testing.M) { testenv.MainWithCorral(m, &bin) }
 
-// switchProxy is a TCP proxy to the API server that can be taken down
-// (its listener closed and every connection cut: connection refused) and
-// brought back on the same address.
-type switchProxy struct {
-	target, addr string
-	mu           sync.Mutex
-	lis          net.Listener
-	conns        []net.Conn
-}
-
-func newSwitchProxy(t *testing.T, target string) *switchProxy {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &switchProxy{target: target, addr: lis.Addr().String()}
-	p.serve(lis)
-	t.Cleanup(p.Down)
-	return p
-}
-
-func (p *switchProxy) serve(lis net.Listener) {
-	p.mu.Lock()
-	p.lis = lis
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { io.Copy(up, c); up.Close() }()
-			go func() { io.Copy(c, up); c.Close() }()
-		}
-	}()
-}
-
-// Down refuses new connections and cuts the open ones.
-func (p *switchProxy) Down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.lis != nil {
-		p.lis.Close()
-		p.lis = nil
-	}
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-// Up listens again on the same address.
-func (p *switchProxy) Up(t *testing.T) {
-	lis, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.serve(lis)
-}
-
 // kubeconfig writes a kubeconfig of rc's credentials for server.
 func kubeconfig(t *testing.T, rc *rest.Config, server string) string {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["test"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: rc.CAFile, CertificateAuthorityData: rc.CAData, InsecureSkipTLSVerify: rc.Insecure, TLSServerName: rc.ServerName}
-	cfg.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken, ClientCertificate: rc.CertFile, ClientKey: rc.KeyFile, ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData, TokenFile: rc.BearerTokenFile}
-	cfg.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
-	cfg.CurrentContext = "test"
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+	if err := WriteKubeconfig(rc, server, "", path); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -202,8 +124,8 @@ func TestGatewayOnKubernetes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := newSwitchProxy(t, u.Host)
-	kc := kubeconfig(t, c.rc, "https://"+proxy.addr)
+	proxy := testenv.NewTCPSwitch(t, u.Host)
+	kc := kubeconfig(t, c.rc, "https://"+proxy.Addr)
 	home := t.TempDir()
 	g := startGateway(t, home, kc, c.namespace)
 	api := client(t, home)

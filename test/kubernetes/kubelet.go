@@ -3,13 +3,13 @@ package kubernetes
 import (
 	"context"
 	"sync"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/kubernetes/test/utils/ktesting"
 )
 
 // Kubelet plays the part of a node's kubelet (and of the scheduler) on a
@@ -32,7 +32,7 @@ type Kubelet struct {
 }
 
 // StartKubelet starts a kubelet for namespace, stopped when the test ends.
-func StartKubelet(t testing.TB, api kubernetes.Interface, namespace string) *Kubelet {
+func StartKubelet(t ktesting.TB, api kubernetes.Interface, namespace string) *Kubelet {
 	k := &Kubelet{api: api, namespace: namespace, node: "corral-test-node", exits: map[string]int32{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
