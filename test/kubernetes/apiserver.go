@@ -53,7 +53,10 @@ func StartAPIServer(t ktesting.TB) *rest.Config {
 	}
 	storage := storagebackend.NewDefaultConfig("/corral-test", nil)
 	storage.Transport.ServerList = []string{client.String()}
-	server, err := kubeapiservertesting.StartTestServer(t, nil, nil, storage)
+	// a real kubelet (cmd/cluster -kubelet=false) is reached at its node's
+	// IP, as no name of it resolves here
+	flags := []string{"--kubelet-preferred-address-types=InternalIP"}
+	server, err := kubeapiservertesting.StartTestServer(t, nil, flags, storage)
 	if err != nil {
 		t.Fatalf("the API server: %v", err)
 	}

@@ -1,6 +1,8 @@
 // Command cluster serves the tests' Kubernetes cluster outside a test: a
 // real API server on an embedded etcd and a played kubelet for one
-// namespace (see the package above), until SIGTERM or SIGINT. It writes a
+// namespace (see the package above), or none for a real kubelet to
+// register with (-kubelet=false; .ci/kubelet starts one), until SIGTERM
+// or SIGINT. It writes a
 // kubeconfig of a cluster admin, then prints "ready", so that tests of
 // another module (the torture harness, with -driver kubernetes) drive
 // corral's gateway on it.
@@ -23,6 +25,7 @@ import (
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "where to write the kubeconfig")
 	namespace := flag.String("namespace", "corral-torture", "the namespace the played kubelet runs the Pods of")
+	played := flag.Bool("kubelet", true, "play the kubelet (false: a real one registers, .ci/kubelet)")
 	flag.Parse()
 	if *kubeconfig == "" {
 		log.Fatal("cluster: give -kubeconfig")
@@ -31,7 +34,9 @@ func main() {
 	defer p.cleanup()
 	rc := kubetest.StartAPIServer(p)
 	api := kubetest.StartNamespace(p, rc, *namespace)
-	kubetest.StartKubelet(p, api, *namespace)
+	if *played {
+		kubetest.StartKubelet(p, api, *namespace)
+	}
 
 	if err := os.MkdirAll(filepath.Dir(*kubeconfig), 0o700); err != nil {
 		p.Fatal(err)
