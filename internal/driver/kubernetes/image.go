@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -18,7 +19,8 @@ import (
 // WriteSupervisorImage writes, as a docker-archive tar at path (what
 // `docker load`, `ctr images import` and registries' push tools take), an
 // image tagged tag whose one layer is the static supervisor binary bin at
-// /corral-supervise: what the Pods' init container copies in.
+// /corral-supervise: what the Pods' init container copies in. Its
+// platform is this build's (the binary is only that platform's).
 func WriteSupervisorImage(path, tag, bin string) error {
 	ref, err := name.NewTag(tag)
 	if err != nil {
@@ -48,8 +50,16 @@ func WriteSupervisorImage(path, tag, bin string) error {
 	if err != nil {
 		return err
 	}
-	img, err = mutate.Config(img, v1.Config{Entrypoint: []string{imageSupervisor}})
+	cf, err := img.ConfigFile()
 	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	// the platform of this build: a runtime that finds none (containerd)
+	// takes the image for another's and refuses it
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.Config = v1.Config{Entrypoint: []string{imageSupervisor}}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
 	}
 	return tarball.WriteToFile(path, ref, img)

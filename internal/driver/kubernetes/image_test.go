@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -14,7 +15,8 @@ import (
 )
 
 // The supervisor image holds the binary given, whole and executable, at
-// the path the Pods' init container runs, under the tag given.
+// the path the Pods' init container runs, under the tag given, for this
+// build's platform.
 func TestSupervisorImageHoldsTheBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "corral-supervise")
@@ -30,6 +32,9 @@ func TestSupervisorImageHoldsTheBinary(t *testing.T) {
 	img, err := tarball.ImageFromPath(path, &tag)
 	if err != nil {
 		t.Fatalf("the archive has no image of its tag: %v", err)
+	}
+	if cf, err := img.ConfigFile(); err != nil || cf.OS != "linux" || cf.Architecture != runtime.GOARCH || cf.Config.Entrypoint[0] != imageSupervisor {
+		t.Fatalf("config %+v, %v; want linux/%s, entrypoint %s", cf, err, runtime.GOARCH, imageSupervisor)
 	}
 	tr := tar.NewReader(mutate.Extract(img))
 	hdr, err := tr.Next()
