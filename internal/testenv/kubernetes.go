@@ -24,3 +24,22 @@ func RequireKubernetes(t testing.TB) string {
 	}
 	return path
 }
+
+// KubeletKubeconfigEnv names the kubeconfig of a cluster whose node is a
+// real kubelet and runtime (.ci/kubelet), for the tests of what runs
+// inside Pods: the supervisor, execs, logs, egress from a Pod.
+const KubeletKubeconfigEnv = "CORRAL_TEST_KUBELET_KUBECONFIG"
+
+// RequireKubelet returns the kubeconfig of KubeletKubeconfigEnv, or skips
+// t (fails it under CORRAL_REQUIRE_KUBELET=1) when none is given.
+func RequireKubelet(t testing.TB) string {
+	t.Helper()
+	path := os.Getenv(KubeletKubeconfigEnv)
+	if path == "" {
+		if os.Getenv("CORRAL_REQUIRE_KUBELET") == "1" {
+			t.Fatalf("CORRAL_REQUIRE_KUBELET=1 but %s names no kubeconfig", KubeletKubeconfigEnv)
+		}
+		t.Skipf("needs a cluster with a real kubelet: set %s to its kubeconfig (.ci/kubelet starts one; CORRAL_REQUIRE_KUBELET=1 makes this a failure)", KubeletKubeconfigEnv)
+	}
+	return path
+}

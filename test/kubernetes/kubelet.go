@@ -96,10 +96,18 @@ func (k *Kubelet) releaseClaims(ctx context.Context, inUse map[string]bool) {
 		return
 	}
 	for _, c := range claims.Items {
-		if c.DeletionTimestamp != nil && len(c.Finalizers) > 0 && !inUse[c.Name] {
-			c.Finalizers = nil
-			_, _ = k.api.CoreV1().PersistentVolumeClaims(k.namespace).Update(ctx, &c, metav1.UpdateOptions{})
+		if c.DeletionTimestamp != nil && !inUse[c.Name] {
+			releaseClaim(ctx, k.api, c)
 		}
+	}
+}
+
+// releaseClaim drops a deleted claim's finalizers (claim protection's),
+// so that it goes.
+func releaseClaim(ctx context.Context, api kubernetes.Interface, c corev1.PersistentVolumeClaim) {
+	if len(c.Finalizers) > 0 {
+		c.Finalizers = nil
+		_, _ = api.CoreV1().PersistentVolumeClaims(c.Namespace).Update(ctx, &c, metav1.UpdateOptions{})
 	}
 }
 

@@ -144,15 +144,15 @@ func (d *Driver) egressRules() []networkingv1.NetworkPolicyEgressRule {
 // AttachEgress implements driver.EgressAttacher: a gateway started after
 // incarnation ref lets its token in again.
 func (d *Driver) AttachEgress(ctx context.Context, ref driver.Ref) error {
-	if d.opts.Egress == nil {
-		return nil
-	}
 	pods, err := d.pods(ctx, ref.ID)
 	if err != nil {
 		return err
 	}
 	for _, p := range pods {
 		if generation(p.Labels) == ref.Generation && active(&p) && p.DeletionTimestamp == nil {
+			if d.opts.Egress == nil {
+				return nil // nothing to serve
+			}
 			return d.opts.Egress.Admit(ctx, ref)
 		}
 	}

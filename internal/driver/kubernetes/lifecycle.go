@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
@@ -29,7 +30,6 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err != nil {
 		return err
 	}
-	claims := d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace)
 	c, err := d.claim(ctx, spec.ID)
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
@@ -56,10 +56,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		if err := d.deletePods(ctx, pods); err != nil {
 			return err
 		}
-		if err := d.record(c, spec, pod); err != nil {
-			return err
-		}
-		if _, err := claims.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+		if err := d.updateClaim(ctx, c, func(c *corev1.PersistentVolumeClaim) error { return d.record(c, spec, pod) }); err != nil {
 			return d.wrap(err, "record generation "+strconv.FormatInt(spec.Generation, 10)+" of sandbox "+spec.Name)
 		}
 	}
@@ -171,10 +168,16 @@ func (d *Driver) Start(ctx context.Context, ref driver.Ref) error {
 	if err := json.Unmarshal([]byte(c.Annotations[annPod]), &pod); err != nil {
 		return fmt.Errorf("the claim of sandbox %s holds no pod of its incarnation: %w", ref.ID, err)
 	}
-	c.Annotations[annStarted] = "true"
-	delete(c.Annotations, annExit)
-	delete(c.Annotations, annExitNote)
-	if _, err := d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace).Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+	err = d.updateClaim(ctx, c, func(c *corev1.PersistentVolumeClaim) error {
+		if g := generation(c.Labels); g != ref.Generation {
+			return errdefs.FailedPrecondition("sandbox %s is at generation %d, not %d", ref.ID, g, ref.Generation)
+		}
+		c.Annotations[annStarted] = "true"
+		delete(c.Annotations, annExit)
+		delete(c.Annotations, annExitNote)
+		return nil
+	})
+	if err != nil {
 		return d.wrap(err, "record the start of sandbox "+ref.ID)
 	}
 	if d.opts.Egress != nil { // its token is let in before the Pod can send it
@@ -335,10 +338,36 @@ func (d *Driver) waitGone(ctx context.Context, id, name string) error {
 	if err != nil {
 		return err
 	}
-	c.Annotations[annExit] = strconv.Itoa(code)
-	c.Annotations[annExitNote] = note
-	_, err = d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace).Update(ctx, c, metav1.UpdateOptions{})
+	err = d.updateClaim(ctx, c, func(c *corev1.PersistentVolumeClaim) error {
+		c.Annotations[annExit] = strconv.Itoa(code)
+		c.Annotations[annExitNote] = note
+		return nil
+	})
 	return d.wrap(err, "record the exit of sandbox "+id)
+}
+
+// updateClaim applies change to a claim and writes it, again on a newer
+// version of it when another writer (the cluster's volume binder, which
+// binds a new claim) wrote it meanwhile.
+func (d *Driver) updateClaim(ctx context.Context, c *corev1.PersistentVolumeClaim, change func(*corev1.PersistentVolumeClaim) error) error {
+	claims := d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace)
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if err := change(c); err != nil {
+			return err
+		}
+		_, err := claims.Update(ctx, c, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			fresh, gerr := claims.Get(ctx, c.Name, metav1.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+			if fresh.Annotations == nil {
+				fresh.Annotations = map[string]string{}
+			}
+			*c = *fresh
+		}
+		return err
+	})
 }
 
 // Delete implements driver.Driver: every Pod at once, the network

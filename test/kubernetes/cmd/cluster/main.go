@@ -25,7 +25,8 @@ import (
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "where to write the kubeconfig")
 	namespace := flag.String("namespace", "corral-torture", "the namespace the played kubelet runs the Pods of")
-	played := flag.Bool("kubelet", true, "play the kubelet (false: a real one registers, .ci/kubelet)")
+	played := flag.Bool("kubelet", true, "play the kubelet (false: a real one registers, .ci/kubelet, and the scheduler, volume binder and claim protection are played)")
+	volumes := flag.String("volumes", "/var/lib/corral-kube/volumes", "with -kubelet=false, the directory of the claims' hostPath volumes")
 	flag.Parse()
 	if *kubeconfig == "" {
 		log.Fatal("cluster: give -kubeconfig")
@@ -36,6 +37,8 @@ func main() {
 	api := kubetest.StartNamespace(p, rc, *namespace)
 	if *played {
 		kubetest.StartKubelet(p, api, *namespace)
+	} else {
+		kubetest.StartControllers(p, api, *namespace, *volumes)
 	}
 
 	if err := os.MkdirAll(filepath.Dir(*kubeconfig), 0o700); err != nil {
