@@ -7,8 +7,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/corral-sandbox/corral/internal/driver"
+	kube "github.com/corral-sandbox/corral/internal/driver/kubernetes"
 	"github.com/corral-sandbox/corral/internal/policy"
 	"github.com/corral-sandbox/corral/internal/sandbox"
 )
@@ -16,17 +18,31 @@ import (
 // Create→ready through the kubernetes driver (claim, network policy, Pod,
 // wait for its main container to run) beside its nearest peer, a direct
 // client-go create of a Pod and a wait for Running, on the same API
-// server and played kubelet: the API-side part alone, since no real
-// kubelet runs Pods here. Each run's objects are deleted, untimed, so
-// that both see the same number of Pods.
+// server and played kubelet: the API-side part alone (BenchmarkCreateToReadyOnARealKubelet
+// is the whole, on a real node).
 func BenchmarkCreateToReady(b *testing.B) {
 	rc := StartAPIServer(b)
 	c := &cluster{rc: rc}
 	c.api, c.namespace = startNamespace(b, rc)
 	c.kubelet = StartKubelet(b, c.api, c.namespace)
+	benchCreateToReady(b, c.api, c.namespace, c.driver)
+}
+
+// BenchmarkCreateToReadyOnARealKubelet is BenchmarkCreateToReady on a
+// real kubelet and runtime (testenv.KubeletKubeconfigEnv): the Pods run,
+// the driver's with its init container's copy of the supervisor and its
+// claim's volume, the direct one without.
+func BenchmarkCreateToReadyOnARealKubelet(b *testing.B) {
+	n := startRealNode(b)
+	benchCreateToReady(b, n.api, n.namespace, n.driver)
+}
+
+// benchCreateToReady times both on a namespace. Each run's objects are
+// deleted, untimed, so that both see the same number of Pods.
+func benchCreateToReady(b *testing.B, api kubernetes.Interface, namespace string, newDriver func(testing.TB, string) *kube.Driver) {
 	ctx := context.Background()
 	b.Run("driver", func(b *testing.B) {
-		d := c.driver(b, "corral.bench."+sandbox.ShortID(sandbox.NewID()))
+		d := newDriver(b, "corral.bench."+sandbox.ShortID(sandbox.NewID()))
 		for b.Loop() {
 			spec := driver.Spec{ID: sandbox.NewID(), Name: "bench", Generation: 1, Image: "corral-test/busybox:latest", Command: []string{"sleep", "3600"}, Policy: policy.Default()}
 			if err := d.Create(ctx, spec); err != nil {
@@ -43,11 +59,13 @@ func BenchmarkCreateToReady(b *testing.B) {
 		}
 	})
 	b.Run("client-go", func(b *testing.B) {
-		pods := c.api.CoreV1().Pods(c.namespace)
+		pods := api.CoreV1().Pods(namespace)
 		for b.Loop() {
 			p, err := pods.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "direct-"}, Spec: corev1.PodSpec{
-				RestartPolicy: corev1.RestartPolicyNever,
-				Containers:    []corev1.Container{{Name: "main", Image: "corral-test/busybox:latest", Command: []string{"sleep", "3600"}}},
+				RestartPolicy:                corev1.RestartPolicyNever,
+				AutomountServiceAccountToken: new(false), // as the driver's (no controller here publishes the root CA either)
+				Containers: []corev1.Container{{Name: "main", Image: "corral-test/busybox:latest", Command: []string{"sleep", "3600"},
+					ImagePullPolicy: corev1.PullNever}},
 			}}, metav1.CreateOptions{})
 			if err != nil {
 				b.Fatal(err)
