@@ -30,7 +30,7 @@ type realNode struct {
 	ip                    string
 }
 
-func startRealNode(t *testing.T) *realNode {
+func startRealNode(t testing.TB) *realNode {
 	t.Helper()
 	path := testenv.RequireKubelet(t)
 	raw, err := clientcmd.LoadFromFile(path)
