@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -239,4 +240,28 @@ func TestSharedBoundsWhatOneAddressHolds(t *testing.T) {
 	}
 	waitFor(0)
 	w.expect(w.proxyURL(ref), 200, "hello GET /x")
+}
+
+// A CONNECT tunnel is routed by its token as a request is: the tunnel
+// carries what the sandbox sends on to the allowed server.
+func TestSharedRoutesATunnel(t *testing.T) {
+	w := newSharedWorld(t)
+	ref := driver.Ref{ID: "a", Generation: 1}
+	if err := w.sh.Admit(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	proxy := w.proxyURL(ref)
+	c, err := net.Dial("tcp", proxy.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	pass, _ := proxy.User.Password()
+	auth := base64.StdEncoding.EncodeToString([]byte(proxy.User.Username() + ":" + pass))
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\nGET /tunnelled HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", w.upstream, w.upstream, auth, w.upstream)
+	got, _ := io.ReadAll(c)
+	if !strings.HasPrefix(string(got), "HTTP/1.1 200") || !strings.Contains(string(got), "hello GET /tunnelled") {
+		t.Errorf("through the tunnel: %q", got)
+	}
 }
