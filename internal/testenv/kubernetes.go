@@ -15,14 +15,7 @@ const KubeconfigEnv = "CORRAL_TEST_KUBECONFIG"
 // (fails it under CORRAL_REQUIRE_KUBERNETES=1) when none is given.
 func RequireKubernetes(t testing.TB) string {
 	t.Helper()
-	path := os.Getenv(KubeconfigEnv)
-	if path == "" {
-		if os.Getenv("CORRAL_REQUIRE_KUBERNETES") == "1" {
-			t.Fatalf("CORRAL_REQUIRE_KUBERNETES=1 but %s names no kubeconfig", KubeconfigEnv)
-		}
-		t.Skipf("needs a Kubernetes API server: set %s to a kubeconfig (go run ./cmd/cluster in test/kubernetes serves one; CORRAL_REQUIRE_KUBERNETES=1 makes this a failure)", KubeconfigEnv)
-	}
-	return path
+	return requireSetting(t, KubeconfigEnv, "CORRAL_REQUIRE_KUBERNETES", "a Kubernetes API server: set it to a kubeconfig (go run ./cmd/cluster in test/kubernetes serves one)")
 }
 
 // KubeletKubeconfigEnv names the kubeconfig of a cluster whose node is a
@@ -34,12 +27,20 @@ const KubeletKubeconfigEnv = "CORRAL_TEST_KUBELET_KUBECONFIG"
 // t (fails it under CORRAL_REQUIRE_KUBELET=1) when none is given.
 func RequireKubelet(t testing.TB) string {
 	t.Helper()
-	path := os.Getenv(KubeletKubeconfigEnv)
-	if path == "" {
-		if os.Getenv("CORRAL_REQUIRE_KUBELET") == "1" {
-			t.Fatalf("CORRAL_REQUIRE_KUBELET=1 but %s names no kubeconfig", KubeletKubeconfigEnv)
+	return requireSetting(t, KubeletKubeconfigEnv, "CORRAL_REQUIRE_KUBELET", "a cluster with a real kubelet: set it to its kubeconfig (.ci/kubelet starts one)")
+}
+
+// requireSetting returns the value of the environment variable name, or
+// skips t, saying it needs what, when it is unset; under require=1 that
+// is a failure instead.
+func requireSetting(t testing.TB, name, require, what string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		if os.Getenv(require) == "1" {
+			t.Fatalf("%s=1 but %s is not set", require, name)
 		}
-		t.Skipf("needs a cluster with a real kubelet: set %s to its kubeconfig (.ci/kubelet starts one; CORRAL_REQUIRE_KUBELET=1 makes this a failure)", KubeletKubeconfigEnv)
+		t.Skipf("needs %s: %s (%s=1 makes this a failure)", what, name, require)
 	}
-	return path
+	return v
 }

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"net/url"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -23,14 +22,7 @@ const PostgresEnv = "CORRAL_TEST_POSTGRES"
 // (fails it under CORRAL_REQUIRE_POSTGRES=1) when none is given.
 func RequirePostgres(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv(PostgresEnv)
-	if u == "" {
-		if os.Getenv("CORRAL_REQUIRE_POSTGRES") == "1" {
-			t.Fatalf("CORRAL_REQUIRE_POSTGRES=1 but %s names no server", PostgresEnv)
-		}
-		t.Skipf("needs a PostgreSQL server: set %s to its URL (set CORRAL_REQUIRE_POSTGRES=1 to make this a failure)", PostgresEnv)
-	}
-	return u
+	return requireSetting(t, PostgresEnv, "CORRAL_REQUIRE_POSTGRES", "a PostgreSQL server: set it to its URL")
 }
 
 var made sync.Map // database name -> true, made in this process

@@ -20,16 +20,21 @@ import (
 // would make) and claim protection (a deleted claim no Pod uses goes, its
 // volume with it). They stop when t ends.
 func StartControllers(t ktesting.TB, api kubernetes.Interface, namespace, volumes string) {
+	c := &controllers{api: api, namespace: namespace, volumes: volumes}
+	repeat(t, 50*time.Millisecond, c.pass)
+}
+
+// repeat calls pass every interval until t ends.
+func repeat(t ktesting.TB, every time.Duration, pass func(context.Context)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	c := &controllers{api: api, namespace: namespace, volumes: volumes}
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			c.pass(ctx)
+			pass(ctx)
 			select {
 			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(every):
 			}
 		}
 	}()

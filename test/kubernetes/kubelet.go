@@ -34,19 +34,7 @@ type Kubelet struct {
 // StartKubelet starts a kubelet for namespace, stopped when the test ends.
 func StartKubelet(t ktesting.TB, api kubernetes.Interface, namespace string) *Kubelet {
 	k := &Kubelet{api: api, namespace: namespace, node: "corral-test-node", exits: map[string]int32{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			k.pass(ctx)
-			select {
-			case <-ctx.Done():
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	repeat(t, 10*time.Millisecond, k.pass)
 	return k
 }
 
