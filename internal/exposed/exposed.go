@@ -9,6 +9,7 @@ package exposed
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -235,7 +236,12 @@ func (m *Ports) forward(c net.Conn, p sandbox.ExposedPort) {
 		return
 	}
 	defer inside.Close()
-	if err := tunnel.Join(c.(*net.TCPConn), inside.(*net.TCPConn)); err != nil && !errors.Is(err, net.ErrClosed) {
+	side, ok := inside.(tunnel.Side)
+	if !ok {
+		m.Log.Error("exposed port: a connection to a sandbox's port cannot half-close", "sandbox", p.SandboxID, "type", fmt.Sprintf("%T", inside))
+		return
+	}
+	if err := tunnel.Join(c.(*net.TCPConn), side); err != nil && !errors.Is(err, net.ErrClosed) {
 		m.Log.Debug("exposed port connection ended", "sandbox", p.SandboxID, "port", p.Port, "err", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -131,6 +132,23 @@ func New() *cobra.Command {
 		Short: "Print this build's identity (the gateway runs corral-supervise only when it is its own)",
 		Args:  cobra.NoArgs,
 		Run:   func(cmd *cobra.Command, _ []string) { fmt.Println(buildid.Identity()) },
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "connect PORT",
+		Short: "Connect to 127.0.0.1:PORT here and pass bytes between it and stdin/stdout (a Kubernetes Pod's port, reached over pods/exec)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			port, err := strconv.Atoi(args[0])
+			if err != nil || port < 1 || port > 65535 {
+				return fmt.Errorf("port %q: want 1 to 65535", args[0])
+			}
+			err = supervisor.Connect(port, os.Stdin, os.Stdout)
+			if errors.Is(err, supervisor.ErrConnectRefused) {
+				fmt.Fprintf(os.Stderr, "corral supervise: connect 127.0.0.1:%d: connection refused\n", port)
+				os.Exit(supervisor.ConnectRefused)
+			}
+			return err
+		},
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "install DEST",

@@ -34,6 +34,7 @@ func TestSuperviseCommandLinesParse(t *testing.T) {
 		{supervisor.StandbyArgv(true), "standby", supervisor.StandbyArgv(true)[5:]},
 		{supervisor.ProbeArgv("/c", "mount", "uid"), "probe", []string{"mount", "uid"}},
 		{supervisor.InstallArgv("/c", "/bin/c"), "install", []string{"/bin/c"}},
+		{supervisor.ConnectArgv("/c", 7070), "connect", []string{"7070"}},
 	} {
 		root := &cobra.Command{Use: "corral-supervise"}
 		root.AddCommand(New())

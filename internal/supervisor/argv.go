@@ -103,3 +103,10 @@ func ProbeArgv(bin string, probes ...string) []string {
 func InstallArgv(bin, dest string) []string {
 	return []string{bin, "supervise", "install", dest}
 }
+
+// ConnectArgv connects to 127.0.0.1:port in bin's network namespace and
+// passes bytes between it and the standard streams (a Kubernetes
+// driver's way into a sandbox's port, over pods/exec): see Connect.
+func ConnectArgv(bin string, port int) []string {
+	return []string{bin, "supervise", "connect", strconv.Itoa(port)}
+}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -88,7 +90,7 @@ func TestConformanceOnARealKubelet(t *testing.T) {
 
 // The gateway on a real kubelet: a sandbox's command runs as the
 // policy's user under the supervisor, `corral sandbox exec` reaches it,
-// and its egress goes through the gateway's proxy, which lets through
+// `corral sandbox expose` serves its port, and its egress goes through the gateway's proxy, which lets through
 // what its policy names (another sandbox's server) and nothing else.
 func TestGatewayOnARealKubelet(t *testing.T) {
 	n := startRealNode(t)
@@ -116,6 +118,18 @@ func TestGatewayOnARealKubelet(t *testing.T) {
 		t.Errorf("id -u in the sandbox: %q, want the policy's user 1000", out)
 	}
 	must("sandbox", "exec", "web", "--", "sh", "-c", "echo hello from web > /tmp/index.html")
+	// its port, served on the gateway's host (through the Pod's exec)
+	exposed := strings.Fields(must("sandbox", "expose", "web", "8080"))
+	addr := exposed[len(exposed)-1]
+	resp, err := http.Get("http://" + strings.TrimPrefix(addr, "http://") + "/")
+	if err != nil {
+		t.Fatalf("the exposed port %s: %v", addr, err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), "hello from web") {
+		t.Errorf("the exposed port %s answered %q", addr, page)
+	}
 	_, active := podsOfReal(t, n, web.Id)
 	if len(active) != 1 || active[0].Status.PodIP == "" {
 		t.Fatalf("web's pods: %d running, IP %q", len(active), podIP(active))

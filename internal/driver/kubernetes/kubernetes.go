@@ -109,6 +109,7 @@ var (
 	// AttachEgress is for a gateway with a shared egress proxy; without
 	// one it has nothing to attach.
 	_ driver.EgressAttacher = (*Driver)(nil)
+	_ driver.PortDialer     = (*Driver)(nil)
 )
 
 // New returns a Kubernetes driver. It does not need the API server to
