@@ -90,7 +90,8 @@ func TestConformanceOnARealKubelet(t *testing.T) {
 
 // The gateway on a real kubelet: a sandbox's command runs as the
 // policy's user under the supervisor, `corral sandbox exec` reaches it,
-// `corral sandbox expose` serves its port, and its egress goes through the gateway's proxy, which lets through
+// `corral sandbox cp` copies files in and out, `corral sandbox expose`
+// serves its port, and its egress goes through the gateway's proxy, which lets through
 // what its policy names (another sandbox's server) and nothing else.
 func TestGatewayOnARealKubelet(t *testing.T) {
 	n := startRealNode(t)
@@ -118,6 +119,17 @@ func TestGatewayOnARealKubelet(t *testing.T) {
 		t.Errorf("id -u in the sandbox: %q, want the policy's user 1000", out)
 	}
 	must("sandbox", "exec", "web", "--", "sh", "-c", "echo hello from web > /tmp/index.html")
+	// files in and out of a running sandbox (through the exec stage)
+	local := t.TempDir()
+	writeFile(t, local+"/notes.txt", "copied in\n")
+	must("sandbox", "cp", local+"/notes.txt", "web:notes.txt")
+	if out := must("sandbox", "exec", "web", "--", "sh", "-c", "cat /sandbox/notes.txt; stat -c %u /sandbox/notes.txt"); out != "copied in\n1000\n" {
+		t.Errorf("the copied file in the sandbox: %q; want its content, owned by 1000", out)
+	}
+	must("sandbox", "cp", "web:/tmp/index.html", local+"/index.html")
+	if got, err := os.ReadFile(local + "/index.html"); err != nil || string(got) != "hello from web\n" {
+		t.Errorf("copied out: %q, %v", got, err)
+	}
 	// its port, served on the gateway's host (through the Pod's exec)
 	exposed := strings.Fields(must("sandbox", "expose", "web", "8080"))
 	addr := exposed[len(exposed)-1]
