@@ -169,8 +169,10 @@ func (b *dockerBackend) objects() map[string]driver.Object {
 		}
 		state := driver.StateStopped
 		switch c.State {
-		case "running", "paused", "restarting":
+		case "running", "restarting":
 			state = driver.StateRunning
+		case "paused": // as the driver reports it, and as the final check compares a paused record
+			state = driver.StatePaused
 		case "created":
 			state = driver.StateCreated
 		}
