@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corral-sandbox/corral/internal/connqueue"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/policy"
 )
@@ -104,11 +105,11 @@ func (sh *Shared) Admit(ctx context.Context, ref driver.Ref) error {
 		return err
 	}
 	sh.s.mu.Lock()
-	if q, ok := b.ln.(*handoff); ok && b.gen == ref.Generation && !q.closed() {
+	if q, ok := b.ln.(*connqueue.Queue); ok && b.gen == ref.Generation && !q.Ended() {
 		sh.s.mu.Unlock()
 		return nil
 	}
-	q := newHandoff(sh.ln.Addr())
+	q := connqueue.New(sh.ln.Addr(), nil)
 	old := b.ln
 	b.ln, b.ns, b.gen = q, [2]uint64{}, ref.Generation
 	creds := b.creds
@@ -209,14 +210,14 @@ func (sh *Shared) route(c net.Conn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	if !q.give(&replayed{Conn: c, r: io.MultiReader(&seen, c)}) {
+	if q.Put(context.Background(), &replayed{Conn: c, r: io.MultiReader(&seen, c)}) != nil {
 		c.Close()
 	}
 }
 
-// incarnation is the handoff of the served incarnation whose token req
+// incarnation is the queue of the served incarnation whose token req
 // carries, or nil.
-func (sh *Shared) incarnation(req *http.Request) *handoff {
+func (sh *Shared) incarnation(req *http.Request) *connqueue.Queue {
 	name, pass, ok := proxyAuth(req)
 	if !ok {
 		return nil
@@ -236,7 +237,7 @@ func (sh *Shared) incarnation(req *http.Request) *handoff {
 	if b == nil || b.gen != g {
 		return nil
 	}
-	q, _ := b.ln.(*handoff)
+	q, _ := b.ln.(*connqueue.Queue)
 	return q
 }
 
@@ -244,54 +245,6 @@ func (sh *Shared) incarnation(req *http.Request) *handoff {
 func proxyAuth(req *http.Request) (user, pass string, ok bool) {
 	r := &http.Request{Header: http.Header{"Authorization": req.Header.Values("Proxy-Authorization")}}
 	return r.BasicAuth()
-}
-
-// handoff is a listener whose connections Shared hands over: one
-// incarnation's, served by its proxy.
-type handoff struct {
-	addr  net.Addr
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newHandoff(addr net.Addr) *handoff {
-	return &handoff{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (q *handoff) Accept() (net.Conn, error) {
-	select {
-	case c := <-q.conns:
-		return c, nil
-	case <-q.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (q *handoff) Close() error {
-	q.once.Do(func() { close(q.done) })
-	return nil
-}
-
-func (q *handoff) Addr() net.Addr { return q.addr }
-
-func (q *handoff) closed() bool {
-	select {
-	case <-q.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// give hands c to the proxy; false once the listener is closed.
-func (q *handoff) give(c net.Conn) bool {
-	select {
-	case q.conns <- c:
-		return true
-	case <-q.done:
-		return false
-	}
 }
 
 // replayed is a connection whose first bytes were read already: they are

@@ -11,6 +11,7 @@ import (
 
 	"github.com/corral-sandbox/corral/client"
 	"github.com/corral-sandbox/corral/internal/caller"
+	"github.com/corral-sandbox/corral/internal/connqueue"
 	"github.com/corral-sandbox/corral/internal/service"
 )
 
@@ -20,12 +21,12 @@ import (
 // carry the caller the front end authenticated.
 type frontEnds struct {
 	srv   *grpc.Server
-	conns *connQueue // the server's ends of the in-process connections
+	conns *connqueue.Queue // the server's ends of the in-process connections
 }
 
 // newFrontEnds serves the API on in-process connections.
 func newFrontEnds(core service.Core) *frontEnds {
-	f := &frontEnds{conns: newConnQueue(frontEndAddr{}, nil)}
+	f := &frontEnds{conns: connqueue.New(frontEndAddr{}, nil)}
 	f.srv = service.NewServer(core, grpc.Creds(frontEndCreds{}))
 	go func() { _ = f.srv.Serve(f.conns) }()
 	return f
@@ -38,7 +39,7 @@ func (f *frontEnds) Client(c caller.Caller) (*client.Client, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			mine, theirs := net.Pipe()
-			if err := f.conns.put(ctx, callerConn{theirs, c}); err != nil {
+			if err := f.conns.Put(ctx, callerConn{theirs, c}); err != nil {
 				mine.Close()
 				theirs.Close()
 				if errors.Is(err, net.ErrClosed) {

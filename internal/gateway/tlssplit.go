@@ -6,10 +6,11 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/credentials"
+
+	"github.com/corral-sandbox/corral/internal/connqueue"
 )
 
 // What the TLS listener lets a connection take before it is served: the
@@ -28,7 +29,7 @@ type tlsSplit struct {
 	tcp        net.Listener
 	cfg        *tls.Config
 	log        *slog.Logger
-	h2, http1  *connQueue
+	h2, http1  *connqueue.Queue
 	handshakes chan struct{}
 }
 
@@ -36,14 +37,14 @@ func newTLSSplit(tcp net.Listener, cfg *tls.Config, log *slog.Logger) *tlsSplit 
 	cfg = cfg.Clone()
 	cfg.NextProtos = []string{"h2", "http/1.1"}
 	s := &tlsSplit{tcp: tcp, cfg: cfg, log: log, handshakes: make(chan struct{}, maxHandshakes)}
-	s.h2, s.http1 = newConnQueue(tcp.Addr(), tcp.Close), newConnQueue(tcp.Addr(), tcp.Close)
+	s.h2, s.http1 = connqueue.New(tcp.Addr(), tcp.Close), connqueue.New(tcp.Addr(), tcp.Close)
 	go s.run()
 	return s
 }
 
 func (s *tlsSplit) run() {
-	defer s.h2.end()
-	defer s.http1.end()
+	defer s.h2.End()
+	defer s.http1.End()
 	for {
 		c, err := s.tcp.Accept()
 		if errors.Is(err, net.ErrClosed) {
@@ -77,62 +78,10 @@ func (s *tlsSplit) route(c net.Conn) {
 	if tc.ConnectionState().NegotiatedProtocol == "h2" {
 		q = s.h2
 	}
-	if q.put(context.Background(), tc) != nil {
+	if q.Put(context.Background(), tc) != nil {
 		tc.Close()
 	}
 }
-
-// connQueue is a net.Listener of the connections handed to it (by
-// tlsSplit, or a front end inside the gateway); closing it runs closed,
-// when set (tlsSplit's closes the TCP listener, which ends both of its).
-type connQueue struct {
-	addr   net.Addr
-	closed func() error
-	conns  chan net.Conn
-	done   chan struct{}
-	once   sync.Once
-}
-
-func newConnQueue(addr net.Addr, closed func() error) *connQueue {
-	return &connQueue{addr: addr, closed: closed, conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-// put hands c to the queue's Accept, unless the queue ends or ctx does
-// first (then the caller keeps c).
-func (q *connQueue) put(ctx context.Context, c net.Conn) error {
-	select {
-	case q.conns <- c:
-		return nil
-	case <-q.done:
-		return net.ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (q *connQueue) end() { q.once.Do(func() { close(q.done) }) }
-
-// Accept implements net.Listener.
-func (q *connQueue) Accept() (net.Conn, error) {
-	select {
-	case c := <-q.conns:
-		return c, nil
-	case <-q.done:
-		return nil, net.ErrClosed
-	}
-}
-
-// Close implements net.Listener.
-func (q *connQueue) Close() error {
-	q.end()
-	if q.closed == nil {
-		return nil
-	}
-	return q.closed()
-}
-
-// Addr implements net.Listener.
-func (q *connQueue) Addr() net.Addr { return q.addr }
 
 // handshaken are the gRPC server's credentials on tlsSplit's connections,
 // whose TLS handshake is done: the connection's TLS state, as gRPC's own

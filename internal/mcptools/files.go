@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/corral-sandbox/corral/client"
+	"github.com/corral-sandbox/corral/internal/capped"
 )
 
 // defaultReadBytes is what fs_read returns of a file unless asked for
@@ -112,18 +113,18 @@ func (t *Tools) read(ctx context.Context, _ *mcp.CallToolRequest, in readIn) (*m
 		return nil, readOut{}, err
 	}
 	limit := bounded(in.MaxBytes, defaultReadBytes, maxOutputBytes)
-	buf := &capped{max: limit}
+	buf := capped.New(limit)
 	if err := t.c.ReadFileTo(ctx, in.Name, p, buf); err != nil {
 		return nil, readOut{}, toolError(err)
 	}
-	out := readOut{Size: int64(buf.Len()), Truncated: buf.cut}
-	if buf.cut {
+	out := readOut{Size: int64(buf.Len()), Truncated: buf.Cut}
+	if buf.Cut {
 		if st, err := t.c.Stat(ctx, in.Name, p); err == nil {
 			out.Size = st.Size
 		}
 	}
 	data := buf.Bytes()
-	if utf8.Valid(data) || (buf.cut && utf8.Valid(trimRune(data))) {
+	if utf8.Valid(data) || (buf.Cut && utf8.Valid(trimRune(data))) {
 		out.Content, out.Encoding = string(data), "utf-8"
 	} else {
 		out.Content, out.Encoding = base64.StdEncoding.EncodeToString(data), "base64"

@@ -1,7 +1,6 @@
 package mcptools
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	corralv1 "github.com/corral-sandbox/corral/api/corralv1"
 	"github.com/corral-sandbox/corral/client"
+	"github.com/corral-sandbox/corral/internal/capped"
 )
 
 // What one exec returns and waits for, unless the call asks for less.
@@ -308,7 +308,7 @@ func (t *Tools) exec(ctx context.Context, _ *mcp.CallToolRequest, in execIn) (*m
 	}
 	timeout := bounded(time.Duration(in.TimeoutSeconds)*time.Second, defaultExecTimeout, maxExecTimeout)
 	limit := bounded(in.MaxOutputBytes, defaultOutputBytes, maxOutputBytes)
-	stdout, stderr := &capped{max: limit}, &capped{max: limit}
+	stdout, stderr := capped.New(limit), capped.New(limit)
 	opts := client.ExecOptions{Stdout: stdout, Stderr: stderr}
 	if in.Stdin != "" {
 		opts.Stdin = strings.NewReader(in.Stdin)
@@ -317,7 +317,7 @@ func (t *Tools) exec(ctx context.Context, _ *mcp.CallToolRequest, in execIn) (*m
 	ectx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	code, err := t.c.Exec(ectx, in.Name, argv, opts)
-	out := execOut{Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: code, Truncated: stdout.cut || stderr.cut}
+	out := execOut{Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: code, Truncated: stdout.Cut || stderr.Cut}
 	// Past the deadline, the gateway may have ended the stream (its copy of
 	// the deadline) before this side's timer has fired: a timeout too.
 	if err != nil && ctx.Err() == nil && (ectx.Err() != nil || !time.Now().Before(deadline)) {
@@ -359,9 +359,9 @@ func commandLine(in execIn) ([]string, error) {
 
 func (t *Tools) logs(ctx context.Context, _ *mcp.CallToolRequest, in logsIn) (*mcp.CallToolResult, logsOut, error) {
 	limit := bounded(in.MaxOutputBytes, defaultOutputBytes, maxOutputBytes)
-	stdout, stderr := &capped{max: limit}, &capped{max: limit}
+	stdout, stderr := capped.New(limit), capped.New(limit)
 	err := t.c.Logs(ctx, in.Name, client.LogOptions{Tail: in.Tail}, stdout, stderr)
-	return nil, logsOut{Stdout: stdout.String(), Stderr: stderr.String(), Truncated: stdout.cut || stderr.cut}, toolError(err)
+	return nil, logsOut{Stdout: stdout.String(), Stderr: stderr.String(), Truncated: stdout.Cut || stderr.Cut}, toolError(err)
 }
 
 func (t *Tools) expose(ctx context.Context, _ *mcp.CallToolRequest, in exposeIn) (*mcp.CallToolResult, exposeOut, error) {
@@ -378,21 +378,4 @@ func bounded[T int | time.Duration](v, def, most T) T {
 		return def
 	}
 	return min(v, most)
-}
-
-// capped keeps the first max bytes written to it, and notes what it cut.
-type capped struct {
-	bytes.Buffer
-	max int
-	cut bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	n := len(p)
-	if room := c.max - c.Len(); n > room {
-		c.cut = true
-		p = p[:max(room, 0)]
-	}
-	c.Buffer.Write(p)
-	return n, nil
 }

@@ -9,7 +9,6 @@ package sandboxfiles
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/corral-sandbox/corral/internal/capped"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
 	"github.com/corral-sandbox/corral/internal/files"
@@ -101,7 +101,7 @@ func (f *Files) inside(ctx context.Context, sb *sandbox.Sandbox, req files.Reque
 		defer w.Close()
 		stdin = r
 	}
-	stderr := &capped{max: stderrCap}
+	stderr := capped.New(stderrCap)
 	var out *bufio.Writer
 	if req.Op == files.OpCopyOut || req.Op == files.OpRead {
 		// Whole chunks of the stream, whatever size the driver writes in.
@@ -181,17 +181,4 @@ func allowed(p policy.Policy, read bool) func(string) bool {
 		}
 		return false
 	}
-}
-
-// capped keeps the first max bytes written to it.
-type capped struct {
-	bytes.Buffer
-	max int
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - c.Len(); room > 0 {
-		c.Buffer.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }

@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
 
+	"github.com/corral-sandbox/corral/internal/capped"
 	"github.com/corral-sandbox/corral/internal/control"
 	"github.com/corral-sandbox/corral/internal/driver"
 	"github.com/corral-sandbox/corral/internal/errdefs"
@@ -47,10 +47,10 @@ func (d *Driver) DialPort(ctx context.Context, ref driver.Ref, port int) (net.Co
 	stdout, out := net.Pipe()                                     // the exec's stdout, what the caller reads
 	streamCtx, cancel := context.WithCancel(context.Background()) // the connection outlives ctx
 	first := &firstByte{w: stdout, seen: make(chan struct{})}
-	var stderr bytes.Buffer
+	stderr := capped.New(4096)
 	ended := make(chan error, 1)
 	go func() {
-		err := exec.StreamWithContext(streamCtx, remotecommand.StreamOptions{Stdin: stdin, Stdout: first, Stderr: &limited{b: &stderr, n: 4096}})
+		err := exec.StreamWithContext(streamCtx, remotecommand.StreamOptions{Stdin: stdin, Stdout: first, Stderr: stderr})
 		stdout.Close()
 		stdin.Close()
 		ended <- err
@@ -110,19 +110,6 @@ func (f *firstByte) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return n, nil
-}
-
-// limited keeps the first n bytes written to it.
-type limited struct {
-	b *bytes.Buffer
-	n int
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	if room := l.n - l.b.Len(); room > 0 {
-		l.b.Write(p[:min(room, len(p))])
-	}
-	return len(p), nil
 }
 
 // portConn is the caller's end of a port's connection, as a TCP
