@@ -96,20 +96,15 @@ func written(path string, r io.Reader, mode os.FileMode, sync bool) (string, err
 // TempFiles are the temporary files of the writes of path that a crash
 // left.
 func TempFiles(path string) []string {
-	list, _ := filepath.Glob(globEscape(path) + ".tmp*")
-	return list
-}
-
-// globEscape escapes what filepath.Glob would read as a pattern.
-func globEscape(path string) string {
-	var b strings.Builder
-	for _, c := range path {
-		if strings.ContainsRune(`*?[\`, c) {
-			b.WriteByte('\\')
+	dir, prefix := filepath.Dir(path), filepath.Base(path)+".tmp"
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, filepath.Join(dir, e.Name()))
 		}
-		b.WriteRune(c)
 	}
-	return b.String()
+	return out
 }
 
 // WriteDurable is Write, and an fsync of the directory, so that the rename

@@ -132,6 +132,8 @@ type EgressAttacher interface {
 type PortDialer interface {
 	// DialPort connects to 127.0.0.1:port inside incarnation ref;
 	// errdefs.ErrNotFound when it does not run, an error wrapping
-	// syscall.ECONNREFUSED when nothing listens there.
+	// syscall.ECONNREFUSED when nothing listens there. The connection
+	// half-closes (tunnel.Side's CloseWrite), as a TCP connection does:
+	// the gateway's tunnels need that.
 	DialPort(ctx context.Context, ref Ref, port int) (net.Conn, error)
 }

@@ -127,8 +127,7 @@ func (ca *CA) EnsureServerCert(names []string) (certPath, keyPath string, err er
 	defer unlock()
 	// A crash between the writes of a new key and its certificate left a
 	// pair that does not match: it is issued again.
-	_, pairErr := tls.LoadX509KeyPair(certPath, keyPath)
-	if cur, err := readCert(certPath); err == nil && pairErr == nil && time.Until(cur.NotAfter) > 30*24*time.Hour && covers(cur, dns, ips) {
+	if cur, err := tls.LoadX509KeyPair(certPath, keyPath); err == nil && time.Until(cur.Leaf.NotAfter) > 30*24*time.Hour && covers(cur.Leaf, dns, ips) {
 		return certPath, keyPath, nil
 	}
 	_, err = ca.sign(&x509.Certificate{

@@ -2,9 +2,7 @@ package kubernetes
 
 import (
 	"context"
-	"maps"
 	"net/netip"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,19 +19,16 @@ import (
 const trustVolume = "corral-egress"
 
 // withEgress gives the Pod of spec's incarnation its way out: the
-// gateway's shared egress proxy in its environment, and its trust
-// ConfigMap at driver.TrustDir and over the system bundle. The variables
-// come from the sandbox's Secret (envSecretFor): the proxy URL carries
+// gateway's shared egress proxy in its environment (vars, the names of
+// egressEnv's variables), and its trust ConfigMap at driver.TrustDir and
+// over the system bundle. The variables come from the sandbox's Secret
+// (ensureEnvSecret): the proxy URL carries
 // the incarnation's token, and credentials' placeholders are there too,
 // so that reading the Pod (a right many of a cluster's users have) does
 // not give the sandbox's way out.
-func (d *Driver) withEgress(p *corev1.Pod, spec driver.Spec) error {
-	env, err := d.egressEnv(spec)
-	if err != nil {
-		return err
-	}
+func (d *Driver) withEgress(p *corev1.Pod, spec driver.Spec, vars []string) {
 	main := &p.Spec.Containers[0]
-	for _, k := range slices.Sorted(maps.Keys(env)) {
+	for _, k := range vars {
 		main.Env = append(main.Env, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: d.claimName(spec.ID)}, Key: k,
 		}}})
@@ -44,7 +39,6 @@ func (d *Driver) withEgress(p *corev1.Pod, spec driver.Spec) error {
 	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: trustVolume, VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: d.claimName(spec.ID)}},
 	}})
-	return nil
 }
 
 // egressEnv is incarnation spec's environment for its egress, by name.
@@ -61,18 +55,14 @@ func (d *Driver) egressEnv(spec driver.Spec) (map[string]string, error) {
 	return env, nil
 }
 
-// ensureEnvSecret creates sandbox spec's Secret of egress variables, or
-// brings it to this incarnation's (each has a token of its own).
-func (d *Driver) ensureEnvSecret(ctx context.Context, spec driver.Spec) error {
-	env, err := d.egressEnv(spec)
-	if err != nil {
-		return err
-	}
+// ensureEnvSecret creates sandbox spec's Secret of its egress variables
+// env, or brings it to this incarnation's (each has a token of its own).
+func (d *Driver) ensureEnvSecret(ctx context.Context, spec driver.Spec, env map[string]string) error {
 	l := d.selectable(spec)
 	delete(l, driver.LabelGeneration)
 	want := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: d.claimName(spec.ID), Labels: l}, StringData: env}
 	secrets := d.api.CoreV1().Secrets(d.opts.Namespace)
-	_, err = secrets.Create(ctx, want, metav1.CreateOptions{})
+	_, err := secrets.Create(ctx, want, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		return d.wrap(err, "create the egress secret of sandbox "+spec.Name)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -26,10 +28,14 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 	if err := d.Validate(spec); err != nil {
 		return err
 	}
-	pod, err := d.podFor(spec)
-	if err != nil {
-		return err
+	var env map[string]string // the egress variables: in the Pod by name, in its Secret by value
+	if d.opts.Egress != nil {
+		var err error
+		if env, err = d.egressEnv(spec); err != nil {
+			return err
+		}
 	}
+	pod := d.podFor(spec, slices.Sorted(maps.Keys(env)))
 	c, err := d.claim(ctx, spec.ID)
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
@@ -64,7 +70,7 @@ func (d *Driver) Create(ctx context.Context, spec driver.Spec) error {
 		if err := d.ensureTrust(ctx, spec); err != nil {
 			return err
 		}
-		if err := d.ensureEnvSecret(ctx, spec); err != nil {
+		if err := d.ensureEnvSecret(ctx, spec, env); err != nil {
 			return err
 		}
 	}
@@ -380,21 +386,19 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	if err := d.deletePods(ctx, pods); err != nil {
 		return err
 	}
-	err = d.api.NetworkingV1().NetworkPolicies(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return d.wrap(err, "delete the network policy of sandbox "+id)
-	}
-	err = d.api.CoreV1().ConfigMaps(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return d.wrap(err, "delete the egress certificates of sandbox "+id)
-	}
-	err = d.api.CoreV1().Secrets(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return d.wrap(err, "delete the egress secret of sandbox "+id)
-	}
-	err = d.api.CoreV1().PersistentVolumeClaims(d.opts.Namespace).Delete(ctx, d.claimName(id), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return d.wrap(err, "delete the claim of sandbox "+id)
+	ns, name := d.opts.Namespace, d.claimName(id)
+	for _, o := range []struct {
+		what   string
+		delete func(context.Context, string, metav1.DeleteOptions) error
+	}{
+		{"the network policy", d.api.NetworkingV1().NetworkPolicies(ns).Delete},
+		{"the egress certificates", d.api.CoreV1().ConfigMaps(ns).Delete},
+		{"the egress secret", d.api.CoreV1().Secrets(ns).Delete},
+		{"the claim", d.api.CoreV1().PersistentVolumeClaims(ns).Delete}, // last: it is the record
+	} {
+		if err := o.delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return d.wrap(err, "delete "+o.what+" of sandbox "+id)
+		}
 	}
 	return nil
 }

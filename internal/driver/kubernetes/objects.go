@@ -86,7 +86,7 @@ func (d *Driver) record(c *corev1.PersistentVolumeClaim, spec driver.Spec, pod *
 // the native set of capabilities, no privilege escalation, the runtime's
 // default seccomp filter under the supervisor's own), no service account
 // token, no host namespace, and limits from the policy.
-func (d *Driver) podFor(spec driver.Spec) (*corev1.Pod, error) {
+func (d *Driver) podFor(spec driver.Spec, egressVars []string) *corev1.Pod {
 	pol := spec.Policy.WithDefaultUser()
 	pullPolicy := map[string]corev1.PullPolicy{"never": corev1.PullNever, "always": corev1.PullAlways}[d.opts.PullPolicy]
 	if pullPolicy == "" {
@@ -161,11 +161,9 @@ func (d *Driver) podFor(spec driver.Spec) (*corev1.Pod, error) {
 		p.Spec.RuntimeClassName = &d.opts.GVisorRuntimeClass
 	}
 	if d.opts.Egress != nil {
-		if err := d.withEgress(p, spec); err != nil {
-			return nil, err
-		}
+		d.withEgress(p, spec, egressVars)
 	}
-	return p, nil
+	return p
 }
 
 // podPrefix begins the names of an incarnation's Pods (each run is a new
