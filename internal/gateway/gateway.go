@@ -334,6 +334,23 @@ type server interface {
 	stop()
 }
 
+// ownSocket is the API's socket listener: closing it removes its file,
+// unless another gateway's socket has replaced it since.
+type ownSocket struct {
+	net.Listener
+	path string
+	ino  uint64
+}
+
+func (l ownSocket) Close() error {
+	err := l.Listener.Close()
+	var st syscall.Stat_t
+	if syscall.Stat(l.path, &st) == nil && st.Ino == l.ino {
+		os.Remove(l.path)
+	}
+	return err
+}
+
 type grpcServer struct{ *grpc.Server }
 
 func (s grpcServer) drain() { s.GracefulStop() }
@@ -347,18 +364,33 @@ func (s httpServer) stop()  { _ = s.Close() }
 // serve listens on HOME/corral.sock (mode 0600) and serves the API.
 func serve(home string, core service.Core, log *slog.Logger) (*grpc.Server, error) {
 	path := config.SocketPath(home)
-	// The home lock is held, so a socket file left here is stale.
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+	// The socket is made under a name of this process's, made 0600, then
+	// renamed over path: it is never reachable with another mode, and a
+	// socket file left at path (stale: the home lock is held) is replaced
+	// whole, whoever else starts at once.
+	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".corral.sock.%d", os.Getpid()))
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket %s: %w", tmp, err)
 	}
-	lis, err := net.Listen("unix", path)
+	lis, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	lis.(*net.UnixListener).SetUnlinkOnClose(false) // it is path's now: ownSocket removes it
+	var st syscall.Stat_t
+	err = os.Chmod(tmp, 0o600)
+	if err == nil {
+		err = syscall.Stat(tmp, &st)
 	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		lis.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	lis = ownSocket{Listener: lis, path: path, ino: st.Ino}
 	srv := service.NewServer(core)
 	background(log, "API server", func() error { return srv.Serve(lis) }, grpc.ErrServerStopped)
 	return srv, nil
